@@ -1,0 +1,77 @@
+# moehost. `make help` lists the targets.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DELETE_ON_ERROR:
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules --warn-undefined-variables
+
+GO ?= go
+BIN := $(CURDIR)/.tmp/bin
+# Pinned tools, built from the Go module proxy on first use.
+BUF_VERSION := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+STATICCHECK_VERSION := v0.8.2
+
+# Guest experts: reproducible builds, so the committed .wasm files match.
+WASM_FLAGS := -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared
+EXAMPLES := $(patsubst %/main.go,%,$(wildcard examples/wasm-experts/*/main.go))
+
+.PHONY: help
+help: ## Describe the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: examples ## Build the moehost binary into .tmp/bin
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+
+.PHONY: run
+run: build ## Start `moehost serve` with its defaults (127.0.0.1:7700, ./moehost-data, ffn.[0:4])
+	$(BIN)/moehost serve
+
+# Always rebuilt (a second or two each): the build is reproducible, so a
+# stale committed .wasm shows up in `git status` instead of in a test.
+.PHONY: examples
+examples: ## Build the example experts (.wasm)
+	@for d in $(EXAMPLES); do \
+	  echo "building $$d"; \
+	  (cd $$d && GOOS=wasip1 GOARCH=wasm $(GO) build $(WASM_FLAGS) -o $$(basename $$d).wasm .); \
+	done
+
+.PHONY: test
+test: examples ## Vet, build without cgo, and run every test with the race detector
+	$(GO) vet ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./abi/... ./sdk/expert/... ./examples/wasm-experts/...
+	CGO_ENABLED=0 $(GO) build ./...
+	$(GO) test -race -timeout 12m ./...
+
+.PHONY: bench
+bench: examples ## Run the benchmarks (Forward samples/s, GEMM GFLOP/s)
+	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
+
+.PHONY: lint
+lint: ## go vet, gofmt and staticcheck
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); exit 1; }
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(BIN)/staticcheck ./...
+
+.PHONY: generate
+generate: ## Regenerate gen/ from proto/ with buf
+	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	PATH="$(BIN):$$PATH" $(BIN)/buf lint
+	PATH="$(BIN):$$PATH" $(BIN)/buf generate
+
+.PHONY: checkgenerate
+checkgenerate: generate ## Fail if generated code is stale
+	@git diff --exit-code -- gen/ || { echo "gen/ is stale: run make generate"; exit 1; }
+
+.PHONY: check
+check: lint test checkgenerate ## Everything CI could ask for
+	CGO_ENABLED=0 $(GO) build ./...
+
+.PHONY: clean
+clean: ## Remove build outputs and the default data dir
+	rm -rf .tmp moehost-data

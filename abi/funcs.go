@@ -1,0 +1,167 @@
+package abi
+
+// Host functions of [ModuleName]. Every one returns an i32 as described in
+// the package comment; the parameter lists below are the Wasm signatures.
+const (
+	// FuncLastError copies the message of the most recent error into
+	// guest memory and returns the message's full length in bytes. When
+	// buf_cap is smaller than that, the message is truncated to buf_cap
+	// bytes; calling with buf_cap 0 asks for the length alone. The
+	// message is empty (length 0) when no error has happened.
+	//
+	//	(buf_ptr i32, buf_cap i32) -> i32
+	//
+	//	buf_ptr ─▶ [min(len, buf_cap) bytes of UTF-8]
+	//
+	// Errors: ErrOutOfBounds.
+	FuncLastError = "last_error"
+
+	// FuncConfigI64 reads the integer config value named by key (for
+	// example "hidden_dim") and writes it as an i64 at out_ptr.
+	//
+	//	(key_ptr i32, key_len i32, out_ptr i32) -> i32
+	//
+	//	key_ptr ─▶ [key_len bytes of UTF-8]
+	//	out_ptr ─▶ [i64 value]          (written)
+	//
+	// Errors: ErrOutOfBounds, ErrNotFound (no such key, or the value is
+	// not an integer).
+	FuncConfigI64 = "config_i64"
+
+	// FuncDeclareInput declares the next input of the expert and returns
+	// its index (0, 1, …). Only during ExportInit. The first dimension
+	// of the shape must be BatchDim; the others must be positive.
+	//
+	//	(name_ptr i32, name_len i32, dtype i32, shape_ptr i32, rank i32) -> i32
+	//
+	//	name_ptr  ─▶ [name_len bytes of UTF-8]
+	//	shape_ptr ─▶ [i64 × rank]
+	//
+	// Errors: ErrOutOfBounds, ErrInvalidArgument (bad name, dtype, rank
+	// or dims), ErrAlreadyExists (name taken), ErrWrongPhase.
+	FuncDeclareInput = "declare_input"
+
+	// FuncDeclareOutput declares the next output, with the same
+	// parameters, layout and errors as FuncDeclareInput.
+	FuncDeclareOutput = "declare_output"
+
+	// FuncParamNew declares a trainable parameter and returns a handle
+	// that lives as long as the instance. Only during ExportInit. The
+	// host owns the values: it initialises them with init (an [Init],
+	// whose arguments are a and b) from a seed derived from the expert's
+	// uid and the parameter's name, or loads them from a checkpoint. All
+	// instances of one expert share the same parameters.
+	//
+	//	(name_ptr i32, name_len i32, dtype i32, shape_ptr i32, rank i32,
+	//	 init i32, a f64, b f64) -> i32
+	//
+	//	name_ptr  ─▶ [name_len bytes of UTF-8]
+	//	shape_ptr ─▶ [i64 × rank]   (all dims positive)
+	//
+	// Errors: ErrOutOfBounds, ErrInvalidArgument (bad name, dtype, shape
+	// or init), ErrAlreadyExists (name declared twice), ErrShapeMismatch
+	// (another instance of the expert declared the name with another
+	// shape), ErrBudgetExceeded (parameter bytes), ErrWrongPhase.
+	FuncParamNew = "param_new"
+
+	// FuncInput returns a handle to the batched input with the given
+	// index, shaped as declared with the batch dimension filled in.
+	// Only during ExportForward.
+	//
+	//	(index i32) -> i32
+	//
+	// Errors: ErrInvalidArgument (no such input), ErrWrongPhase.
+	FuncInput = "input"
+
+	// FuncOutput sets the output with the given index to the tensor
+	// behind handle. The tensor must match the declared dtype and shape
+	// (with the batch dimension equal to the inputs'). Only during
+	// ExportForward; every declared output must be set before it
+	// returns.
+	//
+	//	(index i32, handle i32) -> i32
+	//
+	// Errors: ErrInvalidArgument (no such output), ErrInvalidHandle,
+	// ErrShapeMismatch, ErrWrongPhase.
+	FuncOutput = "output"
+
+	// FuncTensorNew creates a zero-filled tensor for this call and
+	// returns its handle.
+	//
+	//	(dtype i32, shape_ptr i32, rank i32) -> i32
+	//
+	//	shape_ptr ─▶ [i64 × rank]   (all dims positive)
+	//
+	// Errors: ErrOutOfBounds, ErrInvalidArgument, ErrBudgetExceeded,
+	// ErrWrongPhase.
+	FuncTensorNew = "tensor_new"
+
+	// FuncTensorWrite copies len bytes from guest memory into the tensor.
+	// len must equal the tensor's size in bytes. Parameters may not be
+	// written; the host owns them.
+	//
+	//	(handle i32, ptr i32, len i32) -> i32
+	//
+	//	ptr ─▶ [len bytes: elements, row-major, little-endian]
+	//
+	// Errors: ErrInvalidHandle, ErrOutOfBounds, ErrShapeMismatch,
+	// ErrInvalidArgument (a parameter).
+	FuncTensorWrite = "tensor_write"
+
+	// FuncTensorRead copies the tensor into guest memory and returns the
+	// number of bytes written, which is the tensor's size in bytes. len
+	// must be at least that.
+	//
+	//	(handle i32, ptr i32, len i32) -> i32
+	//
+	//	ptr ─▶ [size bytes: elements, row-major, little-endian]  (written)
+	//
+	// Errors: ErrInvalidHandle, ErrOutOfBounds, ErrShapeMismatch (len
+	// too small).
+	FuncTensorRead = "tensor_read"
+
+	// FuncTensorShape writes the tensor's dims as i64s at shape_ptr and
+	// returns its rank. cap is the room at shape_ptr in dims; when it is
+	// smaller than the rank, nothing is written.
+	//
+	//	(handle i32, shape_ptr i32, cap i32) -> i32
+	//
+	//	shape_ptr ─▶ [i64 × rank]   (written)
+	//
+	// Errors: ErrInvalidHandle, ErrOutOfBounds.
+	FuncTensorShape = "tensor_shape"
+
+	// FuncTensorDType returns the tensor's [DType].
+	//
+	//	(handle i32) -> i32
+	//
+	// Errors: ErrInvalidHandle.
+	FuncTensorDType = "tensor_dtype"
+
+	// FuncOp runs the op with the given code on the tensors in args, with
+	// the numeric attributes in attrs, and returns the handle of the
+	// result, which lives for the current call. Each [Op] documents its
+	// args and attrs. When the host's tape is on (a backward request),
+	// the op is recorded so that gradients flow through it.
+	//
+	//	(code i32, args_ptr i32, nargs i32, attrs_ptr i32, nattrs i32) -> i32
+	//
+	//	args_ptr  ─▶ [i32 handle × nargs]
+	//	attrs_ptr ─▶ [f64 × nattrs]
+	//
+	// Errors: ErrUnknownOp, ErrOutOfBounds, ErrInvalidHandle,
+	// ErrInvalidArgument (wrong number of args or attrs, bad dtype),
+	// ErrShapeMismatch, ErrBudgetExceeded, ErrWrongPhase.
+	FuncOp = "op"
+
+	// FuncFail records the guest's own error message for the current
+	// export, so that the caller sees why the expert refused a batch. The
+	// guest then returns a negative value from the export.
+	//
+	//	(msg_ptr i32, msg_len i32) -> i32
+	//
+	//	msg_ptr ─▶ [msg_len bytes of UTF-8]   (at most 1 KiB is kept)
+	//
+	// Errors: ErrOutOfBounds.
+	FuncFail = "fail"
+)

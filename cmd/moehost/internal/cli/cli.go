@@ -1,0 +1,100 @@
+// Package cli holds moehost's cobra commands: flags and wiring only; the
+// behaviour lives in package host.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/host"
+)
+
+// Main runs the command line and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := &cobra.Command{
+		Use:           "moehost",
+		Short:         "Host Mixture-of-Experts experts compiled to WebAssembly",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(serveCmd(stderr))
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(stderr, "moehost:", err)
+		return 1
+	}
+	return 0
+}
+
+func serveCmd(stderr io.Writer) *cobra.Command {
+	var (
+		listen, dataDir, pattern, module, optimizer, logLevel string
+		hiddenDim                                             int64
+		lr                                                    float64
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve experts over Connect, gRPC and gRPC-Web",
+		Long: `Serve experts over Connect, gRPC and gRPC-Web on one port.
+
+With no flags it hosts hivemind's ffn expert (hidden_dim 1024) as ffn.0 … ffn.3
+on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+			uids, err := host.ExpandPattern(pattern)
+			if err != nil {
+				return fmt.Errorf("--experts: %w", err)
+			}
+			src := host.ModuleBytes(wasmexperts.FFN)
+			if module != "" {
+				src = host.ModuleFile(module)
+			}
+			experts := make([]host.ExpertConfig, len(uids))
+			for i, uid := range uids {
+				experts[i] = host.ExpertConfig{UID: uid, Module: src, Config: map[string]int64{"hidden_dim": hiddenDim}}
+			}
+			srv, err := host.New(
+				host.WithListen(listen),
+				host.WithDataDir(dataDir),
+				host.WithLogger(log),
+				host.WithExperts(experts...),
+				host.WithOptimizer(host.OptimizerConfig{Name: optimizer, LR: lr}),
+			)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			err = srv.Run(ctx)
+			if errors.Is(err, context.Canceled) {
+				err = nil
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", host.DefaultListen, `address to serve on; port "*" picks a free one`)
+	f.StringVar(&dataDir, "data-dir", host.DefaultDataDir, "directory for the server's state")
+	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
+	f.StringVar(&module, "module", "", "expert module (.wasm); default: the built-in ffn example")
+	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value`)
+	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam or sgd")
+	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}

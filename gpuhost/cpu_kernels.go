@@ -1,0 +1,260 @@
+package gpuhost
+
+import (
+	"math"
+	"sync"
+)
+
+// parallelFor runs fn over [0, n) in up to d.threads contiguous chunks of at
+// least grain items, the last chunk on the calling goroutine.
+func (d *cpuDevice) parallelFor(n, grain int, fn func(lo, hi int)) {
+	workers := min(d.threads, max(1, n/max(grain, 1)))
+	if workers <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers - 1 {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		wg.Go(func() { fn(lo, hi) })
+	}
+	fn(n*(workers-1)/workers, n)
+	wg.Wait()
+}
+
+// Grains: the items one goroutine should get at least, so that spawning it
+// pays off (about tens of microseconds of work).
+const (
+	grainCheap = 1 << 15 // adds and copies
+	grainTanh  = 1 << 12 // elements of gelu
+)
+
+// addRepeat implements kernels.addRepeat.
+func (d *cpuDevice) addRepeat(dst, src, small *Tensor) error {
+	o, x, s := dst.f32(), src.f32(), small.f32()
+	ns := len(s)
+	// Whole repeats of small per chunk, so the inner loop is a plain zip.
+	reps := len(o) / ns
+	d.parallelFor(reps, max(1, grainCheap/ns), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			oo := o[r*ns : (r+1)*ns]
+			xx := x[r*ns : (r+1)*ns]
+			for i, v := range s {
+				oo[i] = xx[i] + v
+			}
+		}
+	})
+	return nil
+}
+
+// sumRows implements kernels.sumRows. Columns are split across threads and
+// each thread walks the rows, so reads stay sequential within a row chunk.
+func (d *cpuDevice) sumRows(dst, src *Tensor) error {
+	o, x := dst.f32(), src.f32()
+	n := len(o)
+	rows := len(x) / n
+	d.parallelFor(n, max(1, grainCheap/rows), func(lo, hi int) {
+		acc := make([]float32, hi-lo)
+		for r := range rows {
+			row := x[r*n+lo : r*n+hi]
+			for j, v := range row {
+				acc[j] += v
+			}
+		}
+		copy(o[lo:hi], acc)
+	})
+	return nil
+}
+
+// copy implements kernels.copy.
+func (d *cpuDevice) copy(dst, src *Tensor) error {
+	copy(dst.f32(), src.f32())
+	return nil
+}
+
+// GELU constants: √(2/π) and the cubic coefficient.
+const (
+	geluC = 0.7978845608028654
+	geluA = 0.044715
+)
+
+// geluForward implements kernels.geluForward; tanh runs in float64.
+func (d *cpuDevice) geluForward(y, x *Tensor) error {
+	o, in := y.f32(), x.f32()
+	d.parallelFor(len(in), grainTanh, func(lo, hi int) {
+		oo, xx := o[lo:hi], in[lo:hi]
+		for i, v := range xx {
+			xv := float64(v)
+			oo[i] = float32(0.5 * xv * (1 + math.Tanh(geluC*(xv+geluA*xv*xv*xv))))
+		}
+	})
+	return nil
+}
+
+// geluBackward implements kernels.geluBackward with the exact derivative of
+// the tanh form: ½(1+t) + ½x(1−t²)·c(1+3a·x²), t = tanh(c(x+a·x³)).
+func (d *cpuDevice) geluBackward(gx, x, gy *Tensor) error {
+	o, in, g := gx.f32(), x.f32(), gy.f32()
+	d.parallelFor(len(in), grainTanh, func(lo, hi int) {
+		oo, xx, gg := o[lo:hi], in[lo:hi], g[lo:hi]
+		gg = gg[:len(xx)]
+		for i, v := range xx {
+			xv := float64(v)
+			t := math.Tanh(geluC * (xv + geluA*xv*xv*xv))
+			dy := 0.5*(1+t) + 0.5*xv*(1-t*t)*geluC*(1+3*geluA*xv*xv)
+			oo[i] = float32(float64(gg[i]) * dy)
+		}
+	})
+	return nil
+}
+
+// layerNormForward implements kernels.layerNormForward. Row statistics are
+// accumulated in float64, two-pass, so a large mean does not eat the
+// variance.
+func (d *cpuDevice) layerNormForward(y, mean, rstd, x, w, b *Tensor, eps float64) error {
+	o, in, ww, bb := y.f32(), x.f32(), w.f32(), b.f32()
+	mu, rs := mean.f32(), rstd.f32()
+	h := len(ww)
+	d.parallelFor(len(mu), max(1, grainCheap/h), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr := in[r*h : (r+1)*h]
+			or := o[r*h : (r+1)*h]
+			var s float64
+			for _, v := range xr {
+				s += float64(v)
+			}
+			m := s / float64(h)
+			var q float64
+			for _, v := range xr {
+				dv := float64(v) - m
+				q += dv * dv
+			}
+			inv := 1 / math.Sqrt(q/float64(h)+eps)
+			mu[r], rs[r] = float32(m), float32(inv)
+			bb := bb[:len(xr)]
+			ww := ww[:len(xr)]
+			or = or[:len(xr)]
+			for i, v := range xr {
+				or[i] = float32((float64(v)-m)*inv)*ww[i] + bb[i]
+			}
+		}
+	})
+	return nil
+}
+
+// layerNormBackward implements kernels.layerNormBackward:
+// gx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) with ĝ = gy·w, gw = Σ gy·x̂,
+// gb = Σ gy over rows.
+func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) error {
+	in, ww, g := x.f32(), w.f32(), gy.f32()
+	mu, rs := mean.f32(), rstd.f32()
+	h := len(ww)
+	rows := len(mu)
+	if gx != nil {
+		o := gx.f32()
+		d.parallelFor(rows, max(1, grainCheap/h), func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				xr := in[r*h : (r+1)*h]
+				gr := g[r*h : (r+1)*h]
+				or := o[r*h : (r+1)*h]
+				gr = gr[:len(xr)]
+				or = or[:len(xr)]
+				m, inv := float64(mu[r]), float64(rs[r])
+				var sg, sgx float64
+				for i, v := range xr {
+					gh := float64(gr[i]) * float64(ww[i])
+					sg += gh
+					sgx += gh * (float64(v) - m) * inv
+				}
+				sg /= float64(h)
+				sgx /= float64(h)
+				for i, v := range xr {
+					xh := (float64(v) - m) * inv
+					gh := float64(gr[i]) * float64(ww[i])
+					or[i] = float32(inv * (gh - sg - xh*sgx))
+				}
+			}
+		})
+	}
+	if gw == nil && gb == nil {
+		return nil
+	}
+	// Column sums; split columns across threads, as in sumRows.
+	d.parallelFor(h, max(1, grainCheap/rows), func(lo, hi int) {
+		sw := make([]float64, hi-lo)
+		sb := make([]float64, hi-lo)
+		for r := range rows {
+			xr := in[r*h+lo : r*h+hi]
+			gr := g[r*h+lo : r*h+hi]
+			gr = gr[:len(xr)]
+			m, inv := float64(mu[r]), float64(rs[r])
+			for i, v := range xr {
+				gv := float64(gr[i])
+				sw[i] += gv * (float64(v) - m) * inv
+				sb[i] += gv
+			}
+		}
+		if gw != nil {
+			o := gw.f32()[lo:hi]
+			for i, v := range sw {
+				o[i] = float32(v)
+			}
+		}
+		if gb != nil {
+			o := gb.f32()[lo:hi]
+			for i, v := range sb {
+				o[i] = float32(v)
+			}
+		}
+	})
+	return nil
+}
+
+// sgdStep implements kernels.sgdStep. The explicit conversion keeps the
+// product rounded to float32 on every architecture (no fused multiply-add),
+// so the step is reproducible bit for bit.
+func (d *cpuDevice) sgdStep(p, g *Tensor, lr float64) error {
+	pp, gg := p.f32(), g.f32()
+	l := float32(lr)
+	d.parallelFor(len(pp), grainCheap, func(lo, hi int) {
+		ps, gs := pp[lo:hi], gg[lo:hi]
+		gs = gs[:len(ps)]
+		for i := range ps {
+			ps[i] -= float32(l * gs[i])
+		}
+	})
+	return nil
+}
+
+// adamStep implements kernels.adamStep in the order of torch's
+// single-tensor Adam: g += wd·p; m = lerp(m, g, 1−β1); v = β2·v + (1−β2)·g²;
+// p −= lr/bc1 · m / (√v/√bc2 + eps). Scalars are float64 as in torch;
+// element math is float32 like torch's float32 tensors.
+func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
+	pp, gg, mm, vv := p.f32(), g.f32(), m.f32(), v.f32()
+	wd := float32(c.weightDecay)
+	w1 := float32(1 - c.beta1)
+	b2 := float32(c.beta2)
+	w2 := float32(1 - c.beta2)
+	step := float32(c.lr / c.bc1)
+	bc2s := float32(math.Sqrt(c.bc2))
+	eps := float32(c.eps)
+	d.parallelFor(len(pp), grainCheap/4, func(lo, hi int) {
+		ps, gs, ms, vs := pp[lo:hi], gg[lo:hi], mm[lo:hi], vv[lo:hi]
+		gs, ms, vs = gs[:len(ps)], ms[:len(ps)], vs[:len(ps)]
+		for i, pv := range ps {
+			gv := gs[i]
+			if wd != 0 {
+				gv += float32(wd * pv)
+			}
+			mv := ms[i] + float32(w1*(gv-ms[i]))
+			vv := float32(b2*vs[i]) + float32(float32(w2*gv)*gv)
+			ms[i], vs[i] = mv, vv
+			den := float32(float32(math.Sqrt(float64(vv)))/bc2s) + eps
+			ps[i] = pv - float32(step*float32(mv/den))
+		}
+	})
+	return nil
+}
+
+var _ Device = (*cpuDevice)(nil)

@@ -1,0 +1,333 @@
+package gpuhost_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/gpuhost"
+)
+
+// TestOpGradients checks every op's forward against the float64 reference
+// and its autograd gradient of Σ out·R against central differences of that
+// reference.
+func TestOpGradients(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		op     abi.Op
+		shapes [][]int
+		attrs  []float64
+		lo, hi float64 // input range; default [-1, 1)
+	}{
+		{name: "matmul", op: abi.OpMatMul, shapes: [][]int{{3, 5}, {5, 4}}},
+		{name: "matmul-ta", op: abi.OpMatMul, shapes: [][]int{{5, 3}, {5, 4}}, attrs: []float64{1}},
+		{name: "matmul-tb", op: abi.OpMatMul, shapes: [][]int{{3, 5}, {4, 5}}, attrs: []float64{0, 1}},
+		{name: "matmul-ta-tb", op: abi.OpMatMul, shapes: [][]int{{5, 3}, {4, 5}}, attrs: []float64{1, 1}},
+		{name: "matmul-odd", op: abi.OpMatMul, shapes: [][]int{{7, 9}, {9, 1}}, attrs: []float64{0, 0}},
+		{name: "matmul-vector-rows", op: abi.OpMatMul, shapes: [][]int{{1, 6}, {6, 5}}},
+		{name: "linear-bias", op: abi.OpLinear, shapes: [][]int{{3, 5}, {4, 5}, {4}}},
+		{name: "linear-no-bias", op: abi.OpLinear, shapes: [][]int{{3, 5}, {4, 5}}},
+		{name: "linear-rank3", op: abi.OpLinear, shapes: [][]int{{2, 3, 5}, {6, 5}, {6}}},
+		{name: "linear-rank3-no-bias", op: abi.OpLinear, shapes: [][]int{{2, 3, 5}, {6, 5}}},
+		{name: "linear-rank1", op: abi.OpLinear, shapes: [][]int{{5}, {3, 5}, {3}}},
+		{name: "linear-one-row", op: abi.OpLinear, shapes: [][]int{{1, 5}, {3, 5}, {3}}},
+		{name: "add-same", op: abi.OpAdd, shapes: [][]int{{3, 4}, {3, 4}}},
+		{name: "add-bcast-right", op: abi.OpAdd, shapes: [][]int{{2, 3, 4}, {4}}},
+		{name: "add-bcast-left", op: abi.OpAdd, shapes: [][]int{{4}, {2, 3, 4}}},
+		{name: "add-bcast-right-2d", op: abi.OpAdd, shapes: [][]int{{2, 3, 4}, {3, 4}}},
+		{name: "add-bcast-left-2d", op: abi.OpAdd, shapes: [][]int{{3, 4}, {2, 3, 4}}},
+		{name: "add-bcast-unit-lead", op: abi.OpAdd, shapes: [][]int{{1, 4}, {4}}},
+		{name: "add-scalar", op: abi.OpAdd, shapes: [][]int{{}, {2, 3}}},
+		{name: "gelu", op: abi.OpGeluTanh, shapes: [][]int{{2, 3, 4}}, lo: -4, hi: 4},
+		{name: "gelu-1d", op: abi.OpGeluTanh, shapes: [][]int{{7}}, lo: -1, hi: 1},
+		{name: "layer_norm", op: abi.OpLayerNorm, shapes: [][]int{{4, 6}, {6}, {6}}},
+		{name: "layer_norm-rank3-eps", op: abi.OpLayerNorm, shapes: [][]int{{2, 3, 5}, {5}, {5}}, attrs: []float64{1e-3}},
+		{name: "layer_norm-1d", op: abi.OpLayerNorm, shapes: [][]int{{8}, {8}, {8}}, attrs: []float64{1e-12}},
+	}
+	for _, d := range devices() {
+		for i, tt := range tests {
+			t.Run(d.name+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(42, uint64(i)))
+				lo, hi := tt.lo, tt.hi
+				if lo == 0 && hi == 0 {
+					lo, hi = -1, 1
+				}
+				in := make([][]float64, len(tt.shapes))
+				args := make([]*gpuhost.Tensor, len(tt.shapes))
+				for j, s := range tt.shapes {
+					in[j] = randVals(rng, numel(s), lo, hi)
+					args[j] = mustTensor(t, d.dev, s, in[j])
+				}
+				tape := gpuhost.NewTape()
+				out, err := gpuhost.Apply(d.dev, tape, tt.op, args, tt.attrs)
+				if err != nil {
+					t.Fatalf("Apply: %v", err)
+				}
+				if tape.Len() != 1 {
+					t.Errorf("tape.Len() = %d, want 1", tape.Len())
+				}
+				want := refOp(t, tt.op, in, tt.shapes, tt.attrs)
+				if len(want) != out.Len() {
+					t.Fatalf("output %v has %d elements, reference %d", out.Shape(), out.Len(), len(want))
+				}
+				if e := relErr(mustFloats(t, d.dev, out), want); e > 1e-5 {
+					t.Errorf("forward relative error %.3g > 1e-5", e)
+				}
+
+				r := randVals(rng, out.Len(), -1, 1)
+				grads, err := tape.Backward(d.dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{mustTensor(t, d.dev, out.Shape(), r)}, args)
+				if err != nil {
+					t.Fatalf("Backward: %v", err)
+				}
+				fd := finiteDiff(in, func(x [][]float64) float64 {
+					return dot(refOp(t, tt.op, x, tt.shapes, tt.attrs), r)
+				})
+				for j, g := range grads {
+					if !slices.Equal(g.Shape(), tt.shapes[j]) {
+						t.Errorf("grad %d has shape %v, want %v", j, g.Shape(), tt.shapes[j])
+						continue
+					}
+					if e := relErr(mustFloats(t, d.dev, g), fd[j]); e > 1e-3 {
+						t.Errorf("grad of arg %d: relative error %.3g > 1e-3", j, e)
+					}
+				}
+			})
+		}
+	}
+}
+
+// ffnParams are the shapes of the ffn block's x and six params for hidden h
+// and batch n.
+func ffnShapes(n, h int) [][]int {
+	return [][]int{{n, h}, {4 * h, h}, {4 * h}, {h, 4 * h}, {h}, {h}, {h}}
+}
+
+// refFFN is LayerNorm(x + Linear2(gelu(Linear1(x)))) in float64.
+func refFFN(in [][]float64, shapes [][]int, eps float64) []float64 {
+	x, w1, b1, w2, b2, lw, lb := in[0], in[1], in[2], in[3], in[4], in[5], in[6]
+	hid := refGelu(refLinear(x, shapes[0], w1, shapes[1], b1))
+	y := refLinear(hid, []int{shapes[0][0], shapes[1][0]}, w2, shapes[3], b2)
+	return refLayerNorm(refAdd(x, y), lw, lb, eps)
+}
+
+// applyFFN runs the ffn block on dev, recording on tape.
+func applyFFN(dev gpuhost.Device, tape *gpuhost.Tape, p []*gpuhost.Tensor, eps float64) (*gpuhost.Tensor, error) {
+	h, err := gpuhost.Apply(dev, tape, abi.OpLinear, p[0:3], nil)
+	if err != nil {
+		return nil, err
+	}
+	if h, err = gpuhost.Apply(dev, tape, abi.OpGeluTanh, []*gpuhost.Tensor{h}, nil); err != nil {
+		return nil, err
+	}
+	y, err := gpuhost.Apply(dev, tape, abi.OpLinear, []*gpuhost.Tensor{h, p[3], p[4]}, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The residual: x feeds both linear1 and this add.
+	if y, err = gpuhost.Apply(dev, tape, abi.OpAdd, []*gpuhost.Tensor{p[0], y}, nil); err != nil {
+		return nil, err
+	}
+	return gpuhost.Apply(dev, tape, abi.OpLayerNorm, []*gpuhost.Tensor{y, p[5], p[6]}, []float64{eps})
+}
+
+// TestFFNGradients checks hivemind's ffn block end to end: the gradient
+// wrt x (used twice) and all six params.
+func TestFFNGradients(t *testing.T) {
+	t.Parallel()
+	const eps = 1e-12
+	shapes := ffnShapes(3, 8)
+	for _, d := range devices() {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(7, 7))
+			in := make([][]float64, len(shapes))
+			p := make([]*gpuhost.Tensor, len(shapes))
+			for i, s := range shapes {
+				lo, hi := -1.0, 1.0
+				if i == 5 {
+					lo, hi = 0.5, 1.5 // layer-norm gain
+				}
+				in[i] = randVals(rng, numel(s), lo, hi)
+				p[i] = mustTensor(t, d.dev, s, in[i])
+			}
+			tape := gpuhost.NewTape()
+			out, err := applyFFN(d.dev, tape, p, eps)
+			if err != nil {
+				t.Fatalf("ffn: %v", err)
+			}
+			if tape.Len() != 5 {
+				t.Errorf("tape.Len() = %d, want 5", tape.Len())
+			}
+			if e := relErr(mustFloats(t, d.dev, out), refFFN(in, shapes, eps)); e > 1e-5 {
+				t.Errorf("forward relative error %.3g > 1e-5", e)
+			}
+			r := randVals(rng, out.Len(), -1, 1)
+			grads, err := tape.Backward(d.dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{mustTensor(t, d.dev, out.Shape(), r)}, p)
+			if err != nil {
+				t.Fatalf("Backward: %v", err)
+			}
+			fd := finiteDiff(in, func(x [][]float64) float64 { return dot(refFFN(x, shapes, eps), r) })
+			names := []string{"x", "W1", "b1", "W2", "b2", "ln.w", "ln.b"}
+			for i, g := range grads {
+				if e := relErr(mustFloats(t, d.dev, g), fd[i]); e > 1e-3 {
+					t.Errorf("grad %s: relative error %.3g > 1e-3", names[i], e)
+				}
+			}
+		})
+	}
+}
+
+// TestBackwardSemantics covers what Backward promises besides the math.
+func TestBackwardSemantics(t *testing.T) {
+	t.Parallel()
+	dev := gpuhost.NewCPU(1)
+	x := mustTensor(t, dev, []int{2, 3}, []float64{1, 2, 3, 4, 5, 6})
+	unused := mustTensor(t, dev, []int{4}, []float64{1, 1, 1, 1})
+	tape := gpuhost.NewTape()
+	y, err := gpuhost.Apply(dev, tape, abi.OpAdd, []*gpuhost.Tensor{x, x}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gy := mustTensor(t, dev, []int{2, 3}, []float64{1, -1, 2, -2, 3, -3})
+
+	t.Run("self-add-accumulates-and-unreached-is-zero", func(t *testing.T) {
+		for round := range 2 { // the tape can be replayed
+			g, err := tape.Backward(dev, []*gpuhost.Tensor{y}, []*gpuhost.Tensor{gy}, []*gpuhost.Tensor{x, unused, y, x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := mustFloats(t, dev, g[0]), []float32{2, -2, 4, -4, 6, -6}; !slices.Equal(got, want) {
+				t.Errorf("round %d: d/dx = %v, want %v", round, got, want)
+			}
+			if got := mustFloats(t, dev, g[1]); !slices.Equal(got, []float32{0, 0, 0, 0}) || !slices.Equal(g[1].Shape(), []int{4}) {
+				t.Errorf("unreached grad = %v %v, want zeros [4]", got, g[1].Shape())
+			}
+			if got := mustFloats(t, dev, g[2]); !slices.Equal(got, mustFloats(t, dev, gy)) {
+				t.Errorf("d/dy = %v, want gy", got)
+			}
+			if g[0] == g[3] || g[2] == gy {
+				t.Errorf("returned gradients alias each other or the caller's tensors")
+			}
+		}
+		if got := mustFloats(t, dev, gy); !slices.Equal(got, []float32{1, -1, 2, -2, 3, -3}) {
+			t.Errorf("gradOutput was modified: %v", got)
+		}
+	})
+
+	errTests := []struct {
+		name    string
+		outs    []*gpuhost.Tensor
+		gouts   []*gpuhost.Tensor
+		wrt     []*gpuhost.Tensor
+		wantErr error
+	}{
+		{name: "grad-shape", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{unused}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrShape},
+		{name: "count", outs: []*gpuhost.Tensor{y}, gouts: nil, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
+		{name: "nil-grad", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{nil}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
+		{name: "nil-wrt", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{gy}, wrt: []*gpuhost.Tensor{nil}, wantErr: gpuhost.ErrArgument},
+		{name: "other-device", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{mustTensor(t, gpuhost.NewCPU(1), []int{2, 3}, make([]float64, 6))}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
+	}
+	for _, tt := range errTests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := tape.Backward(dev, tt.outs, tt.gouts, tt.wrt); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Backward error = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestConcurrentUse hammers one device from several goroutines, each with
+// its own tensors and tape, on sizes that take the parallel GEMM path.
+func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
+	dev := gpuhost.NewCPU(2)
+	shapes := ffnShapes(32, 48)
+	run := func(seed uint64) ([]float32, []float32, error) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		p := make([]*gpuhost.Tensor, len(shapes))
+		for i, s := range shapes {
+			var err error
+			if p[i], err = dev.FromFloat32(s, to32(randVals(rng, numel(s), -1, 1))); err != nil {
+				return nil, nil, err
+			}
+		}
+		tape := gpuhost.NewTape()
+		out, err := applyFFN(dev, tape, p, 1e-5)
+		if err != nil {
+			return nil, nil, err
+		}
+		gy, err := dev.FromFloat32(out.Shape(), to32(randVals(rng, out.Len(), -1, 1)))
+		if err != nil {
+			return nil, nil, err
+		}
+		g, err := tape.Backward(dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{gy}, p[1:2])
+		if err != nil {
+			return nil, nil, err
+		}
+		o, _ := dev.Float32s(out)
+		gw, _ := dev.Float32s(g[0])
+		return o, gw, nil
+	}
+	const workers = 4
+	want := make([][2][]float32, workers)
+	for w := range workers {
+		o, g, err := run(uint64(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[w] = [2][]float32{o, g}
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range 2 {
+				o, g, err := run(uint64(w))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !slices.Equal(o, want[w][0]) || !slices.Equal(g, want[w][1]) {
+					t.Errorf("worker %d: concurrent result differs from the serial one", w)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkFFN runs hivemind's ffn block (batch 64, hidden 1024, inner
+// 4096) forward and backward with respect to x and all params.
+func BenchmarkFFN(b *testing.B) {
+	dev := gpuhost.NewCPU(0)
+	shapes := ffnShapes(64, 1024)
+	rng := rand.New(rand.NewPCG(1, 1))
+	p := make([]*gpuhost.Tensor, len(shapes))
+	for i, s := range shapes {
+		var err error
+		if p[i], err = dev.FromFloat32(s, to32(randVals(rng, numel(s), -0.05, 0.05))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gy, err := dev.FromFloat32([]int{64, 1024}, to32(randVals(rng, 64*1024, -1, 1)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		tape := gpuhost.NewTape()
+		out, err := applyFFN(dev, tape, p, 1e-5)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tape.Backward(dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{gy}, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Two linears, each 2·64·1024·4096 flops forward and twice that back.
+	flops := 3 * 2 * 2 * 64.0 * 1024 * 4096 * float64(b.N)
+	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}

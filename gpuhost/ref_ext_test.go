@@ -1,0 +1,247 @@
+package gpuhost_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/gpuhost"
+)
+
+// This file holds the float64 reference ops the tests check gpuhost
+// against. They are written from the op definitions in abi/op.go and call
+// nothing in gpuhost.
+
+// testDevice is a device under test with a name for t.Run.
+type testDevice struct {
+	name string
+	dev  gpuhost.Device
+}
+
+// devices returns every device the tables run on: the CPU serial and with
+// more goroutines than this machine may have cores. A CUDA build adds its
+// device here.
+func devices() []testDevice {
+	return []testDevice{
+		{name: "cpu-1", dev: gpuhost.NewCPU(1)},
+		{name: "cpu-3", dev: gpuhost.NewCPU(3)},
+	}
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// refMatMul is op(A)·op(B) for 2-D A and B.
+func refMatMul(a []float64, as []int, b []float64, bs []int, ta, tb bool) []float64 {
+	m, k := as[0], as[1]
+	if ta {
+		m, k = k, m
+	}
+	n := bs[1]
+	if tb {
+		n = bs[0]
+	}
+	at := func(i, p int) float64 {
+		if ta {
+			return a[p*m+i]
+		}
+		return a[i*k+p]
+	}
+	bt := func(p, j int) float64 {
+		if tb {
+			return b[j*k+p]
+		}
+		return b[p*n+j]
+	}
+	c := make([]float64, m*n)
+	for i := range m {
+		for j := range n {
+			for p := range k {
+				c[i*n+j] += at(i, p) * bt(p, j)
+			}
+		}
+	}
+	return c
+}
+
+// refLinear is x·Wᵀ + b over the last dim of x; b may be nil.
+func refLinear(x []float64, xs []int, w []float64, ws []int, b []float64) []float64 {
+	out, in := ws[0], ws[1]
+	rows := numel(xs) / in
+	y := make([]float64, rows*out)
+	for r := range rows {
+		for o := range out {
+			s := 0.0
+			if b != nil {
+				s = b[o]
+			}
+			for i := range in {
+				s += x[r*in+i] * w[o*in+i]
+			}
+			y[r*out+o] = s
+		}
+	}
+	return y
+}
+
+// refAdd adds with leading-dim broadcasting.
+func refAdd(a []float64, b []float64) []float64 {
+	if len(a) < len(b) {
+		a, b = b, a
+	}
+	y := make([]float64, len(a))
+	for i := range a {
+		y[i] = a[i] + b[i%len(b)]
+	}
+	return y
+}
+
+func refGelu(x []float64) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
+	}
+	return y
+}
+
+// refLayerNorm normalises rows of len(w) with the biased variance.
+func refLayerNorm(x, w, b []float64, eps float64) []float64 {
+	h := len(w)
+	y := make([]float64, len(x))
+	for r := 0; r < len(x)/h; r++ {
+		row := x[r*h : (r+1)*h]
+		var mean, v float64
+		for _, e := range row {
+			mean += e
+		}
+		mean /= float64(h)
+		for _, e := range row {
+			v += (e - mean) * (e - mean)
+		}
+		v /= float64(h)
+		for i, e := range row {
+			y[r*h+i] = (e-mean)/math.Sqrt(v+eps)*w[i] + b[i]
+		}
+	}
+	return y
+}
+
+// refOp runs op on float64 args with the given shapes and attrs.
+func refOp(t *testing.T, op abi.Op, args [][]float64, shapes [][]int, attrs []float64) []float64 {
+	t.Helper()
+	attr := func(i int, def float64) float64 {
+		if i < len(attrs) {
+			return attrs[i]
+		}
+		return def
+	}
+	switch op {
+	case abi.OpMatMul:
+		return refMatMul(args[0], shapes[0], args[1], shapes[1], attr(0, 0) == 1, attr(1, 0) == 1)
+	case abi.OpLinear:
+		var b []float64
+		if len(args) == 3 {
+			b = args[2]
+		}
+		return refLinear(args[0], shapes[0], args[1], shapes[1], b)
+	case abi.OpAdd:
+		return refAdd(args[0], args[1])
+	case abi.OpGeluTanh:
+		return refGelu(args[0])
+	case abi.OpLayerNorm:
+		return refLayerNorm(args[0], args[1], args[2], attr(0, 1e-5))
+	}
+	t.Fatalf("no reference for op %s", op)
+	return nil
+}
+
+// dot returns Σ a·b.
+func dot(a, b []float64) float64 {
+	s := 0.0
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// finiteDiff returns the central-difference gradient of f with respect to
+// every element of every input. It perturbs a copy of the inputs.
+func finiteDiff(in [][]float64, f func([][]float64) float64) [][]float64 {
+	const h = 1e-6
+	x := make([][]float64, len(in))
+	for i := range in {
+		x[i] = append([]float64(nil), in[i]...)
+	}
+	g := make([][]float64, len(in))
+	for i := range x {
+		g[i] = make([]float64, len(x[i]))
+		for j := range x[i] {
+			v := x[i][j]
+			x[i][j] = v + h
+			fp := f(x)
+			x[i][j] = v - h
+			fm := f(x)
+			x[i][j] = v
+			g[i][j] = (fp - fm) / (2 * h)
+		}
+	}
+	return g
+}
+
+// relErr returns ‖got − want‖ / ‖want‖ (or ‖got‖ when want is zero).
+func relErr(got []float32, want []float64) float64 {
+	var d, w float64
+	for i, v := range want {
+		e := float64(got[i]) - v
+		d += e * e
+		w += v * v
+	}
+	if w == 0 {
+		return math.Sqrt(d)
+	}
+	return math.Sqrt(d / w)
+}
+
+// randVals returns n uniform values in [lo, hi), never exactly zero.
+func randVals(rng *rand.Rand, n int, lo, hi float64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		for v[i] == 0 {
+			v[i] = float64(float32(lo + (hi-lo)*rng.Float64()))
+		}
+	}
+	return v
+}
+
+func to32(v []float64) []float32 {
+	f := make([]float32, len(v))
+	for i, e := range v {
+		f[i] = float32(e)
+	}
+	return f
+}
+
+// mustTensor uploads float64 values (already float32-exact) to dev.
+func mustTensor(t *testing.T, dev gpuhost.Device, shape []int, v []float64) *gpuhost.Tensor {
+	t.Helper()
+	x, err := dev.FromFloat32(shape, to32(v))
+	if err != nil {
+		t.Fatalf("FromFloat32(%v): %v", shape, err)
+	}
+	return x
+}
+
+func mustFloats(t *testing.T, dev gpuhost.Device, x *gpuhost.Tensor) []float32 {
+	t.Helper()
+	f, err := dev.Float32s(x)
+	if err != nil {
+		t.Fatalf("Float32s: %v", err)
+	}
+	return f
+}

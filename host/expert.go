@@ -1,0 +1,194 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/moehost/moehost/abi"
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/sandbox"
+)
+
+// unhealthyAfter is how many failed batches in a row mark an expert
+// unhealthy. A success makes it healthy again.
+const unhealthyAfter = 3
+
+// expert is one hosted expert: a module instance bound to its own
+// parameters and optimizer. It runs one batch at a time.
+type expert struct {
+	uid     string
+	module  *sandbox.Module
+	binding sandbox.Binding
+	opt     gpuhost.Optimizer
+	inputs  []*moehostv1.TensorSchema
+	outputs []*moehostv1.TensorSchema
+
+	mu   sync.Mutex // one batch at a time; guards inst
+	inst *sandbox.Instance
+
+	forwardBatches, backwardBatches   atomic.Int64
+	forwardExamples, backwardExamples atomic.Int64
+	failures                          atomic.Int64 // consecutive
+}
+
+// newExpert instantiates module for uid and reads its schema.
+func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuhost.Device, config map[string]int64, opt gpuhost.Optimizer, paramBytes int64) (*expert, error) {
+	b := sandbox.Binding{
+		Device: dev,
+		Params: sandbox.NewParamStore(dev, []byte(uid), paramBytes),
+		Config: maps.Clone(config),
+	}
+	inst, err := module.Instantiate(ctx, b)
+	if err != nil {
+		return nil, fmt.Errorf("loading expert %q: %w", uid, err)
+	}
+	return &expert{
+		uid:     uid,
+		module:  module,
+		binding: b,
+		opt:     opt,
+		inputs:  schemaOf(inst.Inputs()),
+		outputs: schemaOf(inst.Outputs()),
+		inst:    inst,
+	}, nil
+}
+
+func schemaOf(specs []sandbox.Spec) []*moehostv1.TensorSchema {
+	out := make([]*moehostv1.TensorSchema, len(specs))
+	for i, s := range specs {
+		out[i] = &moehostv1.TensorSchema{Name: s.Name, Dtype: moehostv1.DType(s.DType), Shape: s.Shape}
+	}
+	return out
+}
+
+// instance returns a live instance, replacing one that trapped. Call with
+// e.mu held.
+func (e *expert) instance(ctx context.Context) (*sandbox.Instance, error) {
+	if e.inst != nil && !e.inst.Closed() {
+		return e.inst, nil
+	}
+	inst, err := e.module.Instantiate(ctx, e.binding)
+	if err != nil {
+		return nil, fmt.Errorf("%w: replacing the instance of %q: %w", rpc.ErrUnavailable, e.uid, err)
+	}
+	e.inst = inst
+	return inst, nil
+}
+
+func (e *expert) Device() gpuhost.Device { return e.binding.Device }
+
+func (e *expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
+	return e.inputs, e.outputs
+}
+
+func (e *expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	inst, err := e.instance(ctx)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := inst.Forward(ctx, inputs, nil)
+	if err != nil {
+		return nil, e.fail(err)
+	}
+	e.succeed()
+	e.forwardBatches.Add(1)
+	e.forwardExamples.Add(int64(inputs[0].Shape()[0]))
+	return outs, nil
+}
+
+func (e *expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	gradInputs, gradParams, params, err := e.gradients(ctx, inputs, gradOutputs)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.opt.Step(params, gradParams); err != nil {
+		return nil, e.fail(fmt.Errorf("%w: optimizer step: %w", rpc.ErrInternal, err))
+	}
+	e.succeed()
+	e.backwardBatches.Add(1)
+	e.backwardExamples.Add(int64(inputs[0].Shape()[0]))
+	return gradInputs, nil
+}
+
+// gradients runs hivemind's stateless recompute: the guest's forward with
+// the tape on, then the tape backward from gradOutputs. It returns the
+// gradients of the inputs and of the parameters. Call with e.mu held.
+func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) (gradInputs, gradParams, params []*gpuhost.Tensor, err error) {
+	inst, err := e.instance(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tape := gpuhost.NewTape()
+	outs, err := inst.Forward(ctx, inputs, tape)
+	if err != nil {
+		return nil, nil, nil, e.fail(err)
+	}
+	ps := e.binding.Params.Params()
+	wrt := make([]*gpuhost.Tensor, 0, len(inputs)+len(ps))
+	wrt = append(wrt, inputs...)
+	for _, p := range ps {
+		wrt = append(wrt, p.Tensor)
+	}
+	grads, err := tape.Backward(e.Device(), outs, gradOutputs, wrt)
+	if err != nil {
+		return nil, nil, nil, e.fail(fmt.Errorf("%w: backward through the tape: %w", rpc.ErrInternal, err))
+	}
+	return grads[:len(inputs)], grads[len(inputs):], wrt[len(inputs):], nil
+}
+
+// fail counts a failed batch and maps err for the RPC layer.
+func (e *expert) fail(err error) error {
+	e.failures.Add(1)
+	switch {
+	case errors.Is(err, sandbox.ErrInvalidInput):
+		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, sandbox.ErrTrap), errors.Is(err, sandbox.ErrGuest):
+		return fmt.Errorf("%w: %w", rpc.ErrInternal, err)
+	}
+	return err
+}
+
+func (e *expert) succeed() { e.failures.Store(0) }
+
+func (e *expert) Info() *moehostv1.ExpertInfo {
+	return &moehostv1.ExpertInfo{
+		Uid:            e.uid,
+		Inputs:         e.inputs,
+		Outputs:        e.outputs,
+		ModuleDigest:   e.module.Digest(),
+		AbiVersion:     abi.Version,
+		ParameterCount: e.binding.Params.Count(),
+		Config:         maps.Clone(e.binding.Config),
+		Healthy:        e.failures.Load() < unhealthyAfter,
+		Stats: &moehostv1.ExpertStats{
+			ForwardBatches:   e.forwardBatches.Load(),
+			BackwardBatches:  e.backwardBatches.Load(),
+			ForwardExamples:  e.forwardExamples.Load(),
+			BackwardExamples: e.backwardExamples.Load(),
+		},
+	}
+}
+
+// close releases the expert's instance.
+func (e *expert) close(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inst == nil {
+		return nil
+	}
+	return e.inst.Close(ctx)
+}
+
+var _ rpc.Expert = (*expert)(nil)

@@ -1,0 +1,271 @@
+// Package host is moehost's expert server as a Go API: the equivalent of
+// hivemind's Server class. A program builds a [Server] with [New] and
+// functional options, then runs it in the foreground with [Server.Run] or
+// in the background with [Server.Start], and stops it with
+// [Server.Shutdown]. `moehost serve` is one such program.
+//
+// The sub-packages are the rooms of the server (sandbox, rpc); they do not
+// import each other, and this package wires them together.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/sandbox"
+)
+
+// Defaults of the options.
+const (
+	DefaultListen  = "127.0.0.1:7700"
+	DefaultDataDir = "moehost-data"
+)
+
+// ErrServerClosed is returned by Start and Run after Shutdown.
+var ErrServerClosed = errors.New("moehost: server closed")
+
+// Server hosts experts and serves them over Connect, gRPC and gRPC-Web on
+// one port.
+type Server struct {
+	cfg config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	started  bool
+	rt       *sandbox.Runtime
+	modules  []*sandbox.Module
+	experts  map[string]*expert
+	sorted   []rpc.Expert
+	ln       net.Listener
+	httpSrv  *http.Server
+	serveErr chan error
+
+	ready        chan struct{}
+	done         chan struct{}
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// New validates the options and returns a server that is not yet running.
+func New(opts ...Option) (*Server, error) {
+	cfg := config{
+		listen:  DefaultListen,
+		dataDir: DefaultDataDir,
+		logger:  slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Server{
+		cfg:   cfg,
+		log:   cfg.logger,
+		ready: make(chan struct{}),
+		done:  make(chan struct{}),
+	}, nil
+}
+
+// Ready returns a channel that is closed once the server accepts requests.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Addr returns the address the server listens on, with the port it chose
+// for "*", or "" before Start.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Start loads the experts, binds the port and serves in the background. It
+// returns once the server is ready, or with the error that kept it from
+// starting (a taken port, a bad module, ctx done); then nothing is left
+// running.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("moehost: server already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+	select {
+	case <-s.done:
+		return ErrServerClosed
+	default:
+	}
+	if err := s.start(ctx); err != nil {
+		s.release(context.WithoutCancel(ctx))
+		return err
+	}
+	close(s.ready)
+	s.log.Info("moehost serving", "addr", s.Addr(), "experts", len(s.sorted))
+	return nil
+}
+
+func (s *Server) start(ctx context.Context) error {
+	if err := os.MkdirAll(s.cfg.dataDir, 0o755); err != nil {
+		return fmt.Errorf("creating data dir: %w", err)
+	}
+	rt, err := sandbox.NewRuntime(ctx, filepath.Join(s.cfg.dataDir, "cache", "wazero"), s.cfg.limits)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.rt = rt
+	s.mu.Unlock()
+	dev := gpuhost.NewCPU(0)
+	compiled := map[string]*sandbox.Module{} // by source key, so shared modules compile once
+	experts := map[string]*expert{}
+	for _, ec := range s.cfg.experts {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("starting: %w", err)
+		}
+		key, wasm, err := ec.Module.load()
+		if err != nil {
+			return fmt.Errorf("loading expert %q: %w", ec.UID, err)
+		}
+		m, ok := compiled[key]
+		if !ok {
+			if m, err = rt.Compile(ctx, wasm); err != nil {
+				return fmt.Errorf("loading expert %q: %w", ec.UID, err)
+			}
+			compiled[key] = m
+			s.modules = append(s.modules, m)
+		}
+		opt, err := s.cfg.optimizer.build()
+		if err != nil {
+			return err
+		}
+		e, err := newExpert(ctx, ec.UID, m, dev, ec.Config, opt, s.cfg.limits.ParamBytes)
+		if err != nil {
+			return err
+		}
+		experts[ec.UID] = e
+		s.log.Debug("expert loaded", "uid", ec.UID, "digest", m.Digest(), "params", e.binding.Params.Count())
+	}
+	sorted := make([]rpc.Expert, 0, len(experts))
+	for _, uid := range slices.Sorted(maps.Keys(experts)) {
+		sorted = append(sorted, experts[uid])
+	}
+	s.mu.Lock()
+	s.experts, s.sorted = experts, sorted
+	s.mu.Unlock()
+
+	listen := strings.Replace(s.cfg.listen, ":*", ":0", 1)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.listen, err)
+	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
+	srv := &http.Server{
+		Handler:           rpc.NewHandler((*table)(s), rpc.Options{MaxRequestBytes: s.cfg.maxRequestBytes}),
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	s.mu.Lock()
+	s.ln, s.httpSrv, s.serveErr = ln, srv, serveErr
+	s.mu.Unlock()
+	go func() { serveErr <- srv.Serve(ln) }()
+	return nil
+}
+
+// Run starts the server and blocks until ctx is done or Shutdown is
+// called, then shuts down.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case <-s.done:
+	case err = <-s.serveErr:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return errors.Join(err, s.Shutdown(sctx))
+}
+
+// Shutdown stops accepting requests, waits for the running ones until ctx
+// is done, and releases every goroutine, port and file. It is idempotent
+// and safe to call from any goroutine.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(func() {
+		close(s.done)
+		s.shutdownErr = s.release(ctx)
+	})
+	<-s.done
+	return s.shutdownErr
+}
+
+// release frees whatever start made. It runs without s.mu held while it
+// waits, because in-flight requests still look experts up.
+func (s *Server) release(ctx context.Context) error {
+	s.mu.Lock()
+	httpSrv, serveErr, ln, rt := s.httpSrv, s.serveErr, s.ln, s.rt
+	experts := slices.Collect(maps.Values(s.experts))
+	s.httpSrv, s.rt = nil, nil
+	s.mu.Unlock()
+	var errs []error
+	if httpSrv != nil {
+		if err := httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stopping HTTP server: %w", err), httpSrv.Close())
+		}
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	} else if ln != nil {
+		errs = append(errs, ln.Close())
+	}
+	for _, e := range experts {
+		errs = append(errs, e.close(ctx))
+	}
+	if rt != nil {
+		errs = append(errs, rt.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// table is the server's experts as package rpc sees them.
+type table Server
+
+func (t *table) Expert(uid string) (rpc.Expert, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.experts[uid]
+	if !ok {
+		return nil, false
+	}
+	return e, true
+}
+
+func (t *table) All() []rpc.Expert {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.sorted)
+}
+
+var _ rpc.Experts = (*table)(nil)

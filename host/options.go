@@ -1,0 +1,160 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/sandbox"
+)
+
+// Option configures a Server. Options are applied in order by New; a later
+// option overrides an earlier one.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	listen          string
+	dataDir         string
+	logger          *slog.Logger
+	experts         []ExpertConfig
+	optimizer       OptimizerConfig
+	limits          sandbox.Limits
+	maxRequestBytes int
+}
+
+// WithListen sets the address to serve on, "host:port". A port of "*"
+// picks a free port; read it with Server.Addr. Default "127.0.0.1:7700".
+func WithListen(addr string) Option {
+	return optionFunc(func(c *config) { c.listen = addr })
+}
+
+// WithDataDir sets the directory for the server's state (the compilation
+// cache now; checkpoints and modules later). Default "moehost-data".
+func WithDataDir(dir string) Option {
+	return optionFunc(func(c *config) { c.dataDir = dir })
+}
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
+
+// WithExperts adds experts to host.
+func WithExperts(experts ...ExpertConfig) Option {
+	return optionFunc(func(c *config) { c.experts = append(c.experts, experts...) })
+}
+
+// WithOptimizer sets the optimizer that trains every expert on Backward.
+// Default Adam with PyTorch's defaults.
+func WithOptimizer(o OptimizerConfig) Option {
+	return optionFunc(func(c *config) { c.optimizer = o })
+}
+
+// WithMaxRequestBytes caps the size of one request message. Default 256 MiB.
+func WithMaxRequestBytes(n int) Option {
+	return optionFunc(func(c *config) { c.maxRequestBytes = n })
+}
+
+// ExpertConfig describes one expert to host.
+type ExpertConfig struct {
+	// UID names the expert, e.g. "ffn.3". Required and unique.
+	UID string
+	// Module is the expert's code.
+	Module ModuleSource
+	// Config holds the expert's integer settings, read by the module's
+	// moe_init (e.g. "hidden_dim").
+	Config map[string]int64
+}
+
+// ModuleSource is where a module's bytes come from.
+type ModuleSource struct {
+	path string
+	data []byte
+}
+
+// ModuleFile reads the module from a .wasm file.
+func ModuleFile(path string) ModuleSource { return ModuleSource{path: path} }
+
+// ModuleBytes uses the given module bytes.
+func ModuleBytes(wasm []byte) ModuleSource { return ModuleSource{data: wasm} }
+
+// load returns a key that identifies the source and the module's bytes.
+func (m ModuleSource) load() (string, []byte, error) {
+	switch {
+	case m.path != "":
+		b, err := os.ReadFile(m.path)
+		if err != nil {
+			return "", nil, fmt.Errorf("reading module: %w", err)
+		}
+		return "file:" + m.path, b, nil
+	case len(m.data) > 0:
+		// Byte slices from one source share their backing array.
+		return fmt.Sprintf("bytes:%p:%d", &m.data[0], len(m.data)), m.data, nil
+	}
+	return "", nil, errors.New("no module given")
+}
+
+// OptimizerConfig selects the optimizer applied after each backward batch.
+type OptimizerConfig struct {
+	// Name is "adam" (default) or "sgd".
+	Name string
+	// LR is the learning rate; 0 means the optimizer's default (Adam
+	// 1e-3, SGD 1e-2).
+	LR float64
+}
+
+func (o OptimizerConfig) build() (gpuhost.Optimizer, error) {
+	switch strings.ToLower(o.Name) {
+	case "", "adam":
+		return gpuhost.NewAdam(gpuhost.AdamConfig{LR: o.LR}), nil
+	case "sgd":
+		lr := o.LR
+		if lr == 0 {
+			lr = 1e-2
+		}
+		return gpuhost.NewSGD(lr), nil
+	}
+	return nil, fmt.Errorf("unknown optimizer %q; want adam or sgd", o.Name)
+}
+
+func (c *config) validate() error {
+	if c.listen == "" {
+		return errors.New("moehost: listen address is empty")
+	}
+	if c.dataDir == "" {
+		return errors.New("moehost: data dir is empty")
+	}
+	if _, err := c.optimizer.build(); err != nil {
+		return fmt.Errorf("moehost: %w", err)
+	}
+	if !(c.optimizer.LR >= 0) {
+		return fmt.Errorf("moehost: learning rate %g is negative", c.optimizer.LR)
+	}
+	seen := map[string]bool{}
+	for _, e := range c.experts {
+		if e.UID == "" {
+			return errors.New("moehost: an expert has no uid")
+		}
+		if seen[e.UID] {
+			return fmt.Errorf("moehost: expert %q is listed twice", e.UID)
+		}
+		seen[e.UID] = true
+		if e.Module.path == "" && len(e.Module.data) == 0 {
+			return fmt.Errorf("moehost: expert %q has no module", e.UID)
+		}
+	}
+	return nil
+}

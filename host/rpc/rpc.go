@@ -1,0 +1,127 @@
+// Package rpc serves moehost.v1.ExpertService over Connect, gRPC and
+// gRPC-Web on one http.Handler, with gRPC health checks and server
+// reflection.
+//
+// It decodes wire tensors, checks them against the expert's declared
+// schema before any compute, and maps errors to Connect codes in one place
+// ([CodeOf]). The experts themselves are behind the small [Experts]
+// interface, which package host implements.
+package rpc
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/gpuhost"
+)
+
+// Errors an Experts implementation wraps its errors with, so that the
+// handler can choose the Connect code. Unwrapped errors become Internal.
+var (
+	ErrNotFound          = errors.New("not found")
+	ErrInvalidArgument   = errors.New("invalid argument")
+	ErrResourceExhausted = errors.New("resource exhausted")
+	ErrUnavailable       = errors.New("unavailable")
+	ErrInternal          = errors.New("internal error")
+)
+
+// Expert is one hosted expert as the RPC layer sees it.
+type Expert interface {
+	// Info returns the expert's description and counters.
+	Info() *moehostv1.ExpertInfo
+	// Schema returns the declared inputs and outputs.
+	Schema() (inputs, outputs []*moehostv1.TensorSchema)
+	// Device is where the expert's tensors live.
+	Device() gpuhost.Device
+	// Forward computes outputs for a batch.
+	Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error)
+	// Backward computes input gradients for a batch and trains.
+	Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error)
+}
+
+// Experts looks experts up by uid.
+type Experts interface {
+	Expert(uid string) (Expert, bool)
+	// All returns every expert, sorted by uid.
+	All() []Expert
+}
+
+// Options configure the handler. Zero fields take the defaults.
+type Options struct {
+	// MaxRequestBytes caps a request message. Default 256 MiB.
+	MaxRequestBytes int
+}
+
+// NewHandler returns an http.Handler that serves ExpertService, gRPC
+// health and gRPC reflection (v1 and v1alpha) for all three protocols.
+// Serve it with HTTP/2 cleartext enabled for gRPC clients.
+func NewHandler(experts Experts, opts Options) http.Handler {
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = 256 << 20
+	}
+	mux := http.NewServeMux()
+	mux.Handle(moehostv1connect.NewExpertServiceHandler(
+		&service{experts: experts},
+		connect.WithReadMaxBytes(opts.MaxRequestBytes),
+		connect.WithInterceptors(errorInterceptor{}),
+	))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(moehostv1connect.ExpertServiceName)))
+	reflector := grpcreflect.NewStaticReflector(moehostv1connect.ExpertServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	return mux
+}
+
+// CodeOf returns the Connect code for err: the code of a *connect.Error,
+// or the code that matches the sentinel err wraps.
+func CodeOf(err error) connect.Code {
+	var ce *connect.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce.Code()
+	case errors.Is(err, ErrNotFound):
+		return connect.CodeNotFound
+	case errors.Is(err, ErrInvalidArgument):
+		return connect.CodeInvalidArgument
+	case errors.Is(err, ErrResourceExhausted):
+		return connect.CodeResourceExhausted
+	case errors.Is(err, ErrUnavailable):
+		return connect.CodeUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled
+	}
+	return connect.CodeInternal
+}
+
+// errorInterceptor turns every handler error into a coded Connect error.
+type errorInterceptor struct{}
+
+func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		res, err := next(ctx, req)
+		if err != nil {
+			var ce *connect.Error
+			if !errors.As(err, &ce) {
+				err = connect.NewError(CodeOf(err), err)
+			}
+		}
+		return res, err
+	}
+}
+
+func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (errorInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

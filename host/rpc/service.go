@@ -1,0 +1,132 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/gpuhost"
+)
+
+type service struct {
+	experts Experts
+}
+
+func (s *service) lookup(uid string) (Expert, error) {
+	if uid == "" {
+		return nil, fmt.Errorf("%w: uid is empty", ErrInvalidArgument)
+	}
+	e, ok := s.experts.Expert(uid)
+	if !ok {
+		return nil, fmt.Errorf("%w: no expert %q on this server", ErrNotFound, uid)
+	}
+	return e, nil
+}
+
+func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.ForwardRequest]) (*connect.Response[moehostv1.ForwardResponse], error) {
+	uid := req.Msg.GetUid()
+	e, err := s.lookup(uid)
+	if err != nil {
+		return nil, err
+	}
+	inSchema, _ := e.Schema()
+	inputs, _, err := decodeAll(e.Device(), req.Msg.GetInputs(), inSchema, "input", -1)
+	if err != nil {
+		return nil, fmt.Errorf("forward %q: %w", uid, err)
+	}
+	outputs, err := e.Forward(ctx, inputs)
+	if err != nil {
+		return nil, fmt.Errorf("forward %q: %w", uid, err)
+	}
+	pb, err := encodeAll(e.Device(), outputs)
+	if err != nil {
+		return nil, fmt.Errorf("forward %q: %w", uid, err)
+	}
+	return connect.NewResponse(&moehostv1.ForwardResponse{Outputs: pb}), nil
+}
+
+func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.BackwardRequest]) (*connect.Response[moehostv1.BackwardResponse], error) {
+	uid := req.Msg.GetUid()
+	e, err := s.lookup(uid)
+	if err != nil {
+		return nil, err
+	}
+	inSchema, outSchema := e.Schema()
+	inputs, batch, err := decodeAll(e.Device(), req.Msg.GetInputs(), inSchema, "input", -1)
+	if err != nil {
+		return nil, fmt.Errorf("backward %q: %w", uid, err)
+	}
+	grads, _, err := decodeAll(e.Device(), req.Msg.GetGradOutputs(), outSchema, "grad_output", batch)
+	if err != nil {
+		return nil, fmt.Errorf("backward %q: %w", uid, err)
+	}
+	gradInputs, err := e.Backward(ctx, inputs, grads)
+	if err != nil {
+		return nil, fmt.Errorf("backward %q: %w", uid, err)
+	}
+	pb, err := encodeAll(e.Device(), gradInputs)
+	if err != nil {
+		return nil, fmt.Errorf("backward %q: %w", uid, err)
+	}
+	return connect.NewResponse(&moehostv1.BackwardResponse{GradInputs: pb}), nil
+}
+
+func (s *service) Info(_ context.Context, req *connect.Request[moehostv1.InfoRequest]) (*connect.Response[moehostv1.ExpertInfo], error) {
+	e, err := s.lookup(req.Msg.GetUid())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(e.Info()), nil
+}
+
+func (s *service) ListExperts(context.Context, *connect.Request[moehostv1.ListExpertsRequest]) (*connect.Response[moehostv1.ListExpertsResponse], error) {
+	all := s.experts.All()
+	res := &moehostv1.ListExpertsResponse{Experts: make([]*moehostv1.ExpertInfo, len(all))}
+	for i, e := range all {
+		res.Experts[i] = e.Info()
+	}
+	return connect.NewResponse(res), nil
+}
+
+// decodeAll decodes tensors against a schema, requiring one batch size
+// (batch, when >= 0) across them, and moves them to dev.
+func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.TensorSchema, what string, batch int) ([]*gpuhost.Tensor, int, error) {
+	if len(pbs) != len(schema) {
+		return nil, 0, fmt.Errorf("%w: got %d %ss, want %d: %s", ErrInvalidArgument, len(pbs), what, len(schema), SchemaString(schema))
+	}
+	ts := make([]*gpuhost.Tensor, len(pbs))
+	for i, pb := range pbs {
+		w, err := DecodeTensor(pb, schema[i], batch)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %s %d: %w", ErrInvalidArgument, what, i, err)
+		}
+		batch = w.Shape[0]
+		t, err := dev.FromBytes(w.DType, w.Shape, w.Data)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %s %d: %w", ErrInvalidArgument, what, i, err)
+		}
+		ts[i] = t
+	}
+	return ts, batch, nil
+}
+
+func encodeAll(dev gpuhost.Device, ts []*gpuhost.Tensor) ([]*moehostv1.Tensor, error) {
+	out := make([]*moehostv1.Tensor, len(ts))
+	for i, t := range ts {
+		data := make([]byte, t.ByteSize())
+		if err := dev.ReadBytes(t, data); err != nil {
+			return nil, fmt.Errorf("%w: reading output %d: %w", ErrInternal, i, err)
+		}
+		shape := make([]int64, len(t.Shape()))
+		for j, d := range t.Shape() {
+			shape[j] = int64(d)
+		}
+		out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(t.DType()), Shape: shape, Data: data}
+	}
+	return out, nil
+}
+
+var _ moehostv1connect.ExpertServiceHandler = (*service)(nil)

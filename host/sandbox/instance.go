@@ -1,0 +1,283 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/gpuhost"
+)
+
+// Spec is a declared input or output: shape[0] is abi.BatchDim.
+type Spec struct {
+	Name  string
+	DType abi.DType
+	Shape []int64
+}
+
+// String renders the spec as name:dtype[-1,1024].
+func (s Spec) String() string {
+	dims := make([]string, len(s.Shape))
+	for i, d := range s.Shape {
+		dims[i] = fmt.Sprint(d)
+	}
+	return fmt.Sprintf("%s:%v[%s]", s.Name, s.DType, strings.Join(dims, ","))
+}
+
+// Binding is what an instance is bound to on the host.
+type Binding struct {
+	Device gpuhost.Device
+	Params *ParamStore
+	// Config holds the expert's integer config values (hidden_dim…).
+	Config map[string]int64
+}
+
+// Instance is one instantiated expert module. It runs one export at a
+// time; callers serialise calls.
+type Instance struct {
+	mod     api.Module
+	init    api.Function
+	forward api.Function
+	stderr  *headBuffer
+	st      *state
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Instantiate makes an instance of m bound to b and runs its moe_init.
+func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) {
+	stderr := &headBuffer{max: 4096}
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(). // reactors: _initialize is called below
+		WithStderr(stderr)
+	st := &state{
+		dev:    b.Device,
+		params: b.Params,
+		config: b.Config,
+		limits: m.rt.limits,
+		phase:  phaseInit,
+	}
+	ictx := withState(ctx, st)
+	mod, err := m.rt.r.InstantiateModule(ictx, m.compiled, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: instantiating: %w", ErrInvalidModule, err)
+	}
+	inst := &Instance{
+		mod:     mod,
+		init:    mod.ExportedFunction(abi.ExportInit),
+		forward: mod.ExportedFunction(abi.ExportForward),
+		stderr:  stderr,
+		st:      st,
+	}
+	if err := inst.start(ictx); err != nil {
+		inst.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return inst, nil
+}
+
+// start runs _initialize, checks the ABI version and runs moe_init.
+func (inst *Instance) start(ctx context.Context) error {
+	if f := inst.mod.ExportedFunction(abi.ExportInitialize); f != nil {
+		if _, err := f.Call(ctx); err != nil {
+			return inst.trap(abi.ExportInitialize, err)
+		}
+	}
+	res, err := inst.mod.ExportedFunction(abi.ExportABIVersion).Call(ctx)
+	if err != nil {
+		return inst.trap(abi.ExportABIVersion, err)
+	}
+	if v := int32(res[0]); v != abi.Version {
+		return fmt.Errorf("%w: %s returned %d; this host serves ABI version %d with module %s", ErrInvalidModule, abi.ExportABIVersion, v, abi.Version, abi.ModuleName)
+	}
+	if err := inst.call(ctx, inst.init, abi.ExportInit); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
+	st := inst.st
+	if len(st.inputs) == 0 || len(st.outputs) == 0 {
+		return fmt.Errorf("%w: %s declared %d inputs and %d outputs; at least one of each is needed", ErrInvalidModule, abi.ExportInit, len(st.inputs), len(st.outputs))
+	}
+	st.phase = phaseIdle
+	return nil
+}
+
+// Inputs returns the declared inputs.
+func (inst *Instance) Inputs() []Spec { return slices.Clone(inst.st.inputs) }
+
+// Outputs returns the declared outputs.
+func (inst *Instance) Outputs() []Spec { return slices.Clone(inst.st.outputs) }
+
+// Forward runs moe_forward on one batch. When tape is not nil the ops are
+// recorded on it. The inputs must match the declared schema with one
+// batch size; the outputs are returned in declaration order.
+func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tape *gpuhost.Tape) ([]*gpuhost.Tensor, error) {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	if inst.closed {
+		return nil, ErrClosed
+	}
+	st := inst.st
+	batch, err := CheckInputs(st.inputs, inputs)
+	if err != nil {
+		return nil, err
+	}
+	st.beginCall(inputs, batch, tape)
+	defer st.endCall()
+	if err := inst.call(withState(ctx, st), inst.forward, abi.ExportForward); err != nil {
+		return nil, err
+	}
+	for i, out := range st.callOutputs {
+		if out == nil {
+			return nil, fmt.Errorf("%w: %s returned without setting output %d (%s)", ErrGuest, abi.ExportForward, i, st.outputs[i])
+		}
+	}
+	return slices.Clone(st.callOutputs), nil
+}
+
+// CheckInputs checks tensors against a schema and returns their common
+// batch size.
+func CheckInputs(schema []Spec, ts []*gpuhost.Tensor) (int, error) {
+	if len(ts) != len(schema) {
+		return 0, fmt.Errorf("%w: got %d inputs, want %d (%s)", ErrInvalidInput, len(ts), len(schema), specList(schema))
+	}
+	batch := -1
+	for i, t := range ts {
+		if err := checkSpec(schema[i], t, batch); err != nil {
+			return 0, fmt.Errorf("%w: input %d: %w", ErrInvalidInput, i, err)
+		}
+		batch = t.Shape()[0]
+	}
+	return batch, nil
+}
+
+// checkSpec checks one tensor against its spec; batch < 0 accepts any
+// positive batch size.
+func checkSpec(s Spec, t *gpuhost.Tensor, batch int) error {
+	shape := t.Shape()
+	ok := t.DType() == s.DType && len(shape) == len(s.Shape) && len(shape) > 0 && shape[0] > 0 && (batch < 0 || shape[0] == batch)
+	for i := 1; ok && i < len(shape); i++ {
+		ok = int64(shape[i]) == s.Shape[i]
+	}
+	if !ok {
+		want := s.String()
+		if batch >= 0 {
+			want += fmt.Sprintf(" with batch %d", batch)
+		}
+		return fmt.Errorf("got %v%v, want %s", t.DType(), shape, want)
+	}
+	return nil
+}
+
+func specList(specs []Spec) string {
+	s := make([]string, len(specs))
+	for i, sp := range specs {
+		s[i] = sp.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// call runs an export and turns its failure into ErrGuest or ErrTrap.
+func (inst *Instance) call(ctx context.Context, f api.Function, name string) error {
+	res, err := f.Call(ctx)
+	if err != nil {
+		return inst.trap(name, err)
+	}
+	if code := int32(res[0]); code < 0 {
+		msg := inst.st.guestErr
+		if msg == "" {
+			msg = inst.st.lastErr
+		}
+		if msg == "" {
+			msg = abi.Errno(code).String()
+		}
+		return fmt.Errorf("%w: %s returned %d: %s", ErrGuest, name, code, msg)
+	}
+	return nil
+}
+
+// trap closes the instance after a trap and describes the trap.
+func (inst *Instance) trap(name string, err error) error {
+	inst.closed = true
+	_ = inst.mod.Close(context.Background())
+	var exit *sys.ExitError
+	msg := firstLine(err.Error())
+	if errors.As(err, &exit) {
+		switch exit.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded:
+			return fmt.Errorf("%w in %s: %w", ErrTrap, name, context.DeadlineExceeded)
+		case sys.ExitCodeContextCanceled:
+			return fmt.Errorf("%w in %s: %w", ErrTrap, name, context.Canceled)
+		}
+		msg = fmt.Sprintf("guest exited with code %d", exit.ExitCode())
+	}
+	if tail := inst.stderr.firstLines(2); tail != "" {
+		msg += " (stderr: " + tail + ")"
+	}
+	return fmt.Errorf("%w in %s: %s", ErrTrap, name, msg)
+}
+
+// Closed reports whether the instance trapped or was closed.
+func (inst *Instance) Closed() bool {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	return inst.closed
+}
+
+// Close releases the instance.
+func (inst *Instance) Close(ctx context.Context) error {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	if inst.closed {
+		return nil
+	}
+	inst.closed = true
+	return inst.mod.Close(ctx)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// headBuffer keeps the first max bytes written to it, so that a guest's
+// panic message can name its trap without letting it fill host memory.
+type headBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *headBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - len(b.buf); room > 0 {
+		b.buf = append(b.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// firstLines returns up to n non-empty lines, joined by "; ".
+func (b *headBuffer) firstLines(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out [][]byte
+	for _, l := range bytes.Split(b.buf, []byte("\n")) {
+		if l = bytes.TrimSpace(l); len(l) > 0 && len(out) < n {
+			out = append(out, l)
+		}
+	}
+	return string(bytes.Join(out, []byte("; ")))
+}

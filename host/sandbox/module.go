@@ -1,0 +1,74 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/moehost/moehost/abi"
+)
+
+// Module is a compiled expert module.
+type Module struct {
+	rt       *Runtime
+	compiled wazero.CompiledModule
+	digest   string
+}
+
+// Digest returns "sha256:" and the hex digest of the module's bytes.
+func (m *Module) Digest() string { return m.digest }
+
+// Compile validates and compiles a module. It fails with ErrInvalidModule
+// when the bytes are not Wasm, import anything but the ABI and WASI, or
+// lack a required export.
+func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
+	sum := sha256.Sum256(wasm)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	cm, err := rt.r.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
+	}
+	if err := validate(cm); err != nil {
+		cm.Close(ctx)
+		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
+	}
+	return &Module{rt: rt, compiled: cm, digest: digest}, nil
+}
+
+// validate checks the module's imports and exports against ABI v1.
+func validate(cm wazero.CompiledModule) error {
+	for _, f := range cm.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		switch mod {
+		case abi.ModuleName:
+			if !slices.Contains(hostFuncNames, name) {
+				return fmt.Errorf("imports unknown host function %s.%s", mod, name)
+			}
+		case "wasi_snapshot_preview1":
+		default:
+			return fmt.Errorf("imports from module %q; only %q and WASI are allowed", mod, abi.ModuleName)
+		}
+	}
+	exports := cm.ExportedFunctions()
+	for _, name := range []string{abi.ExportABIVersion, abi.ExportInit, abi.ExportForward} {
+		f, ok := exports[name]
+		if !ok {
+			return fmt.Errorf("missing export %q", name)
+		}
+		if len(f.ParamTypes()) != 0 || !slices.Equal(f.ResultTypes(), []api.ValueType{api.ValueTypeI32}) {
+			return fmt.Errorf("export %q must have type () -> i32", name)
+		}
+	}
+	if _, ok := cm.ExportedMemories()[abi.ExportMemory]; !ok {
+		return fmt.Errorf("missing exported memory %q", abi.ExportMemory)
+	}
+	return nil
+}
+
+// Close releases the compiled code.
+func (m *Module) Close(ctx context.Context) error { return m.compiled.Close(ctx) }

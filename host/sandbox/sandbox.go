@@ -1,0 +1,118 @@
+// Package sandbox runs expert modules in wazero and implements the host
+// side of ABI v1 (package abi) on top of gpuhost.
+//
+// A [Runtime] compiles modules once, with wazero's compilation cache on
+// disk, and makes [Instance]s of them. Each instance has its own handle
+// tables, phase and budgets; the host functions find them through the
+// context of the current call, so one host module serves every instance.
+// Nothing the guest does reaches the host as a panic: bad handles, pointers
+// and shapes come back to the guest as abi.Errno codes, and traps come back
+// to the host's caller as [ErrTrap], after which the instance is closed.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/moehost/moehost/abi"
+)
+
+// Errors returned by the sandbox. Callers branch on them with errors.Is.
+var (
+	// ErrInvalidModule: the module does not compile or does not follow
+	// the ABI (imports, exports, version).
+	ErrInvalidModule = errors.New("invalid expert module")
+	// ErrTrap: the guest trapped, exited or ran out of time; its
+	// instance is closed and must be replaced.
+	ErrTrap = errors.New("guest trap")
+	// ErrGuest: an export returned an error code; the instance is still
+	// usable.
+	ErrGuest = errors.New("guest error")
+	// ErrInvalidInput: the inputs handed to Forward do not fit the
+	// declared schema.
+	ErrInvalidInput = errors.New("invalid input")
+	// ErrClosed: the instance was closed.
+	ErrClosed = errors.New("instance closed")
+)
+
+// Limits bound what one instance may use. Zero fields take the defaults.
+type Limits struct {
+	// MemoryPages caps guest linear memory, in 64 KiB pages. Default
+	// 4096 (256 MiB); tensors live on the host, so guests need little.
+	MemoryPages uint32
+	// OpsPerCall caps FuncOp calls in one export call. Default 100000.
+	OpsPerCall int
+	// BytesPerCall caps host tensor bytes created in one export call.
+	// Default 8 GiB.
+	BytesPerCall int64
+	// ParamBytes caps the parameter bytes of one expert. Default 4 GiB.
+	ParamBytes int64
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MemoryPages == 0 {
+		l.MemoryPages = 4096
+	}
+	if l.OpsPerCall == 0 {
+		l.OpsPerCall = 100000
+	}
+	if l.BytesPerCall == 0 {
+		l.BytesPerCall = 8 << 30
+	}
+	if l.ParamBytes == 0 {
+		l.ParamBytes = 4 << 30
+	}
+	return l
+}
+
+// Runtime compiles and instantiates expert modules. It is safe for
+// concurrent use.
+type Runtime struct {
+	r      wazero.Runtime
+	cache  wazero.CompilationCache
+	limits Limits
+}
+
+// NewRuntime starts a wazero runtime with the ABI's host module. cacheDir,
+// when not empty, keeps compiled machine code across restarts.
+func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, error) {
+	limits = limits.withDefaults()
+	cfg := wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(limits.MemoryPages)
+	var cache wazero.CompilationCache
+	if cacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("opening compilation cache %q: %w", cacheDir, err)
+		}
+		cache = c
+		cfg = cfg.WithCompilationCache(cache)
+	}
+	r := wazero.NewRuntimeWithConfig(ctx, cfg)
+	rt := &Runtime{r: r, cache: cache, limits: limits}
+	// Go and wasi-libc guests need WASI for their runtimes. Instances get
+	// no files, no environment and no network (see Module.Instantiate).
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("instantiating WASI: %w", err)
+	}
+	if err := instantiateHostModule(ctx, r); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("instantiating %s: %w", abi.ModuleName, err)
+	}
+	return rt, nil
+}
+
+// Close releases the runtime and every instance made from it.
+func (rt *Runtime) Close(ctx context.Context) error {
+	err := rt.r.Close(ctx)
+	if rt.cache != nil {
+		err = errors.Join(err, rt.cache.Close(ctx))
+	}
+	return err
+}

@@ -1,0 +1,136 @@
+package sandbox
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/gpuhost"
+)
+
+type phase int
+
+const (
+	phaseInit    phase = iota // in moe_init: declarations allowed
+	phaseIdle                 // between calls: nothing allowed
+	phaseForward              // in moe_forward: tensors and ops allowed
+)
+
+// handleKind says where a handle came from, which decides what the guest
+// may do with it.
+type handleKind int
+
+const (
+	kindParam  handleKind = iota // instance-lived, host-owned
+	kindInput                    // call-lived, the batch's input
+	kindNew                      // call-lived, from tensor_new: writable until used
+	kindResult                   // call-lived, from op
+)
+
+type entry struct {
+	t    *gpuhost.Tensor
+	kind handleKind
+	used bool // read by an op or set as an output; no more writes
+}
+
+// lastHandle numbers handles across all instances of the process, so that
+// a handle from another instance or an earlier call is never found in the
+// current tables (until 2³¹ handles wrap, and then only by a collision with
+// a live handle of the same instance).
+var lastHandle atomic.Int32
+
+func newHandle() int32 {
+	for {
+		h := lastHandle.Add(1)
+		if h > 0 {
+			return h
+		}
+		lastHandle.CompareAndSwap(h, 0)
+	}
+}
+
+// state is one instance's side of the ABI: declarations, handle tables,
+// the current call and its budgets. Only the goroutine running an export
+// of the instance touches it.
+type state struct {
+	dev    gpuhost.Device
+	params *ParamStore
+	config map[string]int64
+	limits Limits
+	phase  phase
+
+	lastErr  string // message of the last error returned to the guest
+	guestErr string // message from FuncFail
+
+	inputs, outputs []Spec
+	paramHandles    map[int32]*entry
+	paramNames      map[string]bool
+
+	// The current call.
+	calls       map[int32]*entry
+	callInputs  []int32
+	callOutputs []*gpuhost.Tensor
+	batch       int
+	tape        *gpuhost.Tape
+	ops         int
+	bytes       int64
+}
+
+type stateKey struct{}
+
+func withState(ctx context.Context, st *state) context.Context {
+	return context.WithValue(ctx, stateKey{}, st)
+}
+
+func stateFrom(ctx context.Context) *state {
+	st, _ := ctx.Value(stateKey{}).(*state)
+	return st
+}
+
+func (st *state) beginCall(inputs []*gpuhost.Tensor, batch int, tape *gpuhost.Tape) {
+	st.phase = phaseForward
+	st.calls = make(map[int32]*entry, 64)
+	st.callInputs = make([]int32, len(inputs))
+	for i, t := range inputs {
+		h := newHandle()
+		st.calls[h] = &entry{t: t, kind: kindInput}
+		st.callInputs[i] = h
+	}
+	st.callOutputs = make([]*gpuhost.Tensor, len(st.outputs))
+	st.batch = batch
+	st.tape = tape
+	st.ops, st.bytes = 0, 0
+	st.guestErr, st.lastErr = "", ""
+}
+
+// endCall drops every call-lived handle, so that they go stale.
+func (st *state) endCall() {
+	st.phase = phaseIdle
+	st.calls = nil
+	st.callInputs = nil
+	st.callOutputs = nil
+	st.tape = nil
+}
+
+// lookup resolves a handle of the current call or a parameter handle.
+func (st *state) lookup(h int32) (*entry, error) {
+	if e, ok := st.calls[h]; ok {
+		return e, nil
+	}
+	if e, ok := st.paramHandles[h]; ok {
+		return e, nil
+	}
+	if h <= 0 {
+		return nil, errf(abi.ErrInvalidHandle, "handle %d: handles are positive", h)
+	}
+	return nil, errf(abi.ErrInvalidHandle, "handle %d is not live in this instance and call (forged, stale or from another instance)", h)
+}
+
+// charge counts a new tensor against the call's byte budget.
+func (st *state) charge(n int64) error {
+	if st.bytes+n > st.limits.BytesPerCall {
+		return errf(abi.ErrBudgetExceeded, "call would create %d tensor bytes; the budget is %d", st.bytes+n, st.limits.BytesPerCall)
+	}
+	st.bytes += n
+	return nil
+}
