@@ -1,0 +1,29 @@
+package host
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+)
+
+// BenchmarkForwardFFN measures Forward of ffn.0 (hidden 1024) at batch 64
+// through the Connect protocol over loopback, one request at a time.
+func BenchmarkForwardFFN(b *testing.B) {
+	const batch = 64
+	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+testServer.Addr())
+	x := tensor([]int64{batch, bigHidden}, randVec(rand.New(rand.NewPCG(5, 6)), batch*bigHidden))
+	req := &moehostv1.ForwardRequest{Uid: "ffn.0", Inputs: []*moehostv1.Tensor{x}}
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := c.Forward(ctx, connect.NewRequest(req)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "samples/s")
+}

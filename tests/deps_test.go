@@ -1,0 +1,60 @@
+package tests
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/moehost/moehost/"
+
+// TestDependenciesPointOneWay enforces the package map of DESIGN.md: each
+// room imports only what it may, so that the rooms stay replaceable.
+func TestDependenciesPointOneWay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		pkg     string
+		allowed []string // prefixes of our packages it may depend on
+	}{
+		{"abi", nil},
+		{"gpuhost", []string{"abi"}},
+		{"sdk/expert", []string{"abi"}},
+		{"host/sandbox", []string{"abi", "gpuhost"}},
+		{"host/rpc", []string{"abi", "gpuhost", "gen/"}},
+		{"host", []string{"abi", "gpuhost", "gen/", "host/"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.pkg, func(t *testing.T) {
+			t.Parallel()
+			out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+tt.pkg).CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list: %v\n%s", err, out)
+			}
+			for _, dep := range strings.Fields(string(out)) {
+				ours, ok := strings.CutPrefix(dep, mod)
+				if !ok || ours == tt.pkg {
+					continue
+				}
+				allowed := false
+				for _, a := range tt.allowed {
+					allowed = allowed || ours == a || strings.HasPrefix(ours, a+"/") || (strings.HasSuffix(a, "/") && strings.HasPrefix(ours, a))
+				}
+				if !allowed {
+					t.Errorf("%s depends on %s; it may depend only on %v", tt.pkg, ours, tt.allowed)
+				}
+			}
+		})
+	}
+}
+
+// TestGuestPackagesBuildForWasm checks that the contract and the guest SDK
+// build for the guest's platform.
+func TestGuestPackagesBuildForWasm(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("go", "build", "./abi/", "./sdk/expert/", "./examples/wasm-experts/...")
+	cmd.Dir = ".."
+	cmd.Env = append(cmd.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("GOOS=wasip1 go build: %v\n%s", err, out)
+	}
+}
