@@ -15,7 +15,7 @@ import "github.com/moehost/moehost/sdk/expert"
 
 type ffn struct {
 	ffn, ffnOutput expert.LinearLayer
-	norm             expert.LayerNormLayer
+	norm           expert.LayerNormLayer
 }
 
 func (f *ffn) Init(c *expert.InitContext) error {
