@@ -39,7 +39,9 @@ examples: ## Build the example experts (.wasm)
 	done
 
 .PHONY: test
-test: examples ## Vet, build without cgo, and run every test with the race detector
+test: examples ## Check formatting, vet, build without cgo, and run every test with the race detector
+	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './gen/*' -not -path './.tmp/*')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./abi/... ./sdk/expert/... ./examples/wasm-experts/...
 	CGO_ENABLED=0 $(GO) build ./...

@@ -11,6 +11,7 @@ import (
 	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/batch"
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/sandbox"
 )
@@ -31,6 +32,10 @@ type expert struct {
 
 	mu   sync.Mutex // one batch at a time; guards inst
 	inst *sandbox.Instance
+
+	fwd                *batch.Pool[fwdReq, []*gpuhost.Tensor]
+	bwd                *batch.Pool[bwdReq, []*gpuhost.Tensor]
+	fwdStats, bwdStats *poolStats
 
 	forwardBatches, backwardBatches   atomic.Int64
 	forwardExamples, backwardExamples atomic.Int64
@@ -87,7 +92,31 @@ func (e *expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
 	return e.inputs, e.outputs
 }
 
+// Forward queues a forward request in the expert's pool and waits for it.
 func (e *expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+	outs, err := e.fwd.Submit(ctx, fwdReq{inputs: inputs})
+	return outs, poolError(e.uid, err)
+}
+
+// Backward queues a backward request in the expert's pool and waits for it.
+func (e *expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+	grads, err := e.bwd.Submit(ctx, bwdReq{inputs: inputs, gradOutputs: gradOutputs})
+	return grads, poolError(e.uid, err)
+}
+
+// poolError maps the pools' errors for the RPC layer.
+func poolError(uid string, err error) error {
+	switch {
+	case errors.Is(err, batch.ErrQueueFull):
+		return fmt.Errorf("%w: expert %q: %w", rpc.ErrResourceExhausted, uid, err)
+	case errors.Is(err, batch.ErrClosed):
+		return fmt.Errorf("%w: expert %q: %w", rpc.ErrUnavailable, uid, err)
+	}
+	return err
+}
+
+// forward runs one batch. Called by the device worker.
+func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	inst, err := e.instance(ctx)
@@ -104,7 +133,9 @@ func (e *expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 	return outs, nil
 }
 
-func (e *expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+// backward runs one batch and takes one optimizer step. Called by the
+// device worker.
+func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	gradInputs, gradParams, params, err := e.gradients(ctx, inputs, gradOutputs)
@@ -172,6 +203,8 @@ func (e *expert) Info() *moehostv1.ExpertInfo {
 		ParameterCount: e.binding.Params.Count(),
 		Config:         maps.Clone(e.binding.Config),
 		Healthy:        e.failures.Load() < unhealthyAfter,
+		ForwardPool:    e.fwdStats.snapshot(),
+		BackwardPool:   e.bwdStats.snapshot(),
 		Stats: &moehostv1.ExpertStats{
 			ForwardBatches:   e.forwardBatches.Load(),
 			BackwardBatches:  e.backwardBatches.Load(),

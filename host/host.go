@@ -24,7 +24,10 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/runtime"
 	"github.com/moehost/moehost/host/sandbox"
 )
 
@@ -37,11 +40,16 @@ const (
 // ErrServerClosed is returned by Start and Run after Shutdown.
 var ErrServerClosed = errors.New("moehost: server closed")
 
+var errShuttingDown = errors.New("server is shutting down")
+
 // Server hosts experts and serves them over Connect, gRPC and gRPC-Web on
 // one port.
 type Server struct {
 	cfg config
 	log *slog.Logger
+
+	metrics *metrics
+	worker  *runtime.Worker // the CPU device's batch worker
 
 	mu       sync.Mutex
 	started  bool
@@ -73,10 +81,12 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	return &Server{
-		cfg:   cfg,
-		log:   cfg.logger,
-		ready: make(chan struct{}),
-		done:  make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.logger,
+		metrics: newMetrics(),
+		worker:  runtime.NewWorker(),
+		ready:   make(chan struct{}),
+		done:    make(chan struct{}),
 	}, nil
 }
 
@@ -158,6 +168,13 @@ func (s *Server) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		lim := s.cfg.batching
+		if ec.Batching != nil {
+			lim = *ec.Batching
+		}
+		e.attachPools(lim.internal(), s.metrics, s.worker.Notify)
+		s.worker.Add(e.fwd)
+		s.worker.Add(e.bwd)
 		experts[ec.UID] = e
 		s.log.Debug("expert loaded", "uid", ec.UID, "digest", m.Digest(), "params", e.binding.Params.Count())
 	}
@@ -169,17 +186,22 @@ func (s *Server) start(ctx context.Context) error {
 	s.experts, s.sorted = experts, sorted
 	s.mu.Unlock()
 
+	s.worker.Start(ctx)
+
 	listen := strings.Replace(s.cfg.listen, ":*", ":0", 1)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.cfg.listen, err)
 	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", rpc.NewHandler((*table)(s), rpc.Options{MaxRequestBytes: s.cfg.maxRequestBytes}))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
 	srv := &http.Server{
-		Handler:           rpc.NewHandler((*table)(s), rpc.Options{MaxRequestBytes: s.cfg.maxRequestBytes}),
+		Handler:           mux,
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -209,9 +231,11 @@ func (s *Server) Run(ctx context.Context) error {
 	return errors.Join(err, s.Shutdown(sctx))
 }
 
-// Shutdown stops accepting requests, waits for the running ones until ctx
-// is done, and releases every goroutine, port and file. It is idempotent
-// and safe to call from any goroutine.
+// Shutdown stops accepting requests, fails the queued ones with
+// Unavailable, lets the running batch finish (cancelling it if ctx ends
+// first), and releases every goroutine, port and file. It is idempotent and
+// safe to call from any goroutine; every call returns once the server is
+// down.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
 		close(s.done)
@@ -229,6 +253,15 @@ func (s *Server) release(ctx context.Context) error {
 	experts := slices.Collect(maps.Values(s.experts))
 	s.httpSrv, s.rt = nil, nil
 	s.mu.Unlock()
+	// Fail what is queued and refuse what comes, then let the running
+	// batch finish, so that every handler can answer before HTTP stops.
+	for _, e := range experts {
+		if e.fwd != nil {
+			e.fwd.Close(errShuttingDown)
+			e.bwd.Close(errShuttingDown)
+		}
+	}
+	s.worker.Close(ctx)
 	var errs []error
 	if httpSrv != nil {
 		if err := httpSrv.Shutdown(ctx); err != nil {

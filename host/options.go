@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/batch"
 	"github.com/moehost/moehost/host/sandbox"
 )
 
@@ -28,7 +30,37 @@ type config struct {
 	experts         []ExpertConfig
 	optimizer       OptimizerConfig
 	limits          sandbox.Limits
+	batching        BatchLimits
 	maxRequestBytes int
+}
+
+// BatchLimits configure the batching of one expert's requests; each
+// expert has a forward pool and a backward pool with these limits. Zero
+// fields take the defaults.
+type BatchLimits struct {
+	// MaxBatchSize is the most rows in one batch; a larger request is
+	// split and its pieces joined back. Default 1024.
+	MaxBatchSize int
+	// MinBatchSize is the fewest rows flushed before MaxWait. Default 1:
+	// a free device takes what is queued, and batches grow while it is
+	// busy.
+	MinBatchSize int
+	// MaxWait is the longest a request waits for its batch to fill.
+	// Default 10ms.
+	MaxWait time.Duration
+	// QueueSize is the most pending requests (or pieces of split ones)
+	// per pool; more get ResourceExhausted at once. Default 1024.
+	QueueSize int
+}
+
+func (b BatchLimits) internal() batch.Limits {
+	return batch.Limits{MaxBatchSize: b.MaxBatchSize, MinBatchSize: b.MinBatchSize, MaxWait: b.MaxWait, QueueSize: b.QueueSize}
+}
+
+// WithBatching sets the batch limits of every expert that does not set its
+// own.
+func WithBatching(b BatchLimits) Option {
+	return optionFunc(func(c *config) { c.batching = b })
 }
 
 // WithListen sets the address to serve on, "host:port". A port of "*"
@@ -77,6 +109,8 @@ type ExpertConfig struct {
 	// Config holds the expert's integer settings, read by the module's
 	// moe_init (e.g. "hidden_dim").
 	Config map[string]int64
+	// Batching overrides the server's batch limits for this expert.
+	Batching *BatchLimits
 }
 
 // ModuleSource is where a module's bytes come from.
@@ -143,6 +177,9 @@ func (c *config) validate() error {
 	if !(c.optimizer.LR >= 0) {
 		return fmt.Errorf("moehost: learning rate %g is negative", c.optimizer.LR)
 	}
+	if err := c.batching.internal().Validate(); err != nil {
+		return fmt.Errorf("moehost: batching: %w", err)
+	}
 	seen := map[string]bool{}
 	for _, e := range c.experts {
 		if e.UID == "" {
@@ -154,6 +191,11 @@ func (c *config) validate() error {
 		seen[e.UID] = true
 		if e.Module.path == "" && len(e.Module.data) == 0 {
 			return fmt.Errorf("moehost: expert %q has no module", e.UID)
+		}
+		if e.Batching != nil {
+			if err := e.Batching.internal().Validate(); err != nil {
+				return fmt.Errorf("moehost: expert %q: batching: %w", e.UID, err)
+			}
 		}
 	}
 	return nil

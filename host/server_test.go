@@ -43,11 +43,15 @@ const (
 // because Backward trains the experts.
 var testServer *Server
 
+// testDataDir is the data dir of every server the tests start.
+var testDataDir string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "moehost-test-")
 	if err != nil {
 		panic(err)
 	}
+	testDataDir = dir
 	srv, err := New(
 		WithListen("127.0.0.1:*"),
 		WithDataDir(dir),

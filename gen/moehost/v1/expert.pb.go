@@ -302,8 +302,13 @@ type ExpertInfo struct {
 	Stats *ExpertStats `protobuf:"bytes,7,opt,name=stats,proto3" json:"stats,omitempty"`
 	// config holds the expert's integer hyperparameters, by name.
 	Config map[string]int64 `protobuf:"bytes,8,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	// healthy is false when the expert cannot currently serve requests.
-	Healthy       bool `protobuf:"varint,9,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// healthy is false after several failed batches in a row; a success
+	// makes the expert healthy again.
+	Healthy bool `protobuf:"varint,9,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// forward_pool describes the queue and batches of Forward requests.
+	ForwardPool *PoolStats `protobuf:"bytes,10,opt,name=forward_pool,json=forwardPool,proto3" json:"forward_pool,omitempty"`
+	// backward_pool describes the queue and batches of Backward requests.
+	BackwardPool  *PoolStats `protobuf:"bytes,11,opt,name=backward_pool,json=backwardPool,proto3" json:"backward_pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +406,185 @@ func (x *ExpertInfo) GetHealthy() bool {
 	return false
 }
 
+func (x *ExpertInfo) GetForwardPool() *PoolStats {
+	if x != nil {
+		return x.ForwardPool
+	}
+	return nil
+}
+
+func (x *ExpertInfo) GetBackwardPool() *PoolStats {
+	if x != nil {
+		return x.BackwardPool
+	}
+	return nil
+}
+
+// PoolStats describes one batching pool of an expert. Rates and
+// percentiles cover the recent window (the last minute, at most the last
+// 4096 batches); totals cover the expert's life.
+type PoolStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_batch_size is the most rows the pool puts in one batch.
+	MaxBatchSize int64 `protobuf:"varint,1,opt,name=max_batch_size,json=maxBatchSize,proto3" json:"max_batch_size,omitempty"`
+	// min_batch_size is the fewest rows flushed before max_wait_ms.
+	MinBatchSize int64 `protobuf:"varint,2,opt,name=min_batch_size,json=minBatchSize,proto3" json:"min_batch_size,omitempty"`
+	// max_wait_ms is the longest a request waits for its batch to fill.
+	MaxWaitMs float64 `protobuf:"fixed64,3,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	// queue_size is the most pending requests (or pieces of split ones).
+	QueueSize int64 `protobuf:"varint,4,opt,name=queue_size,json=queueSize,proto3" json:"queue_size,omitempty"`
+	// queue_depth is the number of pending requests now.
+	QueueDepth int64 `protobuf:"varint,5,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
+	// batches is the number of batches run.
+	Batches int64 `protobuf:"varint,6,opt,name=batches,proto3" json:"batches,omitempty"`
+	// failed_batches is the number of batches that ended in an error.
+	FailedBatches int64 `protobuf:"varint,7,opt,name=failed_batches,json=failedBatches,proto3" json:"failed_batches,omitempty"`
+	// samples is the number of rows run.
+	Samples int64 `protobuf:"varint,8,opt,name=samples,proto3" json:"samples,omitempty"`
+	// batches_per_second is the recent rate of batches.
+	BatchesPerSecond float64 `protobuf:"fixed64,9,opt,name=batches_per_second,json=batchesPerSecond,proto3" json:"batches_per_second,omitempty"`
+	// samples_per_second is the recent rate of rows.
+	SamplesPerSecond float64 `protobuf:"fixed64,10,opt,name=samples_per_second,json=samplesPerSecond,proto3" json:"samples_per_second,omitempty"`
+	// mean_batch_size is the recent mean rows per batch.
+	MeanBatchSize float64 `protobuf:"fixed64,11,opt,name=mean_batch_size,json=meanBatchSize,proto3" json:"mean_batch_size,omitempty"`
+	// queue_wait_p50_ms is the recent median time a request waited.
+	QueueWaitP50Ms float64 `protobuf:"fixed64,12,opt,name=queue_wait_p50_ms,json=queueWaitP50Ms,proto3" json:"queue_wait_p50_ms,omitempty"`
+	// queue_wait_p99_ms is the recent 99th percentile of the wait.
+	QueueWaitP99Ms float64 `protobuf:"fixed64,13,opt,name=queue_wait_p99_ms,json=queueWaitP99Ms,proto3" json:"queue_wait_p99_ms,omitempty"`
+	// run_time_mean_ms is the recent mean time a batch ran.
+	RunTimeMeanMs float64 `protobuf:"fixed64,14,opt,name=run_time_mean_ms,json=runTimeMeanMs,proto3" json:"run_time_mean_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolStats) Reset() {
+	*x = PoolStats{}
+	mi := &file_moehost_v1_expert_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolStats) ProtoMessage() {}
+
+func (x *PoolStats) ProtoReflect() protoreflect.Message {
+	mi := &file_moehost_v1_expert_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolStats.ProtoReflect.Descriptor instead.
+func (*PoolStats) Descriptor() ([]byte, []int) {
+	return file_moehost_v1_expert_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PoolStats) GetMaxBatchSize() int64 {
+	if x != nil {
+		return x.MaxBatchSize
+	}
+	return 0
+}
+
+func (x *PoolStats) GetMinBatchSize() int64 {
+	if x != nil {
+		return x.MinBatchSize
+	}
+	return 0
+}
+
+func (x *PoolStats) GetMaxWaitMs() float64 {
+	if x != nil {
+		return x.MaxWaitMs
+	}
+	return 0
+}
+
+func (x *PoolStats) GetQueueSize() int64 {
+	if x != nil {
+		return x.QueueSize
+	}
+	return 0
+}
+
+func (x *PoolStats) GetQueueDepth() int64 {
+	if x != nil {
+		return x.QueueDepth
+	}
+	return 0
+}
+
+func (x *PoolStats) GetBatches() int64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
+}
+
+func (x *PoolStats) GetFailedBatches() int64 {
+	if x != nil {
+		return x.FailedBatches
+	}
+	return 0
+}
+
+func (x *PoolStats) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *PoolStats) GetBatchesPerSecond() float64 {
+	if x != nil {
+		return x.BatchesPerSecond
+	}
+	return 0
+}
+
+func (x *PoolStats) GetSamplesPerSecond() float64 {
+	if x != nil {
+		return x.SamplesPerSecond
+	}
+	return 0
+}
+
+func (x *PoolStats) GetMeanBatchSize() float64 {
+	if x != nil {
+		return x.MeanBatchSize
+	}
+	return 0
+}
+
+func (x *PoolStats) GetQueueWaitP50Ms() float64 {
+	if x != nil {
+		return x.QueueWaitP50Ms
+	}
+	return 0
+}
+
+func (x *PoolStats) GetQueueWaitP99Ms() float64 {
+	if x != nil {
+		return x.QueueWaitP99Ms
+	}
+	return 0
+}
+
+func (x *PoolStats) GetRunTimeMeanMs() float64 {
+	if x != nil {
+		return x.RunTimeMeanMs
+	}
+	return 0
+}
+
 // ExpertStats counts the batches and examples an expert has processed, for
 // monitoring and load balancing.
 type ExpertStats struct {
@@ -419,7 +603,7 @@ type ExpertStats struct {
 
 func (x *ExpertStats) Reset() {
 	*x = ExpertStats{}
-	mi := &file_moehost_v1_expert_proto_msgTypes[6]
+	mi := &file_moehost_v1_expert_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +615,7 @@ func (x *ExpertStats) String() string {
 func (*ExpertStats) ProtoMessage() {}
 
 func (x *ExpertStats) ProtoReflect() protoreflect.Message {
-	mi := &file_moehost_v1_expert_proto_msgTypes[6]
+	mi := &file_moehost_v1_expert_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +628,7 @@ func (x *ExpertStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpertStats.ProtoReflect.Descriptor instead.
 func (*ExpertStats) Descriptor() ([]byte, []int) {
-	return file_moehost_v1_expert_proto_rawDescGZIP(), []int{6}
+	return file_moehost_v1_expert_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExpertStats) GetForwardBatches() int64 {
@@ -484,7 +668,7 @@ type ListExpertsRequest struct {
 
 func (x *ListExpertsRequest) Reset() {
 	*x = ListExpertsRequest{}
-	mi := &file_moehost_v1_expert_proto_msgTypes[7]
+	mi := &file_moehost_v1_expert_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +680,7 @@ func (x *ListExpertsRequest) String() string {
 func (*ListExpertsRequest) ProtoMessage() {}
 
 func (x *ListExpertsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_moehost_v1_expert_proto_msgTypes[7]
+	mi := &file_moehost_v1_expert_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +693,7 @@ func (x *ListExpertsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExpertsRequest.ProtoReflect.Descriptor instead.
 func (*ListExpertsRequest) Descriptor() ([]byte, []int) {
-	return file_moehost_v1_expert_proto_rawDescGZIP(), []int{7}
+	return file_moehost_v1_expert_proto_rawDescGZIP(), []int{8}
 }
 
 // ListExpertsResponse lists the experts on the host.
@@ -523,7 +707,7 @@ type ListExpertsResponse struct {
 
 func (x *ListExpertsResponse) Reset() {
 	*x = ListExpertsResponse{}
-	mi := &file_moehost_v1_expert_proto_msgTypes[8]
+	mi := &file_moehost_v1_expert_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +719,7 @@ func (x *ListExpertsResponse) String() string {
 func (*ListExpertsResponse) ProtoMessage() {}
 
 func (x *ListExpertsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_moehost_v1_expert_proto_msgTypes[8]
+	mi := &file_moehost_v1_expert_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +732,7 @@ func (x *ListExpertsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExpertsResponse.ProtoReflect.Descriptor instead.
 func (*ListExpertsResponse) Descriptor() ([]byte, []int) {
-	return file_moehost_v1_expert_proto_rawDescGZIP(), []int{8}
+	return file_moehost_v1_expert_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListExpertsResponse) GetExperts() []*ExpertInfo {
@@ -577,7 +761,7 @@ const file_moehost_v1_expert_proto_rawDesc = "" +
 	"\vgrad_inputs\x18\x01 \x03(\v2\x12.moehost.v1.TensorR\n" +
 	"gradInputs\"\x1f\n" +
 	"\vInfoRequest\x12\x10\n" +
-	"\x03uid\x18\x01 \x01(\tR\x03uid\"\xb3\x03\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\"\xa9\x04\n" +
 	"\n" +
 	"ExpertInfo\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x120\n" +
@@ -589,10 +773,31 @@ const file_moehost_v1_expert_proto_rawDesc = "" +
 	"\x0fparameter_count\x18\x06 \x01(\x03R\x0eparameterCount\x12-\n" +
 	"\x05stats\x18\a \x01(\v2\x17.moehost.v1.ExpertStatsR\x05stats\x12:\n" +
 	"\x06config\x18\b \x03(\v2\".moehost.v1.ExpertInfo.ConfigEntryR\x06config\x12\x18\n" +
-	"\ahealthy\x18\t \x01(\bR\ahealthy\x1a9\n" +
+	"\ahealthy\x18\t \x01(\bR\ahealthy\x128\n" +
+	"\fforward_pool\x18\n" +
+	" \x01(\v2\x15.moehost.v1.PoolStatsR\vforwardPool\x12:\n" +
+	"\rbackward_pool\x18\v \x01(\v2\x15.moehost.v1.PoolStatsR\fbackwardPool\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb9\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x95\x04\n" +
+	"\tPoolStats\x12$\n" +
+	"\x0emax_batch_size\x18\x01 \x01(\x03R\fmaxBatchSize\x12$\n" +
+	"\x0emin_batch_size\x18\x02 \x01(\x03R\fminBatchSize\x12\x1e\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x01R\tmaxWaitMs\x12\x1d\n" +
+	"\n" +
+	"queue_size\x18\x04 \x01(\x03R\tqueueSize\x12\x1f\n" +
+	"\vqueue_depth\x18\x05 \x01(\x03R\n" +
+	"queueDepth\x12\x18\n" +
+	"\abatches\x18\x06 \x01(\x03R\abatches\x12%\n" +
+	"\x0efailed_batches\x18\a \x01(\x03R\rfailedBatches\x12\x18\n" +
+	"\asamples\x18\b \x01(\x03R\asamples\x12,\n" +
+	"\x12batches_per_second\x18\t \x01(\x01R\x10batchesPerSecond\x12,\n" +
+	"\x12samples_per_second\x18\n" +
+	" \x01(\x01R\x10samplesPerSecond\x12&\n" +
+	"\x0fmean_batch_size\x18\v \x01(\x01R\rmeanBatchSize\x12)\n" +
+	"\x11queue_wait_p50_ms\x18\f \x01(\x01R\x0equeueWaitP50Ms\x12)\n" +
+	"\x11queue_wait_p99_ms\x18\r \x01(\x01R\x0equeueWaitP99Ms\x12'\n" +
+	"\x10run_time_mean_ms\x18\x0e \x01(\x01R\rrunTimeMeanMs\"\xb9\x01\n" +
 	"\vExpertStats\x12'\n" +
 	"\x0fforward_batches\x18\x01 \x01(\x03R\x0eforwardBatches\x12)\n" +
 	"\x10backward_batches\x18\x02 \x01(\x03R\x0fbackwardBatches\x12)\n" +
@@ -622,7 +827,7 @@ func file_moehost_v1_expert_proto_rawDescGZIP() []byte {
 	return file_moehost_v1_expert_proto_rawDescData
 }
 
-var file_moehost_v1_expert_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_moehost_v1_expert_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_moehost_v1_expert_proto_goTypes = []any{
 	(*ForwardRequest)(nil),      // 0: moehost.v1.ForwardRequest
 	(*ForwardResponse)(nil),     // 1: moehost.v1.ForwardResponse
@@ -630,37 +835,40 @@ var file_moehost_v1_expert_proto_goTypes = []any{
 	(*BackwardResponse)(nil),    // 3: moehost.v1.BackwardResponse
 	(*InfoRequest)(nil),         // 4: moehost.v1.InfoRequest
 	(*ExpertInfo)(nil),          // 5: moehost.v1.ExpertInfo
-	(*ExpertStats)(nil),         // 6: moehost.v1.ExpertStats
-	(*ListExpertsRequest)(nil),  // 7: moehost.v1.ListExpertsRequest
-	(*ListExpertsResponse)(nil), // 8: moehost.v1.ListExpertsResponse
-	nil,                         // 9: moehost.v1.ExpertInfo.ConfigEntry
-	(*Tensor)(nil),              // 10: moehost.v1.Tensor
-	(*TensorSchema)(nil),        // 11: moehost.v1.TensorSchema
+	(*PoolStats)(nil),           // 6: moehost.v1.PoolStats
+	(*ExpertStats)(nil),         // 7: moehost.v1.ExpertStats
+	(*ListExpertsRequest)(nil),  // 8: moehost.v1.ListExpertsRequest
+	(*ListExpertsResponse)(nil), // 9: moehost.v1.ListExpertsResponse
+	nil,                         // 10: moehost.v1.ExpertInfo.ConfigEntry
+	(*Tensor)(nil),              // 11: moehost.v1.Tensor
+	(*TensorSchema)(nil),        // 12: moehost.v1.TensorSchema
 }
 var file_moehost_v1_expert_proto_depIdxs = []int32{
-	10, // 0: moehost.v1.ForwardRequest.inputs:type_name -> moehost.v1.Tensor
-	10, // 1: moehost.v1.ForwardResponse.outputs:type_name -> moehost.v1.Tensor
-	10, // 2: moehost.v1.BackwardRequest.inputs:type_name -> moehost.v1.Tensor
-	10, // 3: moehost.v1.BackwardRequest.grad_outputs:type_name -> moehost.v1.Tensor
-	10, // 4: moehost.v1.BackwardResponse.grad_inputs:type_name -> moehost.v1.Tensor
-	11, // 5: moehost.v1.ExpertInfo.inputs:type_name -> moehost.v1.TensorSchema
-	11, // 6: moehost.v1.ExpertInfo.outputs:type_name -> moehost.v1.TensorSchema
-	6,  // 7: moehost.v1.ExpertInfo.stats:type_name -> moehost.v1.ExpertStats
-	9,  // 8: moehost.v1.ExpertInfo.config:type_name -> moehost.v1.ExpertInfo.ConfigEntry
-	5,  // 9: moehost.v1.ListExpertsResponse.experts:type_name -> moehost.v1.ExpertInfo
-	0,  // 10: moehost.v1.ExpertService.Forward:input_type -> moehost.v1.ForwardRequest
-	2,  // 11: moehost.v1.ExpertService.Backward:input_type -> moehost.v1.BackwardRequest
-	4,  // 12: moehost.v1.ExpertService.Info:input_type -> moehost.v1.InfoRequest
-	7,  // 13: moehost.v1.ExpertService.ListExperts:input_type -> moehost.v1.ListExpertsRequest
-	1,  // 14: moehost.v1.ExpertService.Forward:output_type -> moehost.v1.ForwardResponse
-	3,  // 15: moehost.v1.ExpertService.Backward:output_type -> moehost.v1.BackwardResponse
-	5,  // 16: moehost.v1.ExpertService.Info:output_type -> moehost.v1.ExpertInfo
-	8,  // 17: moehost.v1.ExpertService.ListExperts:output_type -> moehost.v1.ListExpertsResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	11, // 0: moehost.v1.ForwardRequest.inputs:type_name -> moehost.v1.Tensor
+	11, // 1: moehost.v1.ForwardResponse.outputs:type_name -> moehost.v1.Tensor
+	11, // 2: moehost.v1.BackwardRequest.inputs:type_name -> moehost.v1.Tensor
+	11, // 3: moehost.v1.BackwardRequest.grad_outputs:type_name -> moehost.v1.Tensor
+	11, // 4: moehost.v1.BackwardResponse.grad_inputs:type_name -> moehost.v1.Tensor
+	12, // 5: moehost.v1.ExpertInfo.inputs:type_name -> moehost.v1.TensorSchema
+	12, // 6: moehost.v1.ExpertInfo.outputs:type_name -> moehost.v1.TensorSchema
+	7,  // 7: moehost.v1.ExpertInfo.stats:type_name -> moehost.v1.ExpertStats
+	10, // 8: moehost.v1.ExpertInfo.config:type_name -> moehost.v1.ExpertInfo.ConfigEntry
+	6,  // 9: moehost.v1.ExpertInfo.forward_pool:type_name -> moehost.v1.PoolStats
+	6,  // 10: moehost.v1.ExpertInfo.backward_pool:type_name -> moehost.v1.PoolStats
+	5,  // 11: moehost.v1.ListExpertsResponse.experts:type_name -> moehost.v1.ExpertInfo
+	0,  // 12: moehost.v1.ExpertService.Forward:input_type -> moehost.v1.ForwardRequest
+	2,  // 13: moehost.v1.ExpertService.Backward:input_type -> moehost.v1.BackwardRequest
+	4,  // 14: moehost.v1.ExpertService.Info:input_type -> moehost.v1.InfoRequest
+	8,  // 15: moehost.v1.ExpertService.ListExperts:input_type -> moehost.v1.ListExpertsRequest
+	1,  // 16: moehost.v1.ExpertService.Forward:output_type -> moehost.v1.ForwardResponse
+	3,  // 17: moehost.v1.ExpertService.Backward:output_type -> moehost.v1.BackwardResponse
+	5,  // 18: moehost.v1.ExpertService.Info:output_type -> moehost.v1.ExpertInfo
+	9,  // 19: moehost.v1.ExpertService.ListExperts:output_type -> moehost.v1.ListExpertsResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_moehost_v1_expert_proto_init() }
@@ -675,7 +883,7 @@ func file_moehost_v1_expert_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_moehost_v1_expert_proto_rawDesc), len(file_moehost_v1_expert_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

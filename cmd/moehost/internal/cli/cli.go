@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -41,6 +42,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		listen, dataDir, pattern, module, optimizer, logLevel string
 		hiddenDim                                             int64
 		lr                                                    float64
+		batching                                              host.BatchLimits
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -74,6 +76,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithLogger(log),
 				host.WithExperts(experts...),
 				host.WithOptimizer(host.OptimizerConfig{Name: optimizer, LR: lr}),
+				host.WithBatching(batching),
 			)
 			if err != nil {
 				return err
@@ -96,5 +99,9 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam or sgd")
 	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.IntVar(&batching.MaxBatchSize, "max-batch-size", 1024, "most rows in one batch; larger requests are split")
+	f.IntVar(&batching.MinBatchSize, "min-batch-size", 1, "fewest rows flushed before --max-wait")
+	f.DurationVar(&batching.MaxWait, "max-wait", 10*time.Millisecond, "longest a request waits for its batch to fill")
+	f.IntVar(&batching.QueueSize, "queue-size", 1024, "most pending requests per expert and pool; more get ResourceExhausted")
 	return cmd
 }

@@ -1,0 +1,92 @@
+// Package batch queues requests for one expert and forms them into
+// batches: hivemind's TaskPool, without its defects. A [Pool] flushes a
+// batch when it holds max_batch_size rows, when it holds min_batch_size
+// rows, or when its oldest request has waited max_wait, whichever comes
+// first; it never flushes a request whose caller has given up; it splits a
+// request larger than max_batch_size and joins the pieces back; and it
+// refuses work with [ErrQueueFull] instead of growing without bound.
+//
+// A pool does not run batches by itself: a device worker (package
+// runtime) asks every pool when it is ready ([Pool.Poll]) and runs the
+// batch of the pool whose oldest request is oldest ([Pool.RunBatch]).
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors returned by Submit.
+var (
+	// ErrQueueFull: the pool holds QueueSize pending pieces already.
+	ErrQueueFull = errors.New("queue full")
+	// ErrClosed: the pool is shut down; the request did not run.
+	ErrClosed = errors.New("pool closed")
+)
+
+// Limits configure a pool. Zero fields take the defaults.
+type Limits struct {
+	// MaxBatchSize is the most rows in one batch. Default 1024.
+	MaxBatchSize int
+	// MinBatchSize is the fewest rows that are flushed before MaxWait.
+	// Default 1: a free device takes whatever is queued, and batches
+	// grow while it is busy.
+	MinBatchSize int
+	// MaxWait is the longest a request waits for the batch to fill
+	// before it is flushed with whatever the pool holds. Default 10ms.
+	MaxWait time.Duration
+	// QueueSize is the most pending pieces (requests, or parts of split
+	// requests) the pool holds. Default 1024.
+	QueueSize int
+}
+
+// WithDefaults returns l with zero fields set to their defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxBatchSize <= 0 {
+		l.MaxBatchSize = 1024
+	}
+	if l.MinBatchSize <= 0 {
+		l.MinBatchSize = 1
+	}
+	if l.MaxWait <= 0 {
+		l.MaxWait = 10 * time.Millisecond
+	}
+	if l.QueueSize <= 0 {
+		l.QueueSize = 1024
+	}
+	return l
+}
+
+// Validate reports limits that contradict each other.
+func (l Limits) Validate() error {
+	l = l.WithDefaults()
+	if l.MinBatchSize > l.MaxBatchSize {
+		return fmt.Errorf("min batch size %d is larger than max batch size %d", l.MinBatchSize, l.MaxBatchSize)
+	}
+	return nil
+}
+
+// Ops tells a pool how to handle its payloads: T is a request, R its
+// result, both with a leading batch dimension.
+type Ops[T, R any] struct {
+	// Rows returns the batch size of a request.
+	Rows func(T) int
+	// Split cuts a request into consecutive pieces of the given rows.
+	Split func(T, []int) ([]T, error)
+	// Run computes the results of a batch of requests, one result per
+	// request, in order. It is called by one device worker at a time.
+	Run func(ctx context.Context, batch []T) ([]R, error)
+	// Join concatenates the results of a split request's pieces.
+	Join func([]R) (R, error)
+}
+
+// Observer is told about every batch a pool runs, for statistics.
+type Observer interface {
+	// Batch reports a batch of rows after it ran: how long each piece
+	// waited in the queue, how long the batch ran, and its error.
+	Batch(rows int, waits []time.Duration, run time.Duration, err error)
+	// Queue reports the number of pending pieces after it changed.
+	Queue(depth int)
+}

@@ -1,0 +1,200 @@
+package host
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/host/batch"
+)
+
+// Recent-window bounds of pool statistics.
+const (
+	statsWindow   = time.Minute
+	statsMaxItems = 4096
+)
+
+// metrics are the server's Prometheus collectors, labelled by expert and
+// pool kind ("forward", "backward").
+type metrics struct {
+	reg        *prometheus.Registry
+	batches    *prometheus.CounterVec
+	failed     *prometheus.CounterVec
+	samples    *prometheus.CounterVec
+	queueDepth *prometheus.GaugeVec
+	batchSize  *prometheus.HistogramVec
+	queueWait  *prometheus.HistogramVec
+	runTime    *prometheus.HistogramVec
+}
+
+func newMetrics() *metrics {
+	labels := []string{"expert", "pool"}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "moehost", Name: "batches_total", Help: "Batches run.",
+		}, labels),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "moehost", Name: "failed_batches_total", Help: "Batches that ended in an error.",
+		}, labels),
+		samples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "moehost", Name: "samples_total", Help: "Rows run in batches.",
+		}, labels),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "moehost", Name: "queue_depth", Help: "Pending requests (or pieces of split requests).",
+		}, labels),
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "moehost", Name: "batch_size", Help: "Rows per batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}, labels),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "moehost", Name: "queue_wait_seconds", Help: "Time a request waited in the queue.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
+		}, labels),
+		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "moehost", Name: "batch_run_seconds", Help: "Time a batch ran.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
+		}, labels),
+	}
+	m.reg.MustRegister(m.batches, m.failed, m.samples, m.queueDepth, m.batchSize, m.queueWait, m.runTime,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+type batchRecord struct {
+	at   time.Time
+	rows int
+	run  time.Duration
+}
+
+type waitRecord struct {
+	at   time.Time
+	wait time.Duration
+}
+
+// poolStats observes one pool: it feeds Prometheus and keeps a recent
+// window for Info.
+type poolStats struct {
+	lim                         batch.Limits
+	depth                       prometheus.Gauge
+	sizeH, waitH, runH          prometheus.Observer
+	batchesC, failedC, samplesC prometheus.Counter
+
+	mu                       sync.Mutex
+	batches, failed, samples int64
+	queueDepth               int
+	recent                   []batchRecord
+	waits                    []waitRecord
+}
+
+func newPoolStats(m *metrics, uid, kind string, lim batch.Limits) *poolStats {
+	l := prometheus.Labels{"expert": uid, "pool": kind}
+	return &poolStats{
+		lim:      lim,
+		depth:    m.queueDepth.With(l),
+		sizeH:    m.batchSize.With(l),
+		waitH:    m.queueWait.With(l),
+		runH:     m.runTime.With(l),
+		batchesC: m.batches.With(l),
+		failedC:  m.failed.With(l),
+		samplesC: m.samples.With(l),
+	}
+}
+
+// Batch implements batch.Observer.
+func (s *poolStats) Batch(rows int, waits []time.Duration, run time.Duration, err error) {
+	s.batchesC.Inc()
+	s.samplesC.Add(float64(rows))
+	s.sizeH.Observe(float64(rows))
+	s.runH.Observe(run.Seconds())
+	for _, w := range waits {
+		s.waitH.Observe(w.Seconds())
+	}
+	if err != nil {
+		s.failedC.Inc()
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches++
+	s.samples += int64(rows)
+	if err != nil {
+		s.failed++
+	}
+	s.recent = appendBounded(s.recent, batchRecord{at: now, rows: rows, run: run})
+	for _, w := range waits {
+		s.waits = appendBounded(s.waits, waitRecord{at: now, wait: w})
+	}
+}
+
+// Queue implements batch.Observer.
+func (s *poolStats) Queue(depth int) {
+	s.depth.Set(float64(depth))
+	s.mu.Lock()
+	s.queueDepth = depth
+	s.mu.Unlock()
+}
+
+func appendBounded[T any](s []T, v T) []T {
+	if len(s) >= statsMaxItems {
+		s = append(s[:0], s[len(s)-statsMaxItems/2:]...)
+	}
+	return append(s, v)
+}
+
+// snapshot summarises the pool for Info.
+func (s *poolStats) snapshot() *moehostv1.PoolStats {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &moehostv1.PoolStats{
+		MaxBatchSize:  int64(s.lim.MaxBatchSize),
+		MinBatchSize:  int64(s.lim.MinBatchSize),
+		MaxWaitMs:     ms(s.lim.MaxWait),
+		QueueSize:     int64(s.lim.QueueSize),
+		QueueDepth:    int64(s.queueDepth),
+		Batches:       s.batches,
+		FailedBatches: s.failed,
+		Samples:       s.samples,
+	}
+	var n, rows int
+	var run time.Duration
+	var start time.Time // when the first batch in the window started
+	for _, b := range s.recent {
+		if now.Sub(b.at) > statsWindow {
+			continue
+		}
+		if n == 0 {
+			start = b.at.Add(-b.run)
+		}
+		n++
+		rows += b.rows
+		run += b.run
+	}
+	if n > 0 {
+		span := max(now.Sub(start), time.Millisecond).Seconds()
+		out.BatchesPerSecond = float64(n) / span
+		out.SamplesPerSecond = float64(rows) / span
+		out.MeanBatchSize = float64(rows) / float64(n)
+		out.RunTimeMeanMs = ms(run / time.Duration(n))
+	}
+	var waits []time.Duration
+	for _, w := range s.waits {
+		if now.Sub(w.at) <= statsWindow {
+			waits = append(waits, w.wait)
+		}
+	}
+	if len(waits) > 0 {
+		slices.Sort(waits)
+		out.QueueWaitP50Ms = ms(waits[(len(waits)-1)*50/100])
+		out.QueueWaitP99Ms = ms(waits[(len(waits)-1)*99/100])
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+var _ batch.Observer = (*poolStats)(nil)
