@@ -48,7 +48,8 @@ test: examples ## Check formatting, vet, build without cgo, and run every test w
 	$(GO) test -race -timeout 12m ./...
 
 .PHONY: bench
-bench: examples ## Run the benchmarks (Forward samples/s, GEMM GFLOP/s)
+bench: examples ## Serving load test (batching vs none, 64 clients) and the Go benchmarks
+	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 
 .PHONY: lint

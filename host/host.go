@@ -226,9 +226,12 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-s.done:
 	case err = <-s.serveErr:
 	}
+	s.log.Info("moehost shutting down")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return errors.Join(err, s.Shutdown(sctx))
+	err = errors.Join(err, s.Shutdown(sctx))
+	s.log.Info("moehost stopped", "err", err)
+	return err
 }
 
 // Shutdown stops accepting requests, fails the queued ones with

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -78,6 +79,14 @@ func TestMain(m *testing.M) {
 	}
 	cancel()
 	os.RemoveAll(dir)
+	// Every server the tests started is down: no goroutine may be left.
+	http.DefaultClient.CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

@@ -1,6 +1,8 @@
-;; trap.wat: an identity expert on x:float32[-1,4] that traps with
-;; `unreachable` when the first element of its input is negative. The host
-;; tests use it to check that a trap fails only its own batch.
+;; trap.wat: an identity expert on x:float32[-1,4] that misbehaves on
+;; request: when the first element of its input is below -100 it loops
+;; forever, and when it is otherwise negative it traps with `unreachable`.
+;; The host tests use it to check that a trap or a timeout fails only its
+;; own batch and that the instance is replaced.
 (module
   (import "moehost_v1" "declare_input" (func $declare_input (param i32 i32 i32 i32 i32) (result i32)))
   (import "moehost_v1" "declare_output" (func $declare_output (param i32 i32 i32 i32 i32) (result i32)))
@@ -21,6 +23,8 @@
     (local.set $x (call $input (i32.const 0)))
     ;; Read the batch into memory at 1024 (up to 60 KiB).
     (drop (call $tensor_read (local.get $x) (i32.const 1024) (i32.const 61440)))
+    (if (f32.lt (f32.load (i32.const 1024)) (f32.const -100))
+      (then (loop $forever (br $forever))))
     (if (f32.lt (f32.load (i32.const 1024)) (f32.const 0))
       (then unreachable))
     (call $output (i32.const 0) (local.get $x)))

@@ -29,7 +29,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(serveCmd(stderr))
+	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(stderr, "moehost:", err)
 		return 1
