@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/cmd/moehost/internal/loadgen"
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/host"
 )
 
