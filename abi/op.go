@@ -8,10 +8,26 @@ import "strconv"
 //
 // # Broadcasting
 //
-// Binary elementwise ops broadcast along leading dimensions only: the shape
-// of the smaller operand must equal a suffix of the larger's shape, and it is
-// repeated over the larger's leading dimensions. [B,T,H] + [H] and
-// [B,T,H] + [T,H] are allowed; [B,T,H] + [B,1,H] is not.
+// Binary elementwise ops (add, sub, mul, div) broadcast along leading
+// dimensions only: the shape of the smaller operand must equal a suffix of
+// the larger's shape, and it is repeated over the larger's leading
+// dimensions. Either operand may be the smaller. [B,T,H] + [H] and
+// [B,T,H] + [T,H] are allowed; [B,T,H] + [B,1,H] is not. Dropout's mask and
+// the leading (batch) dims of batch_matmul follow the same rule.
+//
+// # Attrs
+//
+// Attrs are f64. An attr that is a flag must be exactly 0 or 1; one that
+// is a count, a dim, an axis or an index must be an integer in range (an
+// axis in [−rank, rank), negative counting from the end); NaN and ±Inf are
+// refused wherever a finite number is needed. A bad attr is
+// ErrInvalidArgument, a shape that does not fit ErrShapeMismatch.
+//
+// # Dtypes
+//
+// Every tensor arg is float32, except the ids of OpEmbedding and the
+// targets of OpCrossEntropy (int32 or int64) and the key padding mask of
+// OpAttention (bool). Results are float32.
 type Op int32
 
 // Ops of ABI v1.
