@@ -3,7 +3,8 @@
 // autograd [Tape], and the optimizers that update an expert's parameters.
 //
 // Guests never touch tensor memory; they hold handles, and the host calls
-// [Apply] for each op a guest runs. A backward request reruns the guest's
+// [Apply] for each op a guest runs ([ApplyMulti] for an op with several
+// results, such as split). A backward request reruns the guest's
 // forward with a Tape, then calls [Tape.Backward] for the input and
 // parameter gradients, and an [Optimizer] steps the parameters.
 //

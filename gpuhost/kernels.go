@@ -45,10 +45,145 @@ type kernels interface {
 	// adamStep applies one step of torch.optim.Adam to p with moments m
 	// and v; bc1 and bc2 are the bias corrections 1−β1ᵗ and 1−β2ᵗ.
 	adamStep(p, g, m, v *Tensor, c adamCoeffs) error
+
+	opKernels
 }
 
 // adamCoeffs are the scalars of one Adam step.
 type adamCoeffs struct {
 	lr, beta1, beta2, eps, weightDecay float64
 	bc1, bc2                           float64
+}
+
+// unaryFn names an elementwise function of one tensor for the unary
+// kernels. Some take a scalar parameter p.
+type unaryFn int
+
+// Unary functions.
+const (
+	unaryScale     unaryFn = iota // p·x
+	unaryAddScalar                // x + p
+	unaryRelu
+	unaryGelu // exact, with erf
+	unaryTanh
+	unarySigmoid
+	unarySilu
+	unaryExp
+	unaryLog
+	unarySqrt
+	unaryNeg
+)
+
+// binaryFn names an elementwise function of two tensors.
+type binaryFn int
+
+// Binary functions.
+const (
+	binaryAdd binaryFn = iota
+	binarySub
+	binaryMul
+	binaryDiv
+)
+
+// reduceFn names a reduction along one axis.
+type reduceFn int
+
+// Reductions.
+const (
+	reduceSum reduceFn = iota
+	reduceMean
+	reduceMax
+)
+
+// attnDims are the sizes and flags of one attention op.
+type attnDims struct {
+	b, h, tq, tk, d, dv int
+	causal              bool
+	scale               float64
+}
+
+// opKernels are the kernels of the ABI's ops beyond the first five. They
+// follow the rules of kernels, except where a method names a tensor of
+// another dtype (ids, targets, masks, arg-max indices). An "[outer, dim,
+// inner]" view is a tensor seen as three dims around one axis.
+type opKernels interface {
+	// unary sets y = fn(x), with p the parameter of scale and add_scalar.
+	// y may be x.
+	unary(fn unaryFn, p float64, y, x *Tensor) error
+
+	// unaryBackward sets gx = gy·fn'(x); y is the forward's output,
+	// which some functions use instead of x.
+	unaryBackward(fn unaryFn, p float64, gx, x, y, gy *Tensor) error
+
+	// binary sets dst[i] = a[i mod a.Len()] fn b[i mod b.Len()] for i in
+	// [0, dst.Len()); each of a.Len() and b.Len() divides dst.Len(). dst
+	// may be a or b when that one has dst's length.
+	binary(fn binaryFn, dst, a, b *Tensor) error
+
+	// softmax sets y to the softmax (or log-softmax) of x along the dim
+	// of an [outer, dim, inner] view.
+	softmax(y, x *Tensor, outer, dim, inner int, log bool) error
+
+	// softmaxBackward sets gx from the forward's output y and gy.
+	softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, log bool) error
+
+	// rmsNormForward normalises rows of length w.Len() and keeps each
+	// row's reciprocal root mean square in rstd.
+	rmsNormForward(y, rstd, x, w *Tensor, eps float64) error
+
+	// rmsNormBackward computes the grads of x and w; a nil one is not
+	// computed.
+	rmsNormBackward(gx, gw, x, w, rstd, gy *Tensor) error
+
+	// permute sets dst to src with its dims reordered: dst's dim i is
+	// src's dim perm[i].
+	permute(dst, src *Tensor, perm []int) error
+
+	// copy2D copies rows×width elements: dst[dOff + r·dStride + j] =
+	// src[sOff + r·sStride + j].
+	copy2D(dst *Tensor, dOff, dStride int, src *Tensor, sOff, sStride, rows, width int) error
+
+	// reduceAxis reduces the dim of an [outer, dim, inner] view of src
+	// into the outer×inner dst. For reduceMax, arg (int32) receives the
+	// first index of each maximum; it is nil otherwise.
+	reduceAxis(fn reduceFn, dst, arg, src *Tensor, outer, dim, inner int) error
+
+	// reduceAxisBackward sets gx, an [outer, dim, inner] tensor, from the
+	// outer×inner gy (and arg for reduceMax).
+	reduceAxisBackward(fn reduceFn, gx, gy, arg *Tensor, outer, dim, inner int) error
+
+	// embedding sets y's rows to table's rows selected by ids (int32 or
+	// int64). It checks every id first and returns ErrArgument naming
+	// the first one outside [0, V), writing nothing.
+	embedding(y, ids, table *Tensor) error
+
+	// embeddingBackward adds gy's rows into gtable's rows selected by
+	// ids; the ids are valid.
+	embeddingBackward(gtable, ids, gy *Tensor) error
+
+	// crossEntropy sets loss[r] = logsumexp(logits[r]) − logits[r, t_r]
+	// and lse[r] = logsumexp(logits[r]) for the [N, C] logits and the
+	// int32 or int64 targets t; rows whose target is ignore get 0. It
+	// returns the number of rows not ignored, or ErrArgument naming the
+	// first target outside [0, C) that is not ignore, writing nothing.
+	crossEntropy(loss, lse, logits, targets *Tensor, ignore int64) (int, error)
+
+	// crossEntropyBackward sets gx[r] = gy[r]·(softmax(logits[r]) −
+	// onehot(t_r)), and zeros for ignored rows.
+	crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, ignore int64) error
+
+	// bmm runs batch GEMMs: for i in [0, batch), c_(i mod nc) (+)=
+	// op(a_(i mod na))·op(b_(i mod nb)), where x_j is the j-th matrix of
+	// x in row-major order and op transposes as in gemm. Without acc, c
+	// is cleared first.
+	bmm(ta, tb bool, batch, m, n, k int, a *Tensor, na int, b *Tensor, nb int, c *Tensor, nc int, acc bool) error
+
+	// attention computes scaled-dot-product attention into out and keeps
+	// the probabilities [B,H,Tq,Tk] in probs. mask (bool [B,Tk]) may be
+	// nil.
+	attention(out, probs, q, k, v, mask *Tensor, a attnDims) error
+
+	// attentionBackward computes the grads of q, k and v (nil ones are
+	// skipped) from the forward's probs and gout.
+	attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor, a attnDims) error
 }

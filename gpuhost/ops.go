@@ -8,57 +8,175 @@ import (
 	"github.com/moehost/moehost/abi"
 )
 
+// maxVarArgs bounds the tensors of a concat and the sections of a split;
+// the sandbox passes at most 64 args and 64 attrs to an op.
+const maxVarArgs = 64
+
+// Arg kinds: what dtype an op accepts for one arg.
+const (
+	argFloat = iota // float32
+	argIDs          // int32 or int64
+	argMask         // bool
+)
+
 // opSpec is what Apply checks before it looks at shapes.
 type opSpec struct {
 	minArgs, maxArgs int
 	maxAttrs         int
+	// kinds gives the dtype kind of each arg by index; args past its end
+	// (and every arg when it is nil) are float32.
+	kinds []int
+	multi bool // several results: ApplyMulti only
 }
 
 var opSpecs = map[abi.Op]opSpec{
-	abi.OpMatMul:    {2, 2, 2},
-	abi.OpLinear:    {2, 3, 0},
-	abi.OpAdd:       {2, 2, 0},
-	abi.OpGeluTanh:  {1, 1, 0},
-	abi.OpLayerNorm: {3, 3, 1},
+	abi.OpMatMul:       {minArgs: 2, maxArgs: 2, maxAttrs: 2},
+	abi.OpLinear:       {minArgs: 2, maxArgs: 3},
+	abi.OpAdd:          {minArgs: 2, maxArgs: 2},
+	abi.OpGeluTanh:     {minArgs: 1, maxArgs: 1},
+	abi.OpLayerNorm:    {minArgs: 3, maxArgs: 3, maxAttrs: 1},
+	abi.OpSub:          {minArgs: 2, maxArgs: 2},
+	abi.OpMul:          {minArgs: 2, maxArgs: 2},
+	abi.OpDiv:          {minArgs: 2, maxArgs: 2},
+	abi.OpScale:        {minArgs: 1, maxArgs: 1, maxAttrs: 1},
+	abi.OpAddScalar:    {minArgs: 1, maxArgs: 1, maxAttrs: 1},
+	abi.OpRelu:         {minArgs: 1, maxArgs: 1},
+	abi.OpGelu:         {minArgs: 1, maxArgs: 1},
+	abi.OpTanh:         {minArgs: 1, maxArgs: 1},
+	abi.OpSigmoid:      {minArgs: 1, maxArgs: 1},
+	abi.OpSilu:         {minArgs: 1, maxArgs: 1},
+	abi.OpExp:          {minArgs: 1, maxArgs: 1},
+	abi.OpLog:          {minArgs: 1, maxArgs: 1},
+	abi.OpSqrt:         {minArgs: 1, maxArgs: 1},
+	abi.OpNeg:          {minArgs: 1, maxArgs: 1},
+	abi.OpSoftmax:      {minArgs: 1, maxArgs: 1, maxAttrs: 1},
+	abi.OpLogSoftmax:   {minArgs: 1, maxArgs: 1, maxAttrs: 1},
+	abi.OpRMSNorm:      {minArgs: 2, maxArgs: 2, maxAttrs: 1},
+	abi.OpReshape:      {minArgs: 1, maxArgs: 1, maxAttrs: abi.MaxRank},
+	abi.OpPermute:      {minArgs: 1, maxArgs: 1, maxAttrs: abi.MaxRank},
+	abi.OpTranspose:    {minArgs: 1, maxArgs: 1, maxAttrs: 2},
+	abi.OpConcat:       {minArgs: 1, maxArgs: maxVarArgs, maxAttrs: 1},
+	abi.OpSlice:        {minArgs: 1, maxArgs: 1, maxAttrs: 3},
+	abi.OpSplit:        {minArgs: 1, maxArgs: 1, maxAttrs: maxVarArgs, multi: true},
+	abi.OpSum:          {minArgs: 1, maxArgs: 1, maxAttrs: 2},
+	abi.OpMean:         {minArgs: 1, maxArgs: 1, maxAttrs: 2},
+	abi.OpMax:          {minArgs: 1, maxArgs: 1, maxAttrs: 2},
+	abi.OpDropout:      {minArgs: 2, maxArgs: 2, maxAttrs: 1},
+	abi.OpEmbedding:    {minArgs: 2, maxArgs: 2, kinds: []int{argIDs}},
+	abi.OpCrossEntropy: {minArgs: 2, maxArgs: 2, maxAttrs: 2, kinds: []int{argFloat, argIDs}},
+	abi.OpBatchMatMul:  {minArgs: 2, maxArgs: 2, maxAttrs: 2},
+	abi.OpAttention:    {minArgs: 3, maxArgs: 4, maxAttrs: 2, kinds: []int{argFloat, argFloat, argFloat, argMask}},
 }
 
-// defaultLayerNormEps is torch.nn.functional.layer_norm's default.
-const defaultLayerNormEps = 1e-5
+// Defaults of attrs.
+const (
+	// defaultLayerNormEps is torch.nn.functional.layer_norm's default.
+	defaultLayerNormEps = 1e-5
+	// defaultRMSNormEps is the usual default of RMSNorm layers.
+	defaultRMSNormEps = 1e-6
+	// defaultIgnoreIndex is torch.nn.functional.cross_entropy's default.
+	defaultIgnoreIndex = -100
+)
+
+// unaryOps maps the elementwise ops of one tensor to their function.
+var unaryOps = map[abi.Op]unaryFn{
+	abi.OpScale:     unaryScale,
+	abi.OpAddScalar: unaryAddScalar,
+	abi.OpRelu:      unaryRelu,
+	abi.OpGelu:      unaryGelu,
+	abi.OpTanh:      unaryTanh,
+	abi.OpSigmoid:   unarySigmoid,
+	abi.OpSilu:      unarySilu,
+	abi.OpExp:       unaryExp,
+	abi.OpLog:       unaryLog,
+	abi.OpSqrt:      unarySqrt,
+	abi.OpNeg:       unaryNeg,
+}
+
+// binaryOps maps the broadcasting ops of two tensors to their function.
+var binaryOps = map[abi.Op]binaryFn{
+	abi.OpSub: binarySub,
+	abi.OpMul: binaryMul,
+	abi.OpDiv: binaryDiv,
+}
+
+// reduceOps maps the axis reductions to their function.
+var reduceOps = map[abi.Op]reduceFn{
+	abi.OpSum:  reduceSum,
+	abi.OpMean: reduceMean,
+	abi.OpMax:  reduceMax,
+}
 
 // record is one op on a Tape, with the sizes and saved tensors its backward
 // needs.
 type record struct {
 	op   abi.Op
 	args []*Tensor
-	out  *Tensor
+	outs []*Tensor
 
-	ta, tb  bool // matmul
-	m, n, k int  // matmul, linear (m rows, n out, k in)
+	ta, tb  bool // matmul, batch matmul
+	m, n, k int  // matmul, linear (m rows, n out, k in), batch matmul
 	swapped bool // add: args[1] is the larger operand
-	// layer norm: the forward's row statistics.
+	// layer norm: the forward's row statistics; rms norm: rstd only.
 	mean, rstd *Tensor
+
+	p                 float64 // scale, add_scalar, eps, keep_prob
+	outer, dim, inner int     // the [outer, dim, inner] view of an axis op
+	perm              []int   // permute, transpose
+	sizes             []int   // concat, split: the section sizes
+	start             int     // slice
+	// saved is a tensor the backward needs: max's arg-max indices,
+	// cross_entropy's log-sum-exp, attention's probabilities.
+	saved *Tensor
+	// loss is cross_entropy's per-row loss when it reduces.
+	loss      *Tensor
+	reduction int
+	ignore    int64
+	count     int // cross_entropy: rows not ignored
+	batch     int // batch matmul: c matrices
+	na, nb    int // batch matmul: a and b matrices
+	attn      attnDims
 }
 
 // Apply runs op on args with attrs and returns a new tensor. Every arg must
-// be a float32 tensor on dev; abi.Op documents each op's args, attrs and
-// defaults. Shapes that do not fit give ErrShape, bad counts, attrs or
-// dtypes ErrArgument, and an unknown code ErrUnknownOp. When tape is not nil
-// the op is recorded so that [Tape.Backward] can differentiate through it.
+// be a tensor on dev, float32 unless abi.Op documents another dtype (ids,
+// targets, masks); abi.Op documents each op's args, attrs and defaults.
+// Shapes that do not fit give ErrShape, bad counts, attrs, dtypes or ids
+// ErrArgument, and an unknown code ErrUnknownOp. When tape is not nil the
+// op is recorded so that [Tape.Backward] can differentiate through it. An op
+// with several results (abi.OpSplit) needs [ApplyMulti].
 func Apply(dev Device, tape *Tape, op abi.Op, args []*Tensor, attrs []float64) (*Tensor, error) {
+	if spec, ok := opSpecs[op]; ok && spec.multi {
+		return nil, fmt.Errorf("%w: %s has several results: use the multi-result form (ApplyMulti)", ErrArgument, op)
+	}
+	outs, err := ApplyMulti(dev, tape, op, args, attrs)
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], nil
+}
+
+// ApplyMulti is [Apply] for every op, including those with several results
+// (abi.OpSplit); it returns the results in order, one for a single-result
+// op. The slice is new; the tensors are as Apply's.
+func ApplyMulti(dev Device, tape *Tape, op abi.Op, args []*Tensor, attrs []float64) ([]*Tensor, error) {
 	rec, err := prepare(dev, op, args, attrs)
 	if err != nil {
 		return nil, err
 	}
-	if err := forward(dev, rec, attrs); err != nil {
+	if err := forward(dev, rec); err != nil {
+		if errors.Is(err, ErrArgument) || errors.Is(err, ErrShape) {
+			return nil, err // kernels that check data name the op already
+		}
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if tape != nil {
 		tape.recs = append(tape.recs, rec)
 	}
-	return rec.out, nil
+	return append([]*Tensor(nil), rec.outs...), nil
 }
 
-// prepare validates an op's inputs, and returns its record with the output
+// prepare validates an op's inputs, and returns its record with the outputs
 // allocated.
 func prepare(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*record, error) {
 	spec, ok := opSpecs[op]
@@ -75,12 +193,56 @@ func prepare(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*record, e
 		return nil, fmt.Errorf("%w: %s: %d attrs, want at most %d", ErrArgument, op, len(attrs), spec.maxAttrs)
 	}
 	for i, t := range args {
-		if err := checkFloat(dev, t); err != nil {
+		kind := argFloat
+		if i < len(spec.kinds) {
+			kind = spec.kinds[i]
+		}
+		if err := checkArg(dev, t, kind); err != nil {
 			return nil, fmt.Errorf("%w: %s: arg %d: %w", ErrArgument, op, i, err)
 		}
 	}
 	rec := &record{op: op, args: append([]*Tensor(nil), args...)}
-	var shape []int
+	shapes, err := prepareShapes(dev, rec, attrs)
+	if err != nil {
+		return nil, err
+	}
+	rec.outs = make([]*Tensor, len(shapes))
+	for i, s := range shapes {
+		if rec.outs[i], err = dev.Zeros(abi.DTypeFloat32, s); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	return rec, nil
+}
+
+// prepareShapes checks the shapes and attrs of rec's args, fills in the
+// sizes that forward and backward need, and returns the output shapes.
+func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
+	op, args := rec.op, rec.args
+	one := func(s []int) ([][]int, error) { return [][]int{s}, nil }
+	if fn, ok := unaryOps[op]; ok {
+		switch fn {
+		case unaryScale:
+			rec.p = attrOr(attrs, 0, 1)
+		case unaryAddScalar:
+			rec.p = attrOr(attrs, 0, 0)
+		}
+		if math.IsNaN(rec.p) || math.IsInf(rec.p, 0) {
+			return nil, fmt.Errorf("%w: %s: attr %v is not finite", ErrArgument, op, rec.p)
+		}
+		return one(args[0].shape)
+	}
+	if _, ok := binaryOps[op]; ok {
+		s, swapped, err := broadcast(op, args[0], args[1])
+		rec.swapped = swapped
+		if err != nil {
+			return nil, err
+		}
+		return one(s)
+	}
+	if _, ok := reduceOps[op]; ok {
+		return prepareReduce(rec, attrs)
+	}
 	switch op {
 	case abi.OpMatMul:
 		a, b := args[0], args[1]
@@ -94,20 +256,11 @@ func prepare(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*record, e
 		if len(a.shape) != 2 || len(b.shape) != 2 {
 			return nil, fmt.Errorf("%w: matmul: A is %v and B is %v, both must be 2-D", ErrShape, a.shape, b.shape)
 		}
-		m, ka := a.shape[0], a.shape[1]
-		if rec.ta {
-			m, ka = ka, m
+		m, n, err := matDims(op, a.shape, b.shape, rec)
+		if err != nil {
+			return nil, err
 		}
-		kb, n := b.shape[0], b.shape[1]
-		if rec.tb {
-			kb, n = n, kb
-		}
-		if ka != kb {
-			return nil, fmt.Errorf("%w: matmul: A %v (transpose_a=%t) and B %v (transpose_b=%t) disagree on k: %d vs %d",
-				ErrShape, a.shape, rec.ta, b.shape, rec.tb, ka, kb)
-		}
-		rec.m, rec.n, rec.k = m, n, ka
-		shape = []int{m, n}
+		return one([]int{m, n})
 	case abi.OpLinear:
 		x, w := args[0], args[1]
 		if len(x.shape) < 1 {
@@ -125,22 +278,16 @@ func prepare(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*record, e
 			return nil, fmt.Errorf("%w: linear: b is %v, W %v wants [%d]", ErrShape, args[2].shape, w.shape, out)
 		}
 		rec.m, rec.n, rec.k = x.n/in, out, in
-		shape = append(append([]int{}, x.shape[:len(x.shape)-1]...), out)
+		return one(append(append([]int{}, x.shape[:len(x.shape)-1]...), out))
 	case abi.OpAdd:
-		a, b := args[0], args[1]
-		switch {
-		case isSuffix(b.shape, a.shape):
-		case isSuffix(a.shape, b.shape):
-			rec.swapped = true
-		default:
-			return nil, fmt.Errorf("%w: add: %v and %v do not broadcast (one must be a suffix of the other)", ErrShape, a.shape, b.shape)
+		s, swapped, err := broadcast(op, args[0], args[1])
+		rec.swapped = swapped
+		if err != nil {
+			return nil, err
 		}
-		shape = a.shape
-		if rec.swapped {
-			shape = b.shape
-		}
+		return one(s)
 	case abi.OpGeluTanh:
-		shape = args[0].shape
+		return one(args[0].shape)
 	case abi.OpLayerNorm:
 		x, w, b := args[0], args[1], args[2]
 		if len(x.shape) < 1 {
@@ -150,36 +297,410 @@ func prepare(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*record, e
 		if len(w.shape) != 1 || w.shape[0] != h || len(b.shape) != 1 || b.shape[0] != h {
 			return nil, fmt.Errorf("%w: layer_norm: x %v wants w and b of [%d], got %v and %v", ErrShape, x.shape, h, w.shape, b.shape)
 		}
-		eps := defaultLayerNormEps
-		if len(attrs) > 0 {
-			eps = attrs[0]
-		}
-		if !(eps >= 0) || math.IsInf(eps, 0) {
-			return nil, fmt.Errorf("%w: layer_norm: eps %v is not a finite non-negative number", ErrArgument, eps)
-		}
-		rows := x.n / h
 		var err error
-		if rec.mean, err = dev.Zeros(abi.DTypeFloat32, []int{rows}); err != nil {
+		if rec.p, err = epsAttr(op, attrs, defaultLayerNormEps); err != nil {
+			return nil, err
+		}
+		if rec.mean, err = dev.Zeros(abi.DTypeFloat32, []int{x.n / h}); err != nil {
 			return nil, fmt.Errorf("layer_norm: %w", err)
 		}
-		if rec.rstd, err = dev.Zeros(abi.DTypeFloat32, []int{rows}); err != nil {
+		if rec.rstd, err = dev.Zeros(abi.DTypeFloat32, []int{x.n / h}); err != nil {
 			return nil, fmt.Errorf("layer_norm: %w", err)
 		}
-		shape = x.shape
-	default:
-		panic("BUG: op in opSpecs without a case in prepare: " + op.String())
+		return one(x.shape)
+	case abi.OpRMSNorm:
+		x, w := args[0], args[1]
+		if len(x.shape) < 1 {
+			return nil, fmt.Errorf("%w: rms_norm: x is a scalar", ErrShape)
+		}
+		h := x.shape[len(x.shape)-1]
+		if len(w.shape) != 1 || w.shape[0] != h {
+			return nil, fmt.Errorf("%w: rms_norm: x %v wants w of [%d], got %v", ErrShape, x.shape, h, w.shape)
+		}
+		var err error
+		if rec.p, err = epsAttr(op, attrs, defaultRMSNormEps); err != nil {
+			return nil, err
+		}
+		if rec.rstd, err = dev.Zeros(abi.DTypeFloat32, []int{x.n / h}); err != nil {
+			return nil, fmt.Errorf("rms_norm: %w", err)
+		}
+		return one(x.shape)
+	case abi.OpSoftmax, abi.OpLogSoftmax:
+		x := args[0]
+		axis, err := axisAttr(op, "axis", attrs, 0, -1, len(x.shape))
+		if err != nil {
+			return nil, err
+		}
+		rec.outer, rec.dim, rec.inner = view3(x.shape, axis)
+		return one(x.shape)
+	case abi.OpDropout:
+		x, mask := args[0], args[1]
+		if !isSuffix(mask.shape, x.shape) {
+			return nil, fmt.Errorf("%w: dropout: mask %v must have x's shape %v or a suffix of it", ErrShape, mask.shape, x.shape)
+		}
+		rec.p = attrOr(attrs, 0, 1)
+		if !(rec.p > 0 && rec.p <= 1) {
+			return nil, fmt.Errorf("%w: dropout: keep_prob %v is not in (0, 1]", ErrArgument, rec.p)
+		}
+		return one(x.shape)
+	case abi.OpEmbedding:
+		return prepareEmbedding(rec)
+	case abi.OpCrossEntropy:
+		return prepareCrossEntropy(dev, rec, attrs)
+	case abi.OpBatchMatMul:
+		return prepareBatchMatMul(rec, attrs)
+	case abi.OpAttention:
+		return prepareAttention(dev, rec, attrs)
+	case abi.OpReshape, abi.OpPermute, abi.OpTranspose, abi.OpConcat, abi.OpSlice, abi.OpSplit:
+		return prepareShapeOp(rec, attrs)
 	}
-	out, err := dev.Zeros(abi.DTypeFloat32, shape)
+	panic("BUG: op in opSpecs without a case in prepare: " + op.String())
+}
+
+// matDims checks op(A)·op(B) for the 2-D shapes as and bs (the last two
+// dims of a batch) and sets rec's m, n and k.
+func matDims(op abi.Op, as, bs []int, rec *record) (m, n int, err error) {
+	m, ka := as[0], as[1]
+	if rec.ta {
+		m, ka = ka, m
+	}
+	kb, n := bs[0], bs[1]
+	if rec.tb {
+		kb, n = n, kb
+	}
+	if ka != kb {
+		return 0, 0, fmt.Errorf("%w: %s: A %v (transpose_a=%t) and B %v (transpose_b=%t) disagree on k: %d vs %d",
+			ErrShape, op, rec.args[0].shape, rec.ta, rec.args[1].shape, rec.tb, ka, kb)
+	}
+	rec.m, rec.n, rec.k = m, n, ka
+	return m, n, nil
+}
+
+// broadcast checks that one of a and b is a suffix of the other, and
+// returns the larger shape and whether b is the larger.
+func broadcast(op abi.Op, a, b *Tensor) ([]int, bool, error) {
+	switch {
+	case isSuffix(b.shape, a.shape):
+		return a.shape, false, nil
+	case isSuffix(a.shape, b.shape):
+		return b.shape, true, nil
+	}
+	return nil, false, fmt.Errorf("%w: %s: %v and %v do not broadcast (one must be a suffix of the other)", ErrShape, op, a.shape, b.shape)
+}
+
+// view3 returns the [outer, dim, inner] view of shape around axis.
+func view3(shape []int, axis int) (outer, dim, inner int) {
+	outer, inner = 1, 1
+	for _, d := range shape[:axis] {
+		outer *= d
+	}
+	for _, d := range shape[axis+1:] {
+		inner *= d
+	}
+	return outer, shape[axis], inner
+}
+
+// prepareReduce handles sum, mean and max.
+func prepareReduce(rec *record, attrs []float64) ([][]int, error) {
+	x := rec.args[0]
+	axis, err := axisAttr(rec.op, "axis", attrs, 0, -1, len(x.shape))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, err
 	}
-	rec.out = out
-	return rec, nil
+	keep, err := flagAttr(attrs, 1)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: keepdim: %w", ErrArgument, rec.op, err)
+	}
+	rec.outer, rec.dim, rec.inner = view3(x.shape, axis)
+	shape := append([]int{}, x.shape[:axis]...)
+	if keep {
+		shape = append(shape, 1)
+	}
+	shape = append(shape, x.shape[axis+1:]...)
+	return [][]int{shape}, nil
+}
+
+// prepareEmbedding checks ids and table; the ids' values are checked by
+// the kernel.
+func prepareEmbedding(rec *record) ([][]int, error) {
+	ids, table := rec.args[0], rec.args[1]
+	if len(table.shape) != 2 {
+		return nil, fmt.Errorf("%w: embedding: table is %v, want [V, D]", ErrShape, table.shape)
+	}
+	if len(ids.shape) >= abi.MaxRank {
+		return nil, fmt.Errorf("%w: embedding: ids %s have rank %d; the result would exceed rank %d", ErrShape, ids.desc(), len(ids.shape), abi.MaxRank)
+	}
+	return [][]int{append(append([]int{}, ids.shape...), table.shape[1])}, nil
+}
+
+// prepareCrossEntropy checks logits, targets and attrs.
+func prepareCrossEntropy(dev Device, rec *record, attrs []float64) ([][]int, error) {
+	logits, targets := rec.args[0], rec.args[1]
+	if len(logits.shape) != 2 || len(targets.shape) != 1 || targets.shape[0] != logits.shape[0] {
+		return nil, fmt.Errorf("%w: cross_entropy: logits %v and targets %s, want [N, C] and [N]", ErrShape, logits.shape, targets.desc())
+	}
+	red, err := intAttr(rec.op, "reduction", attrs, 0, 0, 0, 2)
+	if err != nil {
+		return nil, err
+	}
+	ign, err := intAttr(rec.op, "ignore_index", attrs, 1, defaultIgnoreIndex, -1<<53, 1<<53)
+	if err != nil {
+		return nil, err
+	}
+	rec.reduction, rec.ignore = red, int64(ign)
+	n := logits.shape[0]
+	if rec.saved, err = dev.Zeros(abi.DTypeFloat32, []int{n}); err != nil {
+		return nil, fmt.Errorf("cross_entropy: %w", err)
+	}
+	if red == 0 {
+		return [][]int{{n}}, nil
+	}
+	if rec.loss, err = dev.Zeros(abi.DTypeFloat32, []int{n}); err != nil {
+		return nil, fmt.Errorf("cross_entropy: %w", err)
+	}
+	return [][]int{{1}}, nil
+}
+
+// prepareBatchMatMul checks a batch matmul's shapes and flags.
+func prepareBatchMatMul(rec *record, attrs []float64) ([][]int, error) {
+	a, b := rec.args[0], rec.args[1]
+	var err error
+	if rec.ta, err = flagAttr(attrs, 0); err != nil {
+		return nil, fmt.Errorf("%w: batch_matmul: transpose_a: %w", ErrArgument, err)
+	}
+	if rec.tb, err = flagAttr(attrs, 1); err != nil {
+		return nil, fmt.Errorf("%w: batch_matmul: transpose_b: %w", ErrArgument, err)
+	}
+	if len(a.shape) < 2 || len(b.shape) < 2 {
+		return nil, fmt.Errorf("%w: batch_matmul: a is %v and b is %v, both need rank >= 2", ErrShape, a.shape, b.shape)
+	}
+	la, lb := a.shape[:len(a.shape)-2], b.shape[:len(b.shape)-2]
+	lead := la
+	switch {
+	case isSuffix(lb, la):
+	case isSuffix(la, lb):
+		lead = lb
+	default:
+		return nil, fmt.Errorf("%w: batch_matmul: leading dims of a %v and b %v do not broadcast (one must be a suffix of the other)", ErrShape, a.shape, b.shape)
+	}
+	m, n, err := matDims(rec.op, a.shape[len(la):], b.shape[len(lb):], rec)
+	if err != nil {
+		return nil, err
+	}
+	rec.na, rec.nb = a.n/(a.shape[len(la)]*a.shape[len(la)+1]), b.n/(b.shape[len(lb)]*b.shape[len(lb)+1])
+	rec.batch = max(rec.na, rec.nb)
+	return [][]int{append(append([]int{}, lead...), m, n)}, nil
+}
+
+// prepareAttention checks q, k, v, the mask and the attrs.
+func prepareAttention(dev Device, rec *record, attrs []float64) ([][]int, error) {
+	q, k, v := rec.args[0], rec.args[1], rec.args[2]
+	if len(q.shape) != 4 || len(k.shape) != 4 || len(v.shape) != 4 {
+		return nil, fmt.Errorf("%w: attention: q %v, k %v and v %v must be [B,H,T,D]", ErrShape, q.shape, k.shape, v.shape)
+	}
+	b, h, tq, d := q.shape[0], q.shape[1], q.shape[2], q.shape[3]
+	tk, dv := k.shape[2], v.shape[3]
+	if k.shape[0] != b || k.shape[1] != h || k.shape[3] != d || v.shape[0] != b || v.shape[1] != h || v.shape[2] != tk {
+		return nil, fmt.Errorf("%w: attention: q %v, k %v and v %v do not fit q [B,H,Tq,D], k [B,H,Tk,D], v [B,H,Tk,Dv]", ErrShape, q.shape, k.shape, v.shape)
+	}
+	if len(rec.args) == 4 {
+		if m := rec.args[3]; len(m.shape) != 2 || m.shape[0] != b || m.shape[1] != tk {
+			return nil, fmt.Errorf("%w: attention: key_padding_mask is %v, want [%d %d] for k %v", ErrShape, m.shape, b, tk, k.shape)
+		}
+	}
+	causal, err := flagAttr(attrs, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: attention: causal: %w", ErrArgument, err)
+	}
+	scale := attrOr(attrs, 1, 0)
+	if math.IsNaN(scale) || math.IsInf(scale, 0) {
+		return nil, fmt.Errorf("%w: attention: scale %v is not finite", ErrArgument, scale)
+	}
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(d))
+	}
+	rec.attn = attnDims{b: b, h: h, tq: tq, tk: tk, d: d, dv: dv, causal: causal, scale: scale}
+	if rec.saved, err = dev.Zeros(abi.DTypeFloat32, []int{b, h, tq, tk}); err != nil {
+		return nil, fmt.Errorf("attention: probabilities: %w", err)
+	}
+	return [][]int{{b, h, tq, dv}}, nil
+}
+
+// prepareShapeOp handles reshape, permute, transpose, concat, slice and
+// split.
+func prepareShapeOp(rec *record, attrs []float64) ([][]int, error) {
+	op, x := rec.op, rec.args[0]
+	rank := len(x.shape)
+	switch op {
+	case abi.OpReshape:
+		shape := make([]int, len(attrs))
+		infer := -1
+		known := 1
+		for i := range attrs {
+			d, err := intAttr(op, fmt.Sprintf("dim %d", i), attrs, i, 0, -1, math.MaxInt32)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case d == -1 && infer >= 0:
+				return nil, fmt.Errorf("%w: reshape: dims %v have more than one -1", ErrArgument, attrs)
+			case d == -1:
+				infer = i
+			case d == 0:
+				return nil, fmt.Errorf("%w: reshape: dims %v have a 0", ErrArgument, attrs)
+			default:
+				if known > x.n/d {
+					return nil, fmt.Errorf("%w: reshape: %v to dims %v: the element count differs", ErrShape, x.shape, attrs)
+				}
+				known *= d
+			}
+			shape[i] = d
+		}
+		if infer >= 0 {
+			if x.n%known != 0 {
+				return nil, fmt.Errorf("%w: reshape: %v to dims %v: %d elements do not divide by %d", ErrShape, x.shape, attrs, x.n, known)
+			}
+			shape[infer] = x.n / known
+			known = x.n
+		}
+		if known != x.n {
+			return nil, fmt.Errorf("%w: reshape: %v (%d elements) to %v", ErrShape, x.shape, x.n, shape)
+		}
+		return [][]int{shape}, nil
+	case abi.OpPermute:
+		if len(attrs) != rank {
+			return nil, fmt.Errorf("%w: permute: %d dims for x %v of rank %d", ErrArgument, len(attrs), x.shape, rank)
+		}
+		perm := make([]int, rank)
+		seen := make([]bool, rank)
+		for i := range attrs {
+			a, err := axisAttr(op, fmt.Sprintf("perm[%d]", i), attrs, i, 0, rank)
+			if err != nil {
+				return nil, err
+			}
+			if seen[a] {
+				return nil, fmt.Errorf("%w: permute: %v is not a permutation of %d dims", ErrArgument, attrs, rank)
+			}
+			seen[a], perm[i] = true, a
+		}
+		rec.perm = perm
+		return [][]int{permuted(x.shape, perm)}, nil
+	case abi.OpTranspose:
+		if len(attrs) != 2 {
+			return nil, fmt.Errorf("%w: transpose: %d attrs, want dim0 and dim1", ErrArgument, len(attrs))
+		}
+		d0, err := axisAttr(op, "dim0", attrs, 0, 0, rank)
+		if err != nil {
+			return nil, err
+		}
+		d1, err := axisAttr(op, "dim1", attrs, 1, 0, rank)
+		if err != nil {
+			return nil, err
+		}
+		rec.perm = make([]int, rank)
+		for i := range rec.perm {
+			rec.perm[i] = i
+		}
+		rec.perm[d0], rec.perm[d1] = d1, d0
+		return [][]int{permuted(x.shape, rec.perm)}, nil
+	case abi.OpConcat:
+		axis, err := axisAttr(op, "axis", attrs, 0, 0, rank)
+		if err != nil {
+			return nil, err
+		}
+		rec.outer, _, rec.inner = view3(x.shape, axis)
+		rec.sizes = make([]int, len(rec.args))
+		total := 0
+		for i, t := range rec.args {
+			if len(t.shape) != rank || !sameShape(t.shape[:axis], x.shape[:axis]) || !sameShape(t.shape[axis+1:], x.shape[axis+1:]) {
+				return nil, fmt.Errorf("%w: concat: arg %d is %v, arg 0 is %v; they may differ only on axis %d", ErrShape, i, t.shape, x.shape, axis)
+			}
+			rec.sizes[i] = t.shape[axis]
+			total += t.shape[axis]
+		}
+		rec.dim = total
+		shape := append([]int{}, x.shape...)
+		shape[axis] = total
+		return [][]int{shape}, nil
+	case abi.OpSlice:
+		if len(attrs) != 3 {
+			return nil, fmt.Errorf("%w: slice: %d attrs, want axis, start and end", ErrArgument, len(attrs))
+		}
+		axis, err := axisAttr(op, "axis", attrs, 0, 0, rank)
+		if err != nil {
+			return nil, err
+		}
+		dim := x.shape[axis]
+		start, err := intAttr(op, "start", attrs, 1, 0, 0, dim-1)
+		if err != nil {
+			return nil, fmt.Errorf("%w (x is %v, axis %d)", err, x.shape, axis)
+		}
+		end, err := intAttr(op, "end", attrs, 2, 0, start+1, dim)
+		if err != nil {
+			return nil, fmt.Errorf("%w (x is %v, axis %d, start %d)", err, x.shape, axis, start)
+		}
+		rec.outer, rec.dim, rec.inner = view3(x.shape, axis)
+		rec.start, rec.sizes = start, []int{end - start}
+		shape := append([]int{}, x.shape...)
+		shape[axis] = end - start
+		return [][]int{shape}, nil
+	case abi.OpSplit:
+		if len(attrs) < 2 {
+			return nil, fmt.Errorf("%w: split: %d attrs, want axis and at least one section size", ErrArgument, len(attrs))
+		}
+		axis, err := axisAttr(op, "axis", attrs, 0, 0, rank)
+		if err != nil {
+			return nil, err
+		}
+		rec.outer, rec.dim, rec.inner = view3(x.shape, axis)
+		rec.sizes = make([]int, len(attrs)-1)
+		shapes := make([][]int, len(rec.sizes))
+		left := rec.dim
+		for i := range rec.sizes {
+			s, err := intAttr(op, fmt.Sprintf("size %d", i), attrs, i+1, 0, 1, left)
+			if err != nil {
+				return nil, fmt.Errorf("%w (x is %v, axis %d, sizes %v)", err, x.shape, axis, attrs[1:])
+			}
+			left -= s
+			rec.sizes[i] = s
+			shapes[i] = append([]int{}, x.shape...)
+			shapes[i][axis] = s
+		}
+		if left != 0 {
+			return nil, fmt.Errorf("%w: split: sizes %v do not add up to dim %d of x %v", ErrShape, attrs[1:], axis, x.shape)
+		}
+		return shapes, nil
+	}
+	panic("BUG: prepareShapeOp on " + op.String())
+}
+
+// permuted returns shape with its dims reordered by perm.
+func permuted(shape, perm []int) []int {
+	s := make([]int, len(perm))
+	for i, p := range perm {
+		s[i] = shape[p]
+	}
+	return s
 }
 
 // forward runs a prepared record's kernels.
-func forward(dev Device, rec *record, attrs []float64) error {
-	a, out := rec.args, rec.out
+func forward(dev Device, rec *record) error {
+	a, out := rec.args, rec.outs[0]
+	if fn, ok := unaryOps[rec.op]; ok {
+		return dev.unary(fn, rec.p, out, a[0])
+	}
+	if fn, ok := binaryOps[rec.op]; ok {
+		return dev.binary(fn, out, a[0], a[1])
+	}
+	if fn, ok := reduceOps[rec.op]; ok {
+		if fn == reduceMax {
+			var err error
+			if rec.saved, err = dev.Zeros(abi.DTypeInt32, out.shape); err != nil {
+				return err
+			}
+		}
+		return dev.reduceAxis(fn, out, rec.saved, a[0], rec.outer, rec.dim, rec.inner)
+	}
 	switch rec.op {
 	case abi.OpMatMul:
 		return dev.gemm(rec.ta, rec.tb, rec.m, rec.n, rec.k, a[0], a[1], out, false)
@@ -199,17 +720,75 @@ func forward(dev Device, rec *record, attrs []float64) error {
 	case abi.OpGeluTanh:
 		return dev.geluForward(out, a[0])
 	case abi.OpLayerNorm:
-		eps := defaultLayerNormEps
-		if len(attrs) > 0 {
-			eps = attrs[0]
+		return dev.layerNormForward(out, rec.mean, rec.rstd, a[0], a[1], a[2], rec.p)
+	case abi.OpRMSNorm:
+		return dev.rmsNormForward(out, rec.rstd, a[0], a[1], rec.p)
+	case abi.OpSoftmax, abi.OpLogSoftmax:
+		return dev.softmax(out, a[0], rec.outer, rec.dim, rec.inner, rec.op == abi.OpLogSoftmax)
+	case abi.OpDropout:
+		if err := dev.binary(binaryMul, out, a[0], a[1]); err != nil {
+			return err
 		}
-		return dev.layerNormForward(out, rec.mean, rec.rstd, a[0], a[1], a[2], eps)
+		return dev.unary(unaryScale, 1/rec.p, out, out)
+	case abi.OpEmbedding:
+		return dev.embedding(out, a[0], a[1])
+	case abi.OpCrossEntropy:
+		loss := out
+		if rec.reduction != 0 {
+			loss = rec.loss
+		}
+		var err error
+		if rec.count, err = dev.crossEntropy(loss, rec.saved, a[0], a[1], rec.ignore); err != nil {
+			return err
+		}
+		if rec.reduction == 0 {
+			return nil
+		}
+		if err := dev.sumRows(out, loss); err != nil {
+			return err
+		}
+		if rec.reduction == 1 {
+			return dev.unary(unaryScale, 1/float64(rec.count), out, out)
+		}
+		return nil
+	case abi.OpBatchMatMul:
+		return dev.bmm(rec.ta, rec.tb, rec.batch, rec.m, rec.n, rec.k, a[0], rec.na, a[1], rec.nb, out, rec.batch, false)
+	case abi.OpAttention:
+		var mask *Tensor
+		if len(a) == 4 {
+			mask = a[3]
+		}
+		return dev.attention(out, rec.saved, a[0], a[1], a[2], mask, rec.attn)
+	case abi.OpReshape:
+		return dev.copy(out, a[0])
+	case abi.OpPermute, abi.OpTranspose:
+		return dev.permute(out, a[0], rec.perm)
+	case abi.OpConcat:
+		off := 0
+		for i, t := range a {
+			w := rec.sizes[i] * rec.inner
+			if err := dev.copy2D(out, off, rec.dim*rec.inner, t, 0, w, rec.outer, w); err != nil {
+				return err
+			}
+			off += w
+		}
+		return nil
+	case abi.OpSlice, abi.OpSplit:
+		off := rec.start * rec.inner
+		for i, o := range rec.outs {
+			w := rec.sizes[i] * rec.inner
+			if err := dev.copy2D(o, 0, w, a[0], off, rec.dim*rec.inner, rec.outer, w); err != nil {
+				return err
+			}
+			off += w
+		}
+		return nil
 	}
 	panic("BUG: forward of unprepared op " + rec.op.String())
 }
 
-// checkFloat checks that t is a float32 tensor on dev.
-func checkFloat(dev Device, t *Tensor) error {
+// checkArg checks that t is a tensor on dev of the dtype kind wants.
+func checkArg(dev Device, t *Tensor, kind int) error {
 	if t == nil {
 		return errors.New("nil tensor")
 	}
@@ -219,10 +798,32 @@ func checkFloat(dev Device, t *Tensor) error {
 	if t.dev != dev {
 		return fmt.Errorf("tensor on device %q, want %q", t.dev.Name(), dev.Name())
 	}
-	if t.dt != abi.DTypeFloat32 {
-		return fmt.Errorf("dtype %s, want float32", t.dt)
+	switch kind {
+	case argIDs:
+		if t.dt != abi.DTypeInt32 && t.dt != abi.DTypeInt64 {
+			return fmt.Errorf("dtype %s, want int32 or int64", t.dt)
+		}
+	case argMask:
+		if t.dt != abi.DTypeBool {
+			return fmt.Errorf("dtype %s, want bool", t.dt)
+		}
+	default:
+		if t.dt != abi.DTypeFloat32 {
+			return fmt.Errorf("dtype %s, want float32", t.dt)
+		}
 	}
 	return nil
+}
+
+// checkFloat checks that t is a float32 tensor on dev.
+func checkFloat(dev Device, t *Tensor) error { return checkArg(dev, t, argFloat) }
+
+// attrOr returns attrs[i], or def when it is left out.
+func attrOr(attrs []float64, i int, def float64) float64 {
+	if i < len(attrs) {
+		return attrs[i]
+	}
+	return def
 }
 
 // flagAttr reads a 0|1 attr at index i, which defaults to 0.
@@ -237,6 +838,47 @@ func flagAttr(attrs []float64, i int) (bool, error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("%v is neither 0 nor 1", attrs[i])
+}
+
+// intAttr reads an integral attr at index i (def when left out) that must
+// lie in [lo, hi].
+func intAttr(op abi.Op, name string, attrs []float64, i, def, lo, hi int) (int, error) {
+	if i >= len(attrs) {
+		return def, nil
+	}
+	v := attrs[i]
+	if v != math.Trunc(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%w: %s: %s %v is not an integer", ErrArgument, op, name, v)
+	}
+	if v < float64(lo) || v > float64(hi) {
+		return 0, fmt.Errorf("%w: %s: %s %v is outside [%d, %d]", ErrArgument, op, name, v, lo, hi)
+	}
+	return int(v), nil
+}
+
+// axisAttr reads an axis attr for a tensor of the given rank (at least 1)
+// and returns it in [0, rank); a negative axis counts from the end.
+func axisAttr(op abi.Op, name string, attrs []float64, i, def, rank int) (int, error) {
+	if rank == 0 {
+		return 0, fmt.Errorf("%w: %s: x is a scalar and has no axis", ErrShape, op)
+	}
+	a, err := intAttr(op, name, attrs, i, def, -rank, rank-1)
+	if err != nil {
+		return 0, fmt.Errorf("%w (rank %d)", err, rank)
+	}
+	if a < 0 {
+		a += rank
+	}
+	return a, nil
+}
+
+// epsAttr reads a norm's eps at index 0.
+func epsAttr(op abi.Op, attrs []float64, def float64) (float64, error) {
+	eps := attrOr(attrs, 0, def)
+	if !(eps >= 0) || math.IsInf(eps, 0) {
+		return 0, fmt.Errorf("%w: %s: eps %v is not a finite non-negative number", ErrArgument, op, eps)
+	}
+	return eps, nil
 }
 
 func countRange(lo, hi int) string {

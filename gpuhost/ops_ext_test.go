@@ -1,6 +1,7 @@
 package gpuhost_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -11,45 +12,216 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 )
 
+// argKind says how TestOpGradients makes one arg.
+type argKind int
+
+const (
+	kFloat   argKind = iota // float32 uniform in the case's range
+	kPos                    // float32 uniform in [0.5, 2)
+	kMask01                 // float32 0|1 (dropout's mask); gets no gradient
+	kIDs64                  // int64 ids in [0, ids)
+	kIDs32                  // int32 ids in [0, ids)
+	kTarget                 // int64 targets in [0, ids), row 1 = ignore
+	kPadMask                // bool [B,Tk]: batch 0 pads its last key, batch 1 all keys, others none
+)
+
+// opCase is one row of the gradient table.
+type opCase struct {
+	name   string
+	op     abi.Op
+	shapes [][]int
+	attrs  []float64
+	lo, hi float64   // range of kFloat; default [-1, 1)
+	kinds  []argKind // by arg; missing ones are kFloat
+	ids    int       // range of ids and targets
+	ignore float64   // the ignore target of kTarget; default -100
+}
+
+// gradCases covers every op; TestOpGradients fails for an op without one.
+var gradCases = []opCase{
+	{name: "matmul", op: abi.OpMatMul, shapes: [][]int{{3, 5}, {5, 4}}},
+	{name: "matmul-ta", op: abi.OpMatMul, shapes: [][]int{{5, 3}, {5, 4}}, attrs: []float64{1}},
+	{name: "matmul-tb", op: abi.OpMatMul, shapes: [][]int{{3, 5}, {4, 5}}, attrs: []float64{0, 1}},
+	{name: "matmul-ta-tb", op: abi.OpMatMul, shapes: [][]int{{5, 3}, {4, 5}}, attrs: []float64{1, 1}},
+	{name: "matmul-odd", op: abi.OpMatMul, shapes: [][]int{{7, 9}, {9, 1}}, attrs: []float64{0, 0}},
+	{name: "matmul-vector-rows", op: abi.OpMatMul, shapes: [][]int{{1, 6}, {6, 5}}},
+	{name: "linear-bias", op: abi.OpLinear, shapes: [][]int{{3, 5}, {4, 5}, {4}}},
+	{name: "linear-no-bias", op: abi.OpLinear, shapes: [][]int{{3, 5}, {4, 5}}},
+	{name: "linear-rank3", op: abi.OpLinear, shapes: [][]int{{2, 3, 5}, {6, 5}, {6}}},
+	{name: "linear-rank3-no-bias", op: abi.OpLinear, shapes: [][]int{{2, 3, 5}, {6, 5}}},
+	{name: "linear-rank1", op: abi.OpLinear, shapes: [][]int{{5}, {3, 5}, {3}}},
+	{name: "linear-one-row", op: abi.OpLinear, shapes: [][]int{{1, 5}, {3, 5}, {3}}},
+	{name: "add-same", op: abi.OpAdd, shapes: [][]int{{3, 4}, {3, 4}}},
+	{name: "add-bcast-right", op: abi.OpAdd, shapes: [][]int{{2, 3, 4}, {4}}},
+	{name: "add-bcast-left", op: abi.OpAdd, shapes: [][]int{{4}, {2, 3, 4}}},
+	{name: "add-bcast-right-2d", op: abi.OpAdd, shapes: [][]int{{2, 3, 4}, {3, 4}}},
+	{name: "add-bcast-left-2d", op: abi.OpAdd, shapes: [][]int{{3, 4}, {2, 3, 4}}},
+	{name: "add-bcast-unit-lead", op: abi.OpAdd, shapes: [][]int{{1, 4}, {4}}},
+	{name: "add-scalar", op: abi.OpAdd, shapes: [][]int{{}, {2, 3}}},
+	{name: "gelu_tanh", op: abi.OpGeluTanh, shapes: [][]int{{2, 3, 4}}, lo: -4, hi: 4},
+	{name: "gelu_tanh-1d", op: abi.OpGeluTanh, shapes: [][]int{{7}}, lo: -1, hi: 1},
+	{name: "layer_norm", op: abi.OpLayerNorm, shapes: [][]int{{4, 6}, {6}, {6}}},
+	{name: "layer_norm-rank3-eps", op: abi.OpLayerNorm, shapes: [][]int{{2, 3, 5}, {5}, {5}}, attrs: []float64{1e-3}},
+	{name: "layer_norm-1d", op: abi.OpLayerNorm, shapes: [][]int{{8}, {8}, {8}}, attrs: []float64{1e-12}},
+
+	{name: "sub-same", op: abi.OpSub, shapes: [][]int{{3, 4}, {3, 4}}},
+	{name: "sub-bcast-right", op: abi.OpSub, shapes: [][]int{{2, 3, 4}, {3, 4}}},
+	{name: "sub-bcast-left", op: abi.OpSub, shapes: [][]int{{4}, {2, 3, 4}}},
+	{name: "mul-same", op: abi.OpMul, shapes: [][]int{{3, 4}, {3, 4}}},
+	{name: "mul-bcast-right", op: abi.OpMul, shapes: [][]int{{2, 3, 4}, {4}}},
+	{name: "mul-bcast-left", op: abi.OpMul, shapes: [][]int{{3, 4}, {2, 3, 4}}},
+	{name: "mul-self-shapes-scalar", op: abi.OpMul, shapes: [][]int{{}, {5}}},
+	{name: "div-same", op: abi.OpDiv, shapes: [][]int{{3, 4}, {3, 4}}, kinds: []argKind{kFloat, kPos}},
+	{name: "div-bcast-right", op: abi.OpDiv, shapes: [][]int{{2, 3, 4}, {4}}, kinds: []argKind{kFloat, kPos}},
+	{name: "div-bcast-left", op: abi.OpDiv, shapes: [][]int{{3, 4}, {2, 3, 4}}, kinds: []argKind{kFloat, kPos}},
+	{name: "scale", op: abi.OpScale, shapes: [][]int{{2, 5}}, attrs: []float64{-2.5}},
+	{name: "scale-default", op: abi.OpScale, shapes: [][]int{{4}}},
+	{name: "add_scalar", op: abi.OpAddScalar, shapes: [][]int{{2, 5}}, attrs: []float64{0.75}},
+	{name: "relu", op: abi.OpRelu, shapes: [][]int{{3, 7}}},
+	{name: "gelu", op: abi.OpGelu, shapes: [][]int{{2, 3, 4}}, lo: -4, hi: 4},
+	{name: "tanh", op: abi.OpTanh, shapes: [][]int{{3, 5}}, lo: -3, hi: 3},
+	{name: "sigmoid", op: abi.OpSigmoid, shapes: [][]int{{3, 5}}, lo: -4, hi: 4},
+	{name: "silu", op: abi.OpSilu, shapes: [][]int{{3, 5}}, lo: -4, hi: 4},
+	{name: "exp", op: abi.OpExp, shapes: [][]int{{3, 5}}, lo: -2, hi: 2},
+	{name: "log", op: abi.OpLog, shapes: [][]int{{3, 5}}, kinds: []argKind{kPos}},
+	{name: "sqrt", op: abi.OpSqrt, shapes: [][]int{{3, 5}}, kinds: []argKind{kPos}},
+	{name: "neg", op: abi.OpNeg, shapes: [][]int{{2, 2, 3}}},
+	{name: "softmax", op: abi.OpSoftmax, shapes: [][]int{{3, 6}}, lo: -3, hi: 3},
+	{name: "softmax-axis0", op: abi.OpSoftmax, shapes: [][]int{{4, 3, 2}}, attrs: []float64{0}},
+	{name: "softmax-axis-2", op: abi.OpSoftmax, shapes: [][]int{{2, 4, 3}}, attrs: []float64{-2}},
+	{name: "log_softmax", op: abi.OpLogSoftmax, shapes: [][]int{{3, 6}}, lo: -3, hi: 3},
+	{name: "log_softmax-axis1", op: abi.OpLogSoftmax, shapes: [][]int{{2, 5, 3}}, attrs: []float64{1}},
+	{name: "rms_norm", op: abi.OpRMSNorm, shapes: [][]int{{4, 6}, {6}}},
+	{name: "rms_norm-rank3-eps", op: abi.OpRMSNorm, shapes: [][]int{{2, 3, 5}, {5}}, attrs: []float64{1e-2}},
+	{name: "reshape", op: abi.OpReshape, shapes: [][]int{{2, 3, 4}}, attrs: []float64{4, -1}},
+	{name: "reshape-rank4", op: abi.OpReshape, shapes: [][]int{{6, 4}}, attrs: []float64{2, 3, 2, 2}},
+	{name: "reshape-scalar", op: abi.OpReshape, shapes: [][]int{{1, 1}}},
+	{name: "permute", op: abi.OpPermute, shapes: [][]int{{2, 3, 4}}, attrs: []float64{2, 0, 1}},
+	{name: "permute-4d", op: abi.OpPermute, shapes: [][]int{{2, 3, 2, 4}}, attrs: []float64{0, 2, 1, -1}},
+	{name: "transpose", op: abi.OpTranspose, shapes: [][]int{{2, 3, 4}}, attrs: []float64{0, 2}},
+	{name: "transpose-neg", op: abi.OpTranspose, shapes: [][]int{{3, 5}}, attrs: []float64{-1, -2}},
+	{name: "concat-axis0", op: abi.OpConcat, shapes: [][]int{{2, 3}, {1, 3}, {3, 3}}},
+	{name: "concat-axis1", op: abi.OpConcat, shapes: [][]int{{2, 3, 2}, {2, 1, 2}}, attrs: []float64{1}},
+	{name: "concat-last", op: abi.OpConcat, shapes: [][]int{{2, 3}, {2, 4}}, attrs: []float64{-1}},
+	{name: "concat-one", op: abi.OpConcat, shapes: [][]int{{4}}},
+	{name: "slice", op: abi.OpSlice, shapes: [][]int{{5, 3}}, attrs: []float64{0, 1, 4}},
+	{name: "slice-inner", op: abi.OpSlice, shapes: [][]int{{2, 6, 3}}, attrs: []float64{-2, 2, 6}},
+	{name: "split", op: abi.OpSplit, shapes: [][]int{{2, 7, 3}}, attrs: []float64{1, 2, 4, 1}},
+	{name: "split-last", op: abi.OpSplit, shapes: [][]int{{3, 6}}, attrs: []float64{-1, 3, 3}},
+	{name: "sum", op: abi.OpSum, shapes: [][]int{{3, 4}}},
+	{name: "sum-axis0-keep", op: abi.OpSum, shapes: [][]int{{3, 4, 2}}, attrs: []float64{0, 1}},
+	{name: "sum-1d", op: abi.OpSum, shapes: [][]int{{5}}},
+	{name: "mean", op: abi.OpMean, shapes: [][]int{{3, 4, 2}}, attrs: []float64{1}},
+	{name: "mean-keep", op: abi.OpMean, shapes: [][]int{{3, 4}}, attrs: []float64{-1, 1}},
+	{name: "max", op: abi.OpMax, shapes: [][]int{{3, 5}}},
+	{name: "max-axis1-keep", op: abi.OpMax, shapes: [][]int{{2, 4, 3}}, attrs: []float64{1, 1}},
+	{name: "dropout", op: abi.OpDropout, shapes: [][]int{{3, 4}, {3, 4}}, attrs: []float64{0.8}, kinds: []argKind{kFloat, kMask01}},
+	{name: "dropout-bcast-mask", op: abi.OpDropout, shapes: [][]int{{2, 3, 4}, {4}}, attrs: []float64{0.5}, kinds: []argKind{kFloat, kMask01}},
+	{name: "embedding-int64", op: abi.OpEmbedding, shapes: [][]int{{2, 3}, {5, 4}}, kinds: []argKind{kIDs64}, ids: 5},
+	{name: "embedding-int32", op: abi.OpEmbedding, shapes: [][]int{{7}, {3, 2}}, kinds: []argKind{kIDs32}, ids: 3},
+	{name: "cross_entropy-none", op: abi.OpCrossEntropy, shapes: [][]int{{4, 5}, {4}}, kinds: []argKind{kFloat, kTarget}, ids: 5, lo: -2, hi: 2},
+	{name: "cross_entropy-mean", op: abi.OpCrossEntropy, shapes: [][]int{{4, 5}, {4}}, attrs: []float64{1}, kinds: []argKind{kFloat, kTarget}, ids: 5},
+	{name: "cross_entropy-sum-ignore", op: abi.OpCrossEntropy, shapes: [][]int{{3, 4}, {3}}, attrs: []float64{2, 3}, kinds: []argKind{kFloat, kTarget}, ids: 3, ignore: 3},
+	{name: "batch_matmul", op: abi.OpBatchMatMul, shapes: [][]int{{2, 3, 4}, {2, 4, 5}}},
+	{name: "batch_matmul-ta-tb", op: abi.OpBatchMatMul, shapes: [][]int{{2, 2, 4, 3}, {2, 2, 5, 4}}, attrs: []float64{1, 1}},
+	{name: "batch_matmul-bcast-b", op: abi.OpBatchMatMul, shapes: [][]int{{2, 3, 3, 4}, {3, 4, 2}}, attrs: []float64{0, 0}},
+	{name: "batch_matmul-bcast-a-tb", op: abi.OpBatchMatMul, shapes: [][]int{{3, 4}, {2, 3, 5, 4}}, attrs: []float64{0, 1}},
+	{name: "batch_matmul-bcast-a-ta", op: abi.OpBatchMatMul, shapes: [][]int{{4, 3}, {2, 4, 5}}, attrs: []float64{1}},
+	{name: "attention", op: abi.OpAttention, shapes: [][]int{{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}}},
+	{name: "attention-mask", op: abi.OpAttention, shapes: [][]int{{3, 2, 4, 4}, {3, 2, 4, 4}, {3, 2, 4, 2}, {3, 4}}, kinds: []argKind{kFloat, kFloat, kFloat, kPadMask}},
+	{name: "attention-causal", op: abi.OpAttention, shapes: [][]int{{1, 2, 4, 3}, {1, 2, 4, 3}, {1, 2, 4, 3}}, attrs: []float64{1}},
+	{name: "attention-causal-tk>tq-scale", op: abi.OpAttention, shapes: [][]int{{2, 1, 2, 3}, {2, 1, 5, 3}, {2, 1, 5, 2}}, attrs: []float64{1, 0.7}},
+	{name: "attention-causal-tq>tk-mask", op: abi.OpAttention, shapes: [][]int{{2, 1, 5, 3}, {2, 1, 3, 3}, {2, 1, 3, 2}, {2, 3}}, attrs: []float64{1}, kinds: []argKind{kFloat, kFloat, kFloat, kPadMask}},
+}
+
+// makeArg returns the float64 values of an arg and the tensor on dev.
+func makeArg(t *testing.T, dev gpuhost.Device, rng *rand.Rand, tc opCase, j int, lo, hi float64) ([]float64, *gpuhost.Tensor) {
+	t.Helper()
+	s := tc.shapes[j]
+	n := numel(s)
+	kind := kFloat
+	if j < len(tc.kinds) {
+		kind = tc.kinds[j]
+	}
+	ints := func(dt abi.DType, v []float64) *gpuhost.Tensor {
+		b := make([]byte, n*dt.Size())
+		for i, e := range v {
+			if dt == abi.DTypeInt32 {
+				binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(e)))
+			} else if dt == abi.DTypeInt64 {
+				binary.LittleEndian.PutUint64(b[8*i:], uint64(int64(e)))
+			} else if e != 0 {
+				b[i] = 1
+			}
+		}
+		x, err := dev.FromBytes(dt, s, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	v := make([]float64, n)
+	switch kind {
+	case kFloat:
+		v = randVals(rng, n, lo, hi)
+	case kPos:
+		v = randVals(rng, n, 0.5, 2)
+	case kMask01:
+		for i := range v {
+			v[i] = float64(i % 2) // half dropped, whatever the seed
+		}
+		rng.Shuffle(n, func(a, b int) { v[a], v[b] = v[b], v[a] })
+	case kIDs64, kIDs32:
+		for i := range v {
+			v[i] = float64(rng.IntN(tc.ids))
+		}
+		if kind == kIDs32 {
+			return v, ints(abi.DTypeInt32, v)
+		}
+		return v, ints(abi.DTypeInt64, v)
+	case kTarget:
+		ign := tc.ignore
+		if ign == 0 {
+			ign = -100
+		}
+		for i := range v {
+			for v[i] = float64(rng.IntN(tc.ids)); v[i] == ign; {
+				v[i] = float64(rng.IntN(tc.ids))
+			}
+		}
+		if n > 1 {
+			v[1] = ign
+		}
+		return v, ints(abi.DTypeInt64, v)
+	case kPadMask:
+		tk := s[1]
+		v[tk-1] = 1
+		if s[0] > 1 {
+			for i := range tk {
+				v[tk+i] = 1
+			}
+		}
+		return v, ints(abi.DTypeBool, v)
+	}
+	return v, mustTensor(t, dev, s, v)
+}
+
 // TestOpGradients checks every op's forward against the float64 reference
 // and its autograd gradient of Σ out·R against central differences of that
-// reference.
+// reference, for every float32 arg.
 func TestOpGradients(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name   string
-		op     abi.Op
-		shapes [][]int
-		attrs  []float64
-		lo, hi float64 // input range; default [-1, 1)
-	}{
-		{name: "matmul", op: abi.OpMatMul, shapes: [][]int{{3, 5}, {5, 4}}},
-		{name: "matmul-ta", op: abi.OpMatMul, shapes: [][]int{{5, 3}, {5, 4}}, attrs: []float64{1}},
-		{name: "matmul-tb", op: abi.OpMatMul, shapes: [][]int{{3, 5}, {4, 5}}, attrs: []float64{0, 1}},
-		{name: "matmul-ta-tb", op: abi.OpMatMul, shapes: [][]int{{5, 3}, {4, 5}}, attrs: []float64{1, 1}},
-		{name: "matmul-odd", op: abi.OpMatMul, shapes: [][]int{{7, 9}, {9, 1}}, attrs: []float64{0, 0}},
-		{name: "matmul-vector-rows", op: abi.OpMatMul, shapes: [][]int{{1, 6}, {6, 5}}},
-		{name: "linear-bias", op: abi.OpLinear, shapes: [][]int{{3, 5}, {4, 5}, {4}}},
-		{name: "linear-no-bias", op: abi.OpLinear, shapes: [][]int{{3, 5}, {4, 5}}},
-		{name: "linear-rank3", op: abi.OpLinear, shapes: [][]int{{2, 3, 5}, {6, 5}, {6}}},
-		{name: "linear-rank3-no-bias", op: abi.OpLinear, shapes: [][]int{{2, 3, 5}, {6, 5}}},
-		{name: "linear-rank1", op: abi.OpLinear, shapes: [][]int{{5}, {3, 5}, {3}}},
-		{name: "linear-one-row", op: abi.OpLinear, shapes: [][]int{{1, 5}, {3, 5}, {3}}},
-		{name: "add-same", op: abi.OpAdd, shapes: [][]int{{3, 4}, {3, 4}}},
-		{name: "add-bcast-right", op: abi.OpAdd, shapes: [][]int{{2, 3, 4}, {4}}},
-		{name: "add-bcast-left", op: abi.OpAdd, shapes: [][]int{{4}, {2, 3, 4}}},
-		{name: "add-bcast-right-2d", op: abi.OpAdd, shapes: [][]int{{2, 3, 4}, {3, 4}}},
-		{name: "add-bcast-left-2d", op: abi.OpAdd, shapes: [][]int{{3, 4}, {2, 3, 4}}},
-		{name: "add-bcast-unit-lead", op: abi.OpAdd, shapes: [][]int{{1, 4}, {4}}},
-		{name: "add-scalar", op: abi.OpAdd, shapes: [][]int{{}, {2, 3}}},
-		{name: "gelu", op: abi.OpGeluTanh, shapes: [][]int{{2, 3, 4}}, lo: -4, hi: 4},
-		{name: "gelu-1d", op: abi.OpGeluTanh, shapes: [][]int{{7}}, lo: -1, hi: 1},
-		{name: "layer_norm", op: abi.OpLayerNorm, shapes: [][]int{{4, 6}, {6}, {6}}},
-		{name: "layer_norm-rank3-eps", op: abi.OpLayerNorm, shapes: [][]int{{2, 3, 5}, {5}, {5}}, attrs: []float64{1e-3}},
-		{name: "layer_norm-1d", op: abi.OpLayerNorm, shapes: [][]int{{8}, {8}, {8}}, attrs: []float64{1e-12}},
+	covered := map[abi.Op]bool{}
+	for _, tc := range gradCases {
+		covered[tc.op] = true
+	}
+	for _, op := range abi.Ops() {
+		if !covered[op] {
+			t.Errorf("op %s (%d) has no gradient test case", op, op)
+		}
 	}
 	for _, d := range devices() {
-		for i, tt := range tests {
+		for i, tt := range gradCases {
 			t.Run(d.name+"/"+tt.name, func(t *testing.T) {
 				t.Parallel()
 				rng := rand.New(rand.NewPCG(42, uint64(i)))
@@ -59,40 +231,64 @@ func TestOpGradients(t *testing.T) {
 				}
 				in := make([][]float64, len(tt.shapes))
 				args := make([]*gpuhost.Tensor, len(tt.shapes))
-				for j, s := range tt.shapes {
-					in[j] = randVals(rng, numel(s), lo, hi)
-					args[j] = mustTensor(t, d.dev, s, in[j])
+				var wrt []*gpuhost.Tensor
+				var wrtIdx []int
+				perturb := make([]bool, len(tt.shapes))
+				for j := range tt.shapes {
+					in[j], args[j] = makeArg(t, d.dev, rng, tt, j, lo, hi)
+					if args[j].DType() == abi.DTypeFloat32 {
+						wrt, wrtIdx = append(wrt, args[j]), append(wrtIdx, j)
+						perturb[j] = j >= len(tt.kinds) || tt.kinds[j] != kMask01
+					}
 				}
 				tape := gpuhost.NewTape()
-				out, err := gpuhost.Apply(d.dev, tape, tt.op, args, tt.attrs)
+				outs, err := gpuhost.ApplyMulti(d.dev, tape, tt.op, args, tt.attrs)
 				if err != nil {
-					t.Fatalf("Apply: %v", err)
+					t.Fatalf("ApplyMulti: %v", err)
 				}
 				if tape.Len() != 1 {
 					t.Errorf("tape.Len() = %d, want 1", tape.Len())
 				}
-				want := refOp(t, tt.op, in, tt.shapes, tt.attrs)
-				if len(want) != out.Len() {
-					t.Fatalf("output %v has %d elements, reference %d", out.Shape(), out.Len(), len(want))
+				var got []float32
+				for _, o := range outs {
+					got = append(got, mustFloats(t, d.dev, o)...)
 				}
-				if e := relErr(mustFloats(t, d.dev, out), want); e > 1e-5 {
+				want := refOp(t, tt.op, in, tt.shapes, tt.attrs)
+				if len(want) != len(got) {
+					t.Fatalf("outputs have %d elements, reference %d", len(got), len(want))
+				}
+				if e := relErr(got, want); e > 1e-5 {
 					t.Errorf("forward relative error %.3g > 1e-5", e)
 				}
 
-				r := randVals(rng, out.Len(), -1, 1)
-				grads, err := tape.Backward(d.dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{mustTensor(t, d.dev, out.Shape(), r)}, args)
+				r := randVals(rng, len(got), -1, 1)
+				gouts := make([]*gpuhost.Tensor, len(outs))
+				off := 0
+				for j, o := range outs {
+					gouts[j] = mustTensor(t, d.dev, o.Shape(), r[off:off+o.Len()])
+					off += o.Len()
+				}
+				grads, err := tape.Backward(d.dev, outs, gouts, wrt)
 				if err != nil {
 					t.Fatalf("Backward: %v", err)
 				}
-				fd := finiteDiff(in, func(x [][]float64) float64 {
+				fd := finiteDiffSome(in, perturb, func(x [][]float64) float64 {
 					return dot(refOp(t, tt.op, x, tt.shapes, tt.attrs), r)
 				})
-				for j, g := range grads {
+				for w, g := range grads {
+					j := wrtIdx[w]
 					if !slices.Equal(g.Shape(), tt.shapes[j]) {
 						t.Errorf("grad %d has shape %v, want %v", j, g.Shape(), tt.shapes[j])
 						continue
 					}
-					if e := relErr(mustFloats(t, d.dev, g), fd[j]); e > 1e-3 {
+					gv := mustFloats(t, d.dev, g)
+					if !perturb[j] {
+						if slices.ContainsFunc(gv, func(v float32) bool { return v != 0 }) {
+							t.Errorf("grad of arg %d (no gradient flows to it) = %v, want zeros", j, gv)
+						}
+						continue
+					}
+					if e := relErr(gv, fd[j]); e > 1e-3 {
 						t.Errorf("grad of arg %d: relative error %.3g > 1e-3", j, e)
 					}
 				}

@@ -157,6 +157,9 @@ func refOp(t *testing.T, op abi.Op, args [][]float64, shapes [][]int, attrs []fl
 	case abi.OpLayerNorm:
 		return refLayerNorm(args[0], args[1], args[2], attr(0, 1e-5))
 	}
+	if y, ok := refOpExt(op, args, shapes, attrs); ok {
+		return y
+	}
 	t.Fatalf("no reference for op %s", op)
 	return nil
 }
@@ -190,6 +193,34 @@ func finiteDiff(in [][]float64, f func([][]float64) float64) [][]float64 {
 			x[i][j] = v
 			g[i][j] = (fp - fm) / (2 * h)
 		}
+	}
+	return g
+}
+
+// finiteDiffSome is finiteDiff for the inputs marked in perturb; the
+// others get zero gradients.
+func finiteDiffSome(in [][]float64, perturb []bool, f func([][]float64) float64) [][]float64 {
+	fixed := make([][]float64, len(in))
+	g := make([][]float64, len(in))
+	var free [][]float64
+	var at []int
+	for i, v := range in {
+		if perturb[i] {
+			free, at = append(free, v), append(at, i)
+		} else {
+			fixed[i] = v
+			g[i] = make([]float64, len(v))
+		}
+	}
+	fg := finiteDiff(free, func(x [][]float64) float64 {
+		all := append([][]float64(nil), fixed...)
+		for k, i := range at {
+			all[i] = x[k]
+		}
+		return f(all)
+	})
+	for k, i := range at {
+		g[i] = fg[k]
 	}
 	return g
 }

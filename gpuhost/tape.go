@@ -106,7 +106,9 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 	for _, r := range recs {
 		for _, a := range r.args {
 			if needs[a] {
-				needs[r.out] = true
+				for _, o := range r.outs {
+					needs[o] = true
+				}
 				break
 			}
 		}
@@ -126,15 +128,23 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 	}
 	for i := len(recs) - 1; i >= 0; i-- {
 		r := recs[i]
-		g, ok := gs.m[r.out]
-		if !ok {
+		gys := make([]*Tensor, len(r.outs))
+		some := false
+		for j, o := range r.outs {
+			if g, ok := gs.m[o]; ok {
+				gys[j], some = g.t, true
+			}
+		}
+		if !some {
 			continue
 		}
-		if err := backwardOp(dev, gs, needs, r, g.t); err != nil {
+		if err := backwardOp(dev, gs, needs, r, gys); err != nil {
 			return nil, fmt.Errorf("backward: %s (op %d): %w", r.op, i, err)
 		}
-		if !isWrt[r.out] {
-			delete(gs.m, r.out) // free it as early as a framework would
+		for _, o := range r.outs {
+			if !isWrt[o] {
+				delete(gs.m, o) // free it as early as a framework would
+			}
 		}
 	}
 
@@ -157,113 +167,6 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 		given[res[i]] = true
 	}
 	return res, nil
-}
-
-// backwardOp adds the gradients of r's args that are needed, given gy, the
-// gradient of r's output.
-func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gy *Tensor) error {
-	a := r.args
-	// newGrad allocates a gradient shaped like arg i.
-	newGrad := func(i int) (*Tensor, error) { return dev.Zeros(abi.DTypeFloat32, a[i].shape) }
-	// gemmInto computes a gradient for arg i with one GEMM.
-	gemmInto := func(i int, ta, tb bool, m, n, k int, x, y *Tensor) error {
-		if !needs[a[i]] {
-			return nil
-		}
-		g, err := newGrad(i)
-		if err != nil {
-			return err
-		}
-		if err := dev.gemm(ta, tb, m, n, k, x, y, g, false); err != nil {
-			return err
-		}
-		return gs.add(a[i], g, true)
-	}
-	switch r.op {
-	case abi.OpMatMul:
-		// C = op(A)·op(B): dop(A) = gC·op(B)ᵀ and dop(B) = op(A)ᵀ·gC,
-		// transposed back when the arg was stored transposed.
-		m, n, k := r.m, r.n, r.k
-		var err error
-		if !r.ta {
-			err = gemmInto(0, false, !r.tb, m, k, n, gy, a[1])
-		} else {
-			err = gemmInto(0, r.tb, true, k, m, n, a[1], gy)
-		}
-		if err != nil {
-			return err
-		}
-		if !r.tb {
-			return gemmInto(1, !r.ta, false, k, n, m, a[0], gy)
-		}
-		return gemmInto(1, true, r.ta, n, k, m, gy, a[0])
-	case abi.OpLinear:
-		// y = x·Wᵀ + b: dx = gy·W, dW = gyᵀ·x, db = Σ_rows gy.
-		m, n, k := r.m, r.n, r.k
-		if err := gemmInto(0, false, false, m, k, n, gy, a[1]); err != nil {
-			return err
-		}
-		if err := gemmInto(1, true, false, n, k, m, gy, a[0]); err != nil {
-			return err
-		}
-		if len(a) == 3 && needs[a[2]] {
-			return reduceInto(dev, gs, a[2], gy)
-		}
-		return nil
-	case abi.OpAdd:
-		big, small := a[0], a[1]
-		if r.swapped {
-			big, small = small, big
-		}
-		if needs[big] {
-			if err := gs.add(big, gy, false); err != nil {
-				return err
-			}
-		}
-		if needs[small] {
-			return reduceInto(dev, gs, small, gy)
-		}
-		return nil
-	case abi.OpGeluTanh:
-		if !needs[a[0]] {
-			return nil
-		}
-		g, err := newGrad(0)
-		if err != nil {
-			return err
-		}
-		if err := dev.geluBackward(g, a[0], gy); err != nil {
-			return err
-		}
-		return gs.add(a[0], g, true)
-	case abi.OpLayerNorm:
-		var gt [3]*Tensor
-		some := false
-		for i := range gt {
-			if needs[a[i]] {
-				var err error
-				if gt[i], err = newGrad(i); err != nil {
-					return err
-				}
-				some = true
-			}
-		}
-		if !some {
-			return nil
-		}
-		if err := dev.layerNormBackward(gt[0], gt[1], gt[2], a[0], a[1], r.mean, r.rstd, gy); err != nil {
-			return err
-		}
-		for i, g := range gt {
-			if g != nil {
-				if err := gs.add(a[i], g, true); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	panic("BUG: backward of unknown op " + r.op.String())
 }
 
 // reduceInto adds gy, summed over the leading dims that t was broadcast

@@ -1,0 +1,415 @@
+package gpuhost
+
+import "github.com/moehost/moehost/abi"
+
+// backwardOp adds the gradients of r's args that are needed, given gys, the
+// gradients of r's outputs; gys[i] is nil for an output that no gradient
+// reached, and at least one is not nil.
+func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys []*Tensor) error {
+	a := r.args
+	gy := gys[0]
+	// newGrad allocates a gradient shaped like arg i.
+	newGrad := func(i int) (*Tensor, error) { return dev.Zeros(abi.DTypeFloat32, a[i].shape) }
+	// gemmInto computes a gradient for arg i with one GEMM.
+	gemmInto := func(i int, ta, tb bool, m, n, k int, x, y *Tensor) error {
+		if !needs[a[i]] {
+			return nil
+		}
+		g, err := newGrad(i)
+		if err != nil {
+			return err
+		}
+		if err := dev.gemm(ta, tb, m, n, k, x, y, g, false); err != nil {
+			return err
+		}
+		return gs.add(a[i], g, true)
+	}
+	// bmmInto computes a gradient for arg i, which holds ni matrices,
+	// with one batch GEMM.
+	bmmInto := func(i, ni int, ta, tb bool, m, n, k int, x *Tensor, nx int, y *Tensor, ny int) error {
+		if !needs[a[i]] {
+			return nil
+		}
+		g, err := newGrad(i)
+		if err != nil {
+			return err
+		}
+		if err := dev.bmm(ta, tb, r.batch, m, n, k, x, nx, y, ny, g, ni, false); err != nil {
+			return err
+		}
+		return gs.add(a[i], g, true)
+	}
+	if fn, ok := unaryOps[r.op]; ok {
+		if !needs[a[0]] {
+			return nil
+		}
+		if fn == unaryAddScalar {
+			return gs.add(a[0], gy, false)
+		}
+		g, err := newGrad(0)
+		if err != nil {
+			return err
+		}
+		if err := dev.unaryBackward(fn, r.p, g, a[0], r.outs[0], gy); err != nil {
+			return err
+		}
+		return gs.add(a[0], g, true)
+	}
+	if fn, ok := binaryOps[r.op]; ok {
+		return binaryBackward(dev, gs, needs, r, fn, gy)
+	}
+	if fn, ok := reduceOps[r.op]; ok {
+		if !needs[a[0]] {
+			return nil
+		}
+		g, err := newGrad(0)
+		if err != nil {
+			return err
+		}
+		if err := dev.reduceAxisBackward(fn, g, gy, r.saved, r.outer, r.dim, r.inner); err != nil {
+			return err
+		}
+		return gs.add(a[0], g, true)
+	}
+	switch r.op {
+	case abi.OpMatMul:
+		// C = op(A)·op(B): dop(A) = gC·op(B)ᵀ and dop(B) = op(A)ᵀ·gC,
+		// transposed back when the arg was stored transposed.
+		m, n, k := r.m, r.n, r.k
+		var err error
+		if !r.ta {
+			err = gemmInto(0, false, !r.tb, m, k, n, gy, a[1])
+		} else {
+			err = gemmInto(0, r.tb, true, k, m, n, a[1], gy)
+		}
+		if err != nil {
+			return err
+		}
+		if !r.tb {
+			return gemmInto(1, !r.ta, false, k, n, m, a[0], gy)
+		}
+		return gemmInto(1, true, r.ta, n, k, m, gy, a[0])
+	case abi.OpBatchMatMul:
+		// As matmul, per batch; a gradient of a broadcast arg sums over
+		// the batches that reused it.
+		m, n, k, bt := r.m, r.n, r.k, r.batch
+		var err error
+		if !r.ta {
+			err = bmmInto(0, r.na, false, !r.tb, m, k, n, gy, bt, a[1], r.nb)
+		} else {
+			err = bmmInto(0, r.na, r.tb, true, k, m, n, a[1], r.nb, gy, bt)
+		}
+		if err != nil {
+			return err
+		}
+		if !r.tb {
+			return bmmInto(1, r.nb, !r.ta, false, k, n, m, a[0], r.na, gy, bt)
+		}
+		return bmmInto(1, r.nb, true, r.ta, n, k, m, gy, bt, a[0], r.na)
+	case abi.OpLinear:
+		// y = x·Wᵀ + b: dx = gy·W, dW = gyᵀ·x, db = Σ_rows gy.
+		m, n, k := r.m, r.n, r.k
+		if err := gemmInto(0, false, false, m, k, n, gy, a[1]); err != nil {
+			return err
+		}
+		if err := gemmInto(1, true, false, n, k, m, gy, a[0]); err != nil {
+			return err
+		}
+		if len(a) == 3 && needs[a[2]] {
+			return reduceInto(dev, gs, a[2], gy)
+		}
+		return nil
+	case abi.OpAdd:
+		big, small := a[0], a[1]
+		if r.swapped {
+			big, small = small, big
+		}
+		if needs[big] {
+			if err := gs.add(big, gy, false); err != nil {
+				return err
+			}
+		}
+		if needs[small] {
+			return reduceInto(dev, gs, small, gy)
+		}
+		return nil
+	case abi.OpGeluTanh:
+		if !needs[a[0]] {
+			return nil
+		}
+		g, err := newGrad(0)
+		if err != nil {
+			return err
+		}
+		if err := dev.geluBackward(g, a[0], gy); err != nil {
+			return err
+		}
+		return gs.add(a[0], g, true)
+	case abi.OpLayerNorm:
+		var gt [3]*Tensor
+		some := false
+		for i := range gt {
+			if needs[a[i]] {
+				var err error
+				if gt[i], err = newGrad(i); err != nil {
+					return err
+				}
+				some = true
+			}
+		}
+		if !some {
+			return nil
+		}
+		if err := dev.layerNormBackward(gt[0], gt[1], gt[2], a[0], a[1], r.mean, r.rstd, gy); err != nil {
+			return err
+		}
+		return addAll(gs, a, gt[:])
+	case abi.OpRMSNorm:
+		var gt [2]*Tensor
+		some := false
+		for i := range gt {
+			if needs[a[i]] {
+				var err error
+				if gt[i], err = newGrad(i); err != nil {
+					return err
+				}
+				some = true
+			}
+		}
+		if !some {
+			return nil
+		}
+		if err := dev.rmsNormBackward(gt[0], gt[1], a[0], a[1], r.rstd, gy); err != nil {
+			return err
+		}
+		return addAll(gs, a, gt[:])
+	case abi.OpSoftmax, abi.OpLogSoftmax:
+		if !needs[a[0]] {
+			return nil
+		}
+		g, err := newGrad(0)
+		if err != nil {
+			return err
+		}
+		if err := dev.softmaxBackward(g, r.outs[0], gy, r.outer, r.dim, r.inner, r.op == abi.OpLogSoftmax); err != nil {
+			return err
+		}
+		return gs.add(a[0], g, true)
+	case abi.OpDropout:
+		// The mask is an input but gets no gradient.
+		if !needs[a[0]] {
+			return nil
+		}
+		g, err := newGrad(0)
+		if err != nil {
+			return err
+		}
+		if err := dev.binary(binaryMul, g, gy, a[1]); err != nil {
+			return err
+		}
+		if err := dev.unary(unaryScale, 1/r.p, g, g); err != nil {
+			return err
+		}
+		return gs.add(a[0], g, true)
+	case abi.OpEmbedding:
+		if !needs[a[1]] {
+			return nil
+		}
+		g, err := newGrad(1)
+		if err != nil {
+			return err
+		}
+		if err := dev.embeddingBackward(g, a[0], gy); err != nil {
+			return err
+		}
+		return gs.add(a[1], g, true)
+	case abi.OpCrossEntropy:
+		return crossEntropyBackward(dev, gs, needs, r, gy)
+	case abi.OpAttention:
+		var gt [3]*Tensor
+		some := false
+		for i := range gt {
+			if needs[a[i]] {
+				var err error
+				if gt[i], err = newGrad(i); err != nil {
+					return err
+				}
+				some = true
+			}
+		}
+		if !some {
+			return nil
+		}
+		if err := dev.attentionBackward(gt[0], gt[1], gt[2], a[0], a[1], a[2], r.saved, gy, r.attn); err != nil {
+			return err
+		}
+		return addAll(gs, a, gt[:])
+	case abi.OpReshape:
+		if !needs[a[0]] {
+			return nil
+		}
+		// The gradient is gy's storage under x's shape; it is shared, so
+		// the set copies it before adding to it.
+		v := *gy
+		v.shape = a[0].shape
+		return gs.add(a[0], &v, false)
+	case abi.OpPermute, abi.OpTranspose:
+		if !needs[a[0]] {
+			return nil
+		}
+		inv := make([]int, len(r.perm))
+		for i, p := range r.perm {
+			inv[p] = i
+		}
+		g, err := newGrad(0)
+		if err != nil {
+			return err
+		}
+		if err := dev.permute(g, gy, inv); err != nil {
+			return err
+		}
+		return gs.add(a[0], g, true)
+	case abi.OpConcat:
+		off := 0
+		for i, t := range a {
+			w := r.sizes[i] * r.inner
+			if needs[t] {
+				g, err := newGrad(i)
+				if err != nil {
+					return err
+				}
+				if err := dev.copy2D(g, 0, w, gy, off, r.dim*r.inner, r.outer, w); err != nil {
+					return err
+				}
+				if err := gs.add(t, g, true); err != nil {
+					return err
+				}
+			}
+			off += w
+		}
+		return nil
+	case abi.OpSlice, abi.OpSplit:
+		if !needs[a[0]] {
+			return nil
+		}
+		g, err := newGrad(0)
+		if err != nil {
+			return err
+		}
+		off := r.start * r.inner
+		for i, gi := range gys {
+			w := r.sizes[i] * r.inner
+			if gi != nil {
+				if err := dev.copy2D(g, off, r.dim*r.inner, gi, 0, w, r.outer, w); err != nil {
+					return err
+				}
+			}
+			off += w
+		}
+		return gs.add(a[0], g, true)
+	}
+	panic("BUG: backward of unknown op " + r.op.String())
+}
+
+// addAll adds each non-nil gradient in gt to the arg at its index.
+func addAll(gs *gradSet, args, gt []*Tensor) error {
+	for i, g := range gt {
+		if g != nil {
+			if err := gs.add(args[i], g, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// binaryBackward adds the gradients of sub, mul and div:
+// d(a−b) = (gy, −gy), d(a·b) = (gy·b, gy·a), d(a/b) = (gy/b, −gy·y/b),
+// each summed over the leading dims its arg was broadcast along.
+func binaryBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, fn binaryFn, gy *Tensor) error {
+	a, b, y := r.args[0], r.args[1], r.outs[0]
+	full := func() (*Tensor, error) { return dev.Zeros(abi.DTypeFloat32, gy.shape) }
+	if needs[a] {
+		switch fn {
+		case binarySub:
+			if err := reduceInto(dev, gs, a, gy); err != nil {
+				return err
+			}
+		case binaryMul, binaryDiv:
+			g, err := full()
+			if err != nil {
+				return err
+			}
+			if err := dev.binary(fn, g, gy, b); err != nil {
+				return err
+			}
+			if err := reduceNew(dev, gs, a, g); err != nil {
+				return err
+			}
+		}
+	}
+	if !needs[b] {
+		return nil
+	}
+	g, err := full()
+	if err != nil {
+		return err
+	}
+	switch fn {
+	case binarySub:
+		err = dev.unary(unaryNeg, 0, g, gy)
+	case binaryMul:
+		err = dev.binary(binaryMul, g, gy, a)
+	case binaryDiv:
+		if err = dev.binary(binaryMul, g, gy, y); err == nil {
+			if err = dev.binary(binaryDiv, g, g, b); err == nil {
+				err = dev.unary(unaryNeg, 0, g, g)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return reduceNew(dev, gs, b, g)
+}
+
+// crossEntropyBackward turns gy into a per-row gradient and runs the
+// kernel.
+func crossEntropyBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gy *Tensor) error {
+	logits := r.args[0]
+	if !needs[logits] {
+		return nil
+	}
+	rows := gy
+	if r.reduction != 0 {
+		var err error
+		if rows, err = dev.Zeros(abi.DTypeFloat32, []int{logits.shape[0]}); err != nil {
+			return err
+		}
+		if err := dev.addRepeat(rows, rows, gy); err != nil {
+			return err
+		}
+		if r.reduction == 1 && r.count > 0 {
+			if err := dev.unary(unaryScale, 1/float64(r.count), rows, rows); err != nil {
+				return err
+			}
+		}
+	}
+	g, err := dev.Zeros(abi.DTypeFloat32, logits.shape)
+	if err != nil {
+		return err
+	}
+	if err := dev.crossEntropyBackward(g, logits, r.saved, r.args[1], rows, r.ignore); err != nil {
+		return err
+	}
+	return gs.add(logits, g, true)
+}
+
+// reduceNew is reduceInto for a gradient g that the caller made and hands
+// over.
+func reduceNew(dev Device, gs *gradSet, t, g *Tensor) error {
+	if sameShape(t.shape, g.shape) {
+		return gs.add(t, g, true)
+	}
+	return reduceInto(dev, gs, t, g)
+}
