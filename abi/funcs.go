@@ -154,6 +154,23 @@ const (
 	// ErrShapeMismatch, ErrBudgetExceeded, ErrWrongPhase.
 	FuncOp = "op"
 
+	// FuncOpMulti runs an op like FuncOp but for ops with several results
+	// (OpSplit): it writes the result handles at out_ptr and returns
+	// their number. out_cap is the room at out_ptr in handles; when it is
+	// smaller than the number of results, the call fails and no handle is
+	// made. A single-result op gives one handle.
+	//
+	//	(code i32, args_ptr i32, nargs i32, attrs_ptr i32, nattrs i32,
+	//	 out_ptr i32, out_cap i32) -> i32
+	//
+	//	args_ptr  ─▶ [i32 handle × nargs]
+	//	attrs_ptr ─▶ [f64 × nattrs]
+	//	out_ptr   ─▶ [i32 handle × count]   (written)
+	//
+	// Errors: those of FuncOp, and ErrOutOfBounds or ErrInvalidArgument
+	// (out_cap too small) for the result array.
+	FuncOpMulti = "op_multi"
+
 	// FuncFail records the guest's own error message for the current
 	// export, so that the caller sees why the expert refused a batch. The
 	// guest then returns a negative value from the export.

@@ -42,6 +42,7 @@ var hostFuncs = []hostFunc{
 	{abi.FuncTensorShape, []api.ValueType{i32, i32, i32}, tensorShape},
 	{abi.FuncTensorDType, []api.ValueType{i32}, tensorDType},
 	{abi.FuncOp, []api.ValueType{i32, i32, i32, i32, i32}, op},
+	{abi.FuncOpMulti, []api.ValueType{i32, i32, i32, i32, i32, i32, i32}, opMulti},
 	{abi.FuncFail, []api.ValueType{i32, i32}, fail},
 }
 
@@ -426,25 +427,64 @@ func tensorDType(st *state, _ api.Memory, stack []uint64) (int32, error) {
 }
 
 func op(st *state, mem api.Memory, stack []uint64) (int32, error) {
-	code := abi.Op(argI32(stack, 0))
-	if err := needPhase(st, phaseForward, abi.FuncOp); err != nil {
+	outs, err := runOp(st, mem, stack, func(n int) error {
+		if n != 1 {
+			return errf(abi.ErrInvalidArgument, "%v has %d results; call %s", abi.Op(argI32(stack, 0)), n, abi.FuncOpMulti)
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
+	return st.addResult(outs[0]), nil
+}
+
+func opMulti(st *state, mem api.Memory, stack []uint64) (int32, error) {
+	outPtr, outCap := argPtr(stack, 5), argI32(stack, 6)
+	if outCap < 0 || outCap > 1<<16 {
+		return 0, errf(abi.ErrOutOfBounds, "out_cap %d is outside [0, 65536]", outCap)
+	}
+	buf, err := view(mem, outPtr, 4*outCap)
+	if err != nil {
+		return 0, err
+	}
+	outs, err := runOp(st, mem, stack, func(n int) error {
+		if n > int(outCap) {
+			return errf(abi.ErrInvalidArgument, "%v has %d results; out_cap is %d", abi.Op(argI32(stack, 0)), n, outCap)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for i, t := range outs {
+		binary.LittleEndian.PutUint32(buf[4*i:], uint32(st.addResult(t)))
+	}
+	return int32(len(outs)), nil
+}
+
+// runOp decodes the op's args and attrs (stack[0:5]), runs it, lets fits
+// refuse the number of results, and charges the results to the call.
+func runOp(st *state, mem api.Memory, stack []uint64, fits func(int) error) ([]*gpuhost.Tensor, error) {
+	code := abi.Op(argI32(stack, 0))
+	if err := needPhase(st, phaseForward, abi.FuncOp); err != nil {
+		return nil, err
+	}
 	if st.ops >= st.limits.OpsPerCall {
-		return 0, errf(abi.ErrBudgetExceeded, "more than %d ops in one call", st.limits.OpsPerCall)
+		return nil, errf(abi.ErrBudgetExceeded, "more than %d ops in one call", st.limits.OpsPerCall)
 	}
 	st.ops++
 	nargs, nattrs := argI32(stack, 2), argI32(stack, 4)
 	if nargs > 64 || nattrs > 64 {
-		return 0, errf(abi.ErrInvalidArgument, "%v: %d args and %d attrs; at most 64 of each", code, nargs, nattrs)
+		return nil, errf(abi.ErrInvalidArgument, "%v: %d args and %d attrs; at most 64 of each", code, nargs, nattrs)
 	}
 	rawArgs, err := view(mem, argPtr(stack, 1), 4*nargs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	rawAttrs, err := view(mem, argPtr(stack, 3), 8*nattrs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	args := make([]*gpuhost.Tensor, nargs)
 	entries := make([]*entry, nargs)
@@ -452,7 +492,7 @@ func op(st *state, mem api.Memory, stack []uint64) (int32, error) {
 		h := int32(binary.LittleEndian.Uint32(rawArgs[4*i:]))
 		e, err := st.lookup(h)
 		if err != nil {
-			return 0, fmt.Errorf("%v: arg %d: %w", code, i, err)
+			return nil, fmt.Errorf("%v: arg %d: %w", code, i, err)
 		}
 		args[i], entries[i] = e.t, e
 	}
@@ -460,19 +500,24 @@ func op(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	for i := range attrs {
 		attrs[i] = math.Float64frombits(binary.LittleEndian.Uint64(rawAttrs[8*i:]))
 	}
-	out, err := gpuhost.Apply(st.dev, st.tape, code, args, attrs)
+	outs, err := gpuhost.ApplyMulti(st.dev, st.tape, code, args, attrs)
 	if err != nil {
-		return 0, opError(code, err)
+		return nil, opError(code, err)
 	}
-	if err := st.charge(int64(out.ByteSize())); err != nil {
-		return 0, err
+	if err := fits(len(outs)); err != nil {
+		return nil, err
+	}
+	var n int64
+	for _, t := range outs {
+		n += int64(t.ByteSize())
+	}
+	if err := st.charge(n); err != nil {
+		return nil, err
 	}
 	for _, e := range entries {
 		e.used = true
 	}
-	h := newHandle()
-	st.calls[h] = &entry{t: out, kind: kindResult}
-	return h, nil
+	return outs, nil
 }
 
 // opError maps a gpuhost error to the ABI's codes.

@@ -126,6 +126,13 @@ func (st *state) lookup(h int32) (*entry, error) {
 	return nil, errf(abi.ErrInvalidHandle, "handle %d is not live in this instance and call (forged, stale or from another instance)", h)
 }
 
+// addResult gives an op's result a call-lived handle.
+func (st *state) addResult(t *gpuhost.Tensor) int32 {
+	h := newHandle()
+	st.calls[h] = &entry{t: t, kind: kindResult}
+	return h
+}
+
 // charge counts a new tensor against the call's byte budget.
 func (st *state) charge(n int64) error {
 	if st.bytes+n > st.limits.BytesPerCall {
