@@ -29,6 +29,7 @@ import (
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/runtime"
 	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/modules"
 )
 
 // Defaults of the options.
@@ -39,6 +40,10 @@ const (
 
 // ErrServerClosed is returned by Start and Run after Shutdown.
 var ErrServerClosed = errors.New("moehost: server closed")
+
+// ErrInvalidModule is returned by Start for a module that does not compile
+// or does not follow the ABI.
+var ErrInvalidModule = sandbox.ErrInvalidModule
 
 var errShuttingDown = errors.New("server is shutting down")
 
@@ -54,10 +59,10 @@ type Server struct {
 	mu       sync.Mutex
 	started  bool
 	rt       *sandbox.Runtime
-	modules  []*sandbox.Module
 	experts  map[string]*expert
 	sorted   []rpc.Expert
 	ln       net.Listener
+	addr     string // ln's address, kept after Shutdown
 	httpSrv  *http.Server
 	serveErr chan error
 
@@ -98,10 +103,7 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 func (s *Server) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
-		return ""
-	}
-	return s.ln.Addr().String()
+	return s.addr
 }
 
 // Start loads the experts, binds the port and serves in the background. It
@@ -131,6 +133,17 @@ func (s *Server) Start(ctx context.Context) error {
 }
 
 func (s *Server) start(ctx context.Context) error {
+	// Bind first, so that a taken port fails at once, before any module
+	// is compiled; the port serves once every expert is loaded.
+	listen := strings.Replace(s.cfg.listen, ":*", ":0", 1)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.listen, err)
+	}
+	s.mu.Lock()
+	s.ln, s.addr = ln, ln.Addr().String()
+	s.mu.Unlock()
 	if err := os.MkdirAll(s.cfg.dataDir, 0o755); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
@@ -141,24 +154,31 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.rt = rt
 	s.mu.Unlock()
+	store, err := modules.Open(filepath.Join(s.cfg.dataDir, "modules"))
+	if err != nil {
+		return err
+	}
 	dev := gpuhost.NewCPU(0)
-	compiled := map[string]*sandbox.Module{} // by source key, so shared modules compile once
+	compiled := map[string]*sandbox.Module{} // by digest, so shared modules compile once
 	experts := map[string]*expert{}
 	for _, ec := range s.cfg.experts {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("starting: %w", err)
 		}
-		key, wasm, err := ec.Module.load()
+		wasm, err := ec.Module.load(store)
 		if err != nil {
 			return fmt.Errorf("loading expert %q: %w", ec.UID, err)
 		}
+		key := modules.Digest(wasm)
 		m, ok := compiled[key]
 		if !ok {
 			if m, err = rt.Compile(ctx, wasm); err != nil {
 				return fmt.Errorf("loading expert %q: %w", ec.UID, err)
 			}
+			if _, err := store.Put(wasm); err != nil {
+				return fmt.Errorf("loading expert %q: %w", ec.UID, err)
+			}
 			compiled[key] = m
-			s.modules = append(s.modules, m)
 		}
 		opt, err := s.cfg.optimizer.build()
 		if err != nil {
@@ -188,12 +208,6 @@ func (s *Server) start(ctx context.Context) error {
 
 	s.worker.Start(ctx)
 
-	listen := strings.Replace(s.cfg.listen, ":*", ":0", 1)
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", s.cfg.listen, err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", rpc.NewHandler((*table)(s), rpc.Options{MaxRequestBytes: s.cfg.maxRequestBytes}))
@@ -254,7 +268,7 @@ func (s *Server) release(ctx context.Context) error {
 	s.mu.Lock()
 	httpSrv, serveErr, ln, rt := s.httpSrv, s.serveErr, s.ln, s.rt
 	experts := slices.Collect(maps.Values(s.experts))
-	s.httpSrv, s.rt = nil, nil
+	s.httpSrv, s.ln, s.rt = nil, nil, nil
 	s.mu.Unlock()
 	// Fail what is queued and refuse what comes, then let the running
 	// batch finish, so that every handler can answer before HTTP stops.

@@ -11,6 +11,7 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/batch"
 	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/modules"
 )
 
 // Option configures a Server. Options are applied in order by New; a later
@@ -113,10 +114,13 @@ type ExpertConfig struct {
 	Batching *BatchLimits
 }
 
-// ModuleSource is where a module's bytes come from.
+// ModuleSource is where a module's bytes come from. Every module a server
+// loads is kept in the module store of its data dir, so that a later
+// server can name it by digest.
 type ModuleSource struct {
-	path string
-	data []byte
+	path   string
+	data   []byte
+	digest string
 }
 
 // ModuleFile reads the module from a .wasm file.
@@ -125,20 +129,27 @@ func ModuleFile(path string) ModuleSource { return ModuleSource{path: path} }
 // ModuleBytes uses the given module bytes.
 func ModuleBytes(wasm []byte) ModuleSource { return ModuleSource{data: wasm} }
 
-// load returns a key that identifies the source and the module's bytes.
-func (m ModuleSource) load() (string, []byte, error) {
+// ModuleDigest takes the module with the given digest ("sha256:<hex>")
+// from the module store in the data dir.
+func ModuleDigest(digest string) ModuleSource { return ModuleSource{digest: digest} }
+
+func (m ModuleSource) empty() bool { return m.path == "" && len(m.data) == 0 && m.digest == "" }
+
+// load returns the module's bytes.
+func (m ModuleSource) load(store *modules.Store) ([]byte, error) {
 	switch {
 	case m.path != "":
 		b, err := os.ReadFile(m.path)
 		if err != nil {
-			return "", nil, fmt.Errorf("reading module: %w", err)
+			return nil, fmt.Errorf("reading module: %w", err)
 		}
-		return "file:" + m.path, b, nil
+		return b, nil
 	case len(m.data) > 0:
-		// Byte slices from one source share their backing array.
-		return fmt.Sprintf("bytes:%p:%d", &m.data[0], len(m.data)), m.data, nil
+		return m.data, nil
+	case m.digest != "":
+		return store.Get(m.digest)
 	}
-	return "", nil, errors.New("no module given")
+	return nil, errors.New("no module given")
 }
 
 // OptimizerConfig selects the optimizer applied after each backward batch.
@@ -189,8 +200,13 @@ func (c *config) validate() error {
 			return fmt.Errorf("moehost: expert %q is listed twice", e.UID)
 		}
 		seen[e.UID] = true
-		if e.Module.path == "" && len(e.Module.data) == 0 {
+		if e.Module.empty() {
 			return fmt.Errorf("moehost: expert %q has no module", e.UID)
+		}
+		if e.Module.digest != "" {
+			if _, err := modules.ParseDigest(e.Module.digest); err != nil {
+				return fmt.Errorf("moehost: expert %q: %w", e.UID, err)
+			}
 		}
 		if e.Batching != nil {
 			if err := e.Batching.internal().Validate(); err != nil {

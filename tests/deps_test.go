@@ -19,9 +19,13 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"abi", nil},
 		{"gpuhost", []string{"abi"}},
 		{"sdk/expert", []string{"abi"}},
-		{"host/sandbox", []string{"abi", "gpuhost"}},
+		{"modules", []string{"abi"}},
+		{"sdk/client", []string{"abi", "gen/"}},
+		{"host/batch", nil},
+		{"host/runtime", nil},
+		{"host/sandbox", []string{"abi", "gpuhost", "modules"}},
 		{"host/rpc", []string{"abi", "gpuhost", "gen/"}},
-		{"host", []string{"abi", "gpuhost", "gen/", "host/"}},
+		{"host", []string{"abi", "gpuhost", "gen/", "host/", "modules"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {

@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 
@@ -11,6 +9,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/modules"
 )
 
 // Module is a compiled expert module.
@@ -27,8 +26,7 @@ func (m *Module) Digest() string { return m.digest }
 // when the bytes are not Wasm, import anything but the ABI and WASI, or
 // lack a required export.
 func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
-	sum := sha256.Sum256(wasm)
-	digest := "sha256:" + hex.EncodeToString(sum[:])
+	digest := modules.Digest(wasm)
 	cm, err := rt.r.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)

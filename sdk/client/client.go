@@ -1,0 +1,194 @@
+// Package client is the Go caller SDK for moehost: it calls experts on a
+// server over Connect, gRPC or gRPC-Web.
+//
+//	c := client.New("http://127.0.0.1:7700")
+//	out, err := c.Expert("ffn.0").Forward(ctx, client.Float32([]int64{2, 1024}, x))
+//
+// The DHT (finding experts by uid prefix, mixture-of-experts beam search)
+// will come as another constructor in this package.
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/moehost/moehost/abi"
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+)
+
+// Option configures a Client.
+type Option interface{ apply(*options) }
+
+type options struct {
+	http     connect.HTTPClient
+	protocol string // "connect", "grpc", "grpcweb"
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithHTTPClient sets the HTTP client. Default: an HTTP/2 client (without
+// TLS for http:// URLs), which multiplexes calls on one connection and, on
+// a server's graceful shutdown, retries calls the server never started
+// instead of failing them with a reset connection.
+func WithHTTPClient(c connect.HTTPClient) Option {
+	return optionFunc(func(o *options) { o.http = c })
+}
+
+// WithGRPC makes the client speak gRPC instead of Connect.
+func WithGRPC() Option { return optionFunc(func(o *options) { o.protocol = "grpc" }) }
+
+// WithGRPCWeb makes the client speak gRPC-Web instead of Connect.
+func WithGRPCWeb() Option { return optionFunc(func(o *options) { o.protocol = "grpcweb" }) }
+
+// Client calls one moehost server. It is safe for concurrent use.
+type Client struct {
+	svc moehostv1connect.ExpertServiceClient
+}
+
+// New returns a client of the server at baseURL ("http://host:port", or
+// "host:port" for plain HTTP).
+func New(baseURL string, opts ...Option) *Client {
+	o := options{protocol: "connect"}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	if !strings.Contains(baseURL, "://") {
+		baseURL = "http://" + baseURL
+	}
+	if o.http == nil {
+		o.http = defaultHTTPClient(strings.HasPrefix(baseURL, "http://"))
+	}
+	var copts []connect.ClientOption
+	switch o.protocol {
+	case "grpc":
+		copts = append(copts, connect.WithGRPC())
+	case "grpcweb":
+		copts = append(copts, connect.WithGRPCWeb())
+	}
+	return &Client{svc: moehostv1connect.NewExpertServiceClient(o.http, baseURL, copts...)}
+}
+
+func defaultHTTPClient(cleartext bool) *http.Client {
+	protocols := new(http.Protocols)
+	if cleartext {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP2(true)
+		protocols.SetHTTP1(true)
+	}
+	return &http.Client{Transport: &http.Transport{Protocols: protocols}}
+}
+
+// Expert returns a handle to the expert uid on the server. It makes no
+// call.
+func (c *Client) Expert(uid string) *RemoteExpert { return &RemoteExpert{c: c, uid: uid} }
+
+// ListExperts describes every expert on the server.
+func (c *Client) ListExperts(ctx context.Context) ([]*moehostv1.ExpertInfo, error) {
+	res, err := c.svc.ListExperts(ctx, connect.NewRequest(&moehostv1.ListExpertsRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg.GetExperts(), nil
+}
+
+// RemoteExpert is an expert on a server, like hivemind's RemoteExpert.
+type RemoteExpert struct {
+	c   *Client
+	uid string
+}
+
+// UID returns the expert's uid.
+func (e *RemoteExpert) UID() string { return e.uid }
+
+// Info describes the expert.
+func (e *RemoteExpert) Info(ctx context.Context) (*moehostv1.ExpertInfo, error) {
+	res, err := e.c.svc.Info(ctx, connect.NewRequest(&moehostv1.InfoRequest{Uid: e.uid}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}
+
+// Forward computes the expert's outputs for a batch. Errors are
+// *connect.Error values; use connect.CodeOf to branch on them.
+func (e *RemoteExpert) Forward(ctx context.Context, inputs ...Tensor) ([]Tensor, error) {
+	res, err := e.c.svc.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: e.uid, Inputs: toWire(inputs)}))
+	if err != nil {
+		return nil, err
+	}
+	return fromWire(res.Msg.GetOutputs()), nil
+}
+
+// Backward returns the gradients of the inputs given the gradients of the
+// outputs; the server also trains the expert one step.
+func (e *RemoteExpert) Backward(ctx context.Context, inputs, gradOutputs []Tensor) ([]Tensor, error) {
+	res, err := e.c.svc.Backward(ctx, connect.NewRequest(&moehostv1.BackwardRequest{
+		Uid: e.uid, Inputs: toWire(inputs), GradOutputs: toWire(gradOutputs),
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return fromWire(res.Msg.GetGradInputs()), nil
+}
+
+// Tensor is a tensor on the wire: little-endian, row-major data.
+type Tensor struct {
+	DType abi.DType
+	Shape []int64
+	Data  []byte
+}
+
+// Float32 makes a float32 tensor. It panics when len(values) does not
+// match shape, which is a programming error.
+func Float32(shape []int64, values []float32) Tensor {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	if n != int64(len(values)) {
+		panic(fmt.Sprintf("client.Float32: %d values for shape %v", len(values), shape))
+	}
+	data := make([]byte, 4*len(values))
+	for i, v := range values {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+	}
+	return Tensor{DType: abi.DTypeFloat32, Shape: shape, Data: data}
+}
+
+// Float32s returns the values of a float32 tensor.
+func (t Tensor) Float32s() ([]float32, error) {
+	if t.DType != abi.DTypeFloat32 || len(t.Data)%4 != 0 {
+		return nil, fmt.Errorf("tensor is %v with %d bytes, not float32", t.DType, len(t.Data))
+	}
+	out := make([]float32, len(t.Data)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+	}
+	return out, nil
+}
+
+func toWire(ts []Tensor) []*moehostv1.Tensor {
+	out := make([]*moehostv1.Tensor, len(ts))
+	for i, t := range ts {
+		out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(t.DType), Shape: t.Shape, Data: t.Data}
+	}
+	return out
+}
+
+func fromWire(pbs []*moehostv1.Tensor) []Tensor {
+	out := make([]Tensor, len(pbs))
+	for i, pb := range pbs {
+		out[i] = Tensor{DType: abi.DType(pb.GetDtype()), Shape: pb.GetShape(), Data: pb.GetData()}
+	}
+	return out
+}
