@@ -17,7 +17,10 @@ type cpuDevice struct {
 	// minWork is the GEMM size (m·n·k) per extra goroutine; tests lower
 	// it to exercise the split paths on small matrices.
 	minWork int
-	packs   sync.Pool // *gemmBufs
+	// asm selects the AVX2/FMA GEMM kernel; it is gemmHaveAsm, and tests
+	// clear it to cover the portable kernel.
+	asm   bool
+	packs sync.Pool // *gemmBufs
 }
 
 // NewCPU returns the pure-Go CPU device. Kernels split large work across up
@@ -26,7 +29,7 @@ func NewCPU(threads int) Device {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &cpuDevice{threads: threads, minWork: gemmMinWork}
+	return &cpuDevice{threads: threads, minWork: gemmMinWork, asm: gemmHaveAsm}
 }
 
 // Name returns "cpu".

@@ -1,0 +1,164 @@
+package gpuhost
+
+// The AVX2/FMA path: a 6×16 register tile (12 YMM accumulators, two YMM
+// loads of B and six broadcasts of A per k) and BLIS-style blocking for
+// Zen-class cores. A B panel (KC·NR floats, 16 KB) stays in L1 while the
+// micro-kernel walks the MC×KC A block (144 KB) in L2; the KC×NC B block
+// streams from L3. Panels of a B block are 64 bytes apart: at exactly
+// 16 KB spacing, consecutive panels fell into the same cache sets.
+const (
+	asmMR   = 6
+	asmNR   = 16
+	asmKC   = 256
+	asmMC   = 144
+	asmNC   = 4096
+	asmBPad = 16 // floats between B panels
+)
+
+// gemmSerialAsm computes the m×n block of c at c[0] (row stride ldc) with
+// the assembly micro-kernel.
+func gemmSerialAsm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
+	// Even k blocks: k = 300 runs as 150+150, not 256+44.
+	kBlocks := (k + asmKC - 1) / asmKC
+	kcMax := (k + kBlocks - 1) / kBlocks
+	ncMax := (min(asmNC, n) + asmNR - 1) / asmNR * asmNR
+	mcMax := (min(asmMC, m) + asmMR - 1) / asmMR * asmMR
+	ap, bp := bufs.get(mcMax*kcMax, ncMax/asmNR*(kcMax*asmNR+asmBPad))
+	var t [asmMR * asmNR]float32
+	for jc := 0; jc < n; jc += asmNC {
+		nc := min(asmNC, n-jc)
+		for pc := 0; pc < k; pc += kcMax {
+			kc := min(kcMax, k-pc)
+			packBAsm(bp, b, ldb, tb, pc, jc, kc, nc)
+			add := acc || pc > 0
+			for ic := 0; ic < m; ic += asmMC {
+				mc := min(asmMC, m-ic)
+				packAAsm(ap, a, lda, ta, ic, pc, mc, kc)
+				macroKernelAsm(mc, nc, kc, ap, bp, c[ic*ldc+jc:], ldc, add, &t)
+			}
+		}
+	}
+}
+
+// packAAsm packs the mc×kc block of op(A) at (ic, pc) into 6-high panels,
+// each laid out k-major (6 values per k) and zero-padded to 6 rows.
+func packAAsm(dst, a []float32, lda int, ta bool, ic, pc, mc, kc int) {
+	for ir := 0; ir < mc; ir += asmMR {
+		mr := min(asmMR, mc-ir)
+		p := dst[ir*kc : (ir+asmMR)*kc]
+		switch {
+		case ta && mr == asmMR:
+			// op(A)(i, k) = a[k·lda + i]: each k gives 6 adjacent values.
+			for kk := range kc {
+				*(*[asmMR]float32)(p[kk*asmMR:]) = *(*[asmMR]float32)(a[(pc+kk)*lda+ic+ir:])
+			}
+		case ta:
+			for kk := range kc {
+				q := p[kk*asmMR : (kk+1)*asmMR]
+				clear(q[copy(q, a[(pc+kk)*lda+ic+ir:][:mr]):])
+			}
+		case mr == asmMR:
+			base := (ic+ir)*lda + pc
+			r0 := a[base:][:kc]
+			r1 := a[base+lda:][:kc]
+			r2 := a[base+2*lda:][:kc]
+			r3 := a[base+3*lda:][:kc]
+			r4 := a[base+4*lda:][:kc]
+			r5 := a[base+5*lda:][:kc]
+			for kk := range kc {
+				q := (*[asmMR]float32)(p[kk*asmMR:])
+				q[0], q[1], q[2], q[3], q[4], q[5] = r0[kk], r1[kk], r2[kk], r3[kk], r4[kk], r5[kk]
+			}
+		default:
+			clear(p)
+			for r := range mr {
+				src := a[(ic+ir+r)*lda+pc:][:kc]
+				for kk, v := range src {
+					p[kk*asmMR+r] = v
+				}
+			}
+		}
+	}
+}
+
+// packBAsm packs the kc×nc block of op(B) at (pc, jc) into 16-wide panels
+// asmBPad floats apart, each laid out k-major (16 values per k) and
+// zero-padded to 16 columns.
+func packBAsm(dst, b []float32, ldb int, tb bool, pc, jc, kc, nc int) {
+	bs := kc*asmNR + asmBPad
+	for jr := 0; jr < nc; jr += asmNR {
+		nr := min(asmNR, nc-jr)
+		p := dst[jr/asmNR*bs:][:kc*asmNR]
+		switch {
+		case !tb && nr == asmNR:
+			for kk := range kc {
+				*(*[asmNR]float32)(p[kk*asmNR:]) = *(*[asmNR]float32)(b[(pc+kk)*ldb+jc+jr:])
+			}
+		case !tb:
+			for kk := range kc {
+				q := p[kk*asmNR : (kk+1)*asmNR]
+				clear(q[copy(q, b[(pc+kk)*ldb+jc+jr:][:nr]):])
+			}
+		default:
+			// op(B)(k, j) = b[j·ldb + k]: each column is a row of b.
+			packBTrans(p, b[(jc+jr)*ldb+pc:], ldb, kc, nr)
+		}
+	}
+}
+
+// packBTrans transposes nr ≤ 16 rows of b (row stride ldb, kc values
+// each) into the k-major panel p, zero-padding missing columns.
+func packBTrans(p, b []float32, ldb, kc, nr int) {
+	if nr < asmNR {
+		clear(p)
+	}
+	cc := 0
+	for ; cc+4 <= nr; cc += 4 {
+		s0 := b[cc*ldb:][:kc]
+		s1 := b[(cc+1)*ldb:][:kc]
+		s2 := b[(cc+2)*ldb:][:kc]
+		s3 := b[(cc+3)*ldb:][:kc]
+		for kk := range kc {
+			q := (*[4]float32)(p[kk*asmNR+cc:])
+			q[0], q[1], q[2], q[3] = s0[kk], s1[kk], s2[kk], s3[kk]
+		}
+	}
+	for ; cc < nr; cc++ {
+		for kk, v := range b[cc*ldb:][:kc] {
+			p[kk*asmNR+cc] = v
+		}
+	}
+}
+
+// macroKernelAsm multiplies a packed mc×kc A block by a packed kc×nc B
+// block into c, storing or, when add is set, adding. Edge tiles go
+// through t.
+func macroKernelAsm(mc, nc, kc int, ap, bp, c []float32, ldc int, add bool, t *[asmMR * asmNR]float32) {
+	bs := kc*asmNR + asmBPad
+	for jr := 0; jr < nc; jr += asmNR {
+		nr := min(asmNR, nc-jr)
+		bpan := bp[jr/asmNR*bs:][:kc*asmNR]
+		for ir := 0; ir < mc; ir += asmMR {
+			mr := min(asmMR, mc-ir)
+			apan := ap[ir*kc:][:kc*asmMR]
+			if mr == asmMR && nr == asmNR {
+				// The slice proves that the whole tile is inside c.
+				tile := c[ir*ldc+jr:][:(asmMR-1)*ldc+asmNR]
+				gemmKernel6x16(kc, &apan[0], &bpan[0], &tile[0], ldc, add)
+				continue
+			}
+			gemmKernel6x16(kc, &apan[0], &bpan[0], &t[0], asmNR, false)
+			for r := range mr {
+				row := c[(ir+r)*ldc+jr:][:nr]
+				tr := t[r*asmNR:][:nr]
+				if !add {
+					copy(row, tr)
+					continue
+				}
+				for j, v := range tr {
+					row[j] += v
+				}
+			}
+		}
+	}
+}
