@@ -12,6 +12,8 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 STATICCHECK_VERSION := v0.8.2
+# apt-get needs root; others go through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Guest experts: reproducible builds, so the committed .wasm files match.
 WASM_FLAGS := -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared
@@ -48,6 +50,12 @@ test: examples ## Vet, build without cgo, and run every test with the race detec
 .PHONY: bench
 bench: examples ## Run the benchmarks (Forward samples/s, GEMM GFLOP/s)
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
+
+.PHONY: bench-kernels
+bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (installs libopenblas-dev if missing)
+	@dpkg -s libopenblas-dev >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libopenblas-dev; }
+	$(GO) test -c -tags openblas -o $(BIN)/gpuhost-openblas.test ./gpuhost/
+	$(BIN)/gpuhost-openblas.test -test.run '^TestKernelTable$$' -kerneltable
 
 .PHONY: lint
 lint: ## go vet, gofmt and staticcheck

@@ -19,7 +19,9 @@ type cpuDevice struct {
 	minWork int
 	// asm selects the AVX2/FMA GEMM kernel; it is gemmHaveAsm, and tests
 	// clear it to cover the portable kernel.
-	asm   bool
+	asm bool
+	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
+	sgemm func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
 	packs sync.Pool // *gemmBufs
 }
 
@@ -32,8 +34,13 @@ func NewCPU(threads int) Device {
 	return &cpuDevice{threads: threads, minWork: gemmMinWork, asm: gemmHaveAsm}
 }
 
-// Name returns "cpu".
-func (d *cpuDevice) Name() string { return "cpu" }
+// Name returns "cpu", or "cpu-openblas" for [NewOpenBLAS]'s device.
+func (d *cpuDevice) Name() string {
+	if d.sgemm != nil {
+		return "cpu-openblas"
+	}
+	return "cpu"
+}
 
 func (d *cpuDevice) alloc(dt abi.DType, shape []int) (*Tensor, error) {
 	n, err := checkShape(dt, shape)

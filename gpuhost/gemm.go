@@ -63,6 +63,10 @@ func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc boo
 		}
 		return
 	}
+	if d.sgemm != nil {
+		d.sgemm(d.threads, ta, tb, m, n, k, a, b, c, acc)
+		return
+	}
 	lda, ldb := k, n
 	if ta {
 		lda = m
