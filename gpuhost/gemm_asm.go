@@ -13,6 +13,10 @@ const (
 	asmMC   = 144
 	asmNC   = 4096
 	asmBPad = 16 // floats between B panels
+
+	// asmFuseNC is the number of columns of B that the first A block
+	// packs and uses at once (8 panels, 128 KB at KC=256).
+	asmFuseNC = 128
 )
 
 // gemmSerialAsm computes the m×n block of c at c[0] (row stride ldc) with
@@ -25,16 +29,29 @@ func gemmSerialAsm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda in
 	mcMax := (min(asmMC, m) + asmMR - 1) / asmMR * asmMR
 	ap, bp := bufs.get(mcMax*kcMax, ncMax/asmNR*(kcMax*asmNR+asmBPad))
 	var t [asmMR * asmNR]float32
+	bs := kcMax*asmNR + asmBPad
 	for jc := 0; jc < n; jc += asmNC {
 		nc := min(asmNC, n-jc)
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
-			packBAsm(bp, b, ldb, tb, pc, jc, kc, nc)
 			add := acc || pc > 0
 			for ic := 0; ic < m; ic += asmMC {
 				mc := min(asmMC, m-ic)
 				packAAsm(ap, a, lda, ta, ic, pc, mc, kc)
-				macroKernelAsm(mc, nc, kc, ap, bp, c[ic*ldc+jc:], ldc, add, &t)
+				cb := c[ic*ldc+jc:]
+				if ic > 0 {
+					macroKernelAsm(mc, nc, kc, bs, ap, bp, cb, ldc, add, &t)
+					continue
+				}
+				// The first A block packs B a few panels at a time, just
+				// before it uses them, while they are still in L2: for
+				// m ≤ MC, packed B never goes back to memory.
+				for jr := 0; jr < nc; jr += asmFuseNC {
+					nr := min(asmFuseNC, nc-jr)
+					pan := bp[jr/asmNR*bs:]
+					packBAsm(pan, b, ldb, tb, pc, jc+jr, kc, nr, bs)
+					macroKernelAsm(mc, nr, kc, bs, ap, pan, cb[jr:], ldc, add, &t)
+				}
 			}
 		}
 	}
@@ -82,26 +99,30 @@ func packAAsm(dst, a []float32, lda int, ta bool, ic, pc, mc, kc int) {
 }
 
 // packBAsm packs the kc×nc block of op(B) at (pc, jc) into 16-wide panels
-// asmBPad floats apart, each laid out k-major (16 values per k) and
-// zero-padded to 16 columns.
-func packBAsm(dst, b []float32, ldb int, tb bool, pc, jc, kc, nc int) {
-	bs := kc*asmNR + asmBPad
-	for jr := 0; jr < nc; jr += asmNR {
-		nr := min(asmNR, nc-jr)
-		p := dst[jr/asmNR*bs:][:kc*asmNR]
-		switch {
-		case !tb && nr == asmNR:
-			for kk := range kc {
-				*(*[asmNR]float32)(p[kk*asmNR:]) = *(*[asmNR]float32)(b[(pc+kk)*ldb+jc+jr:])
-			}
-		case !tb:
-			for kk := range kc {
-				q := p[kk*asmNR : (kk+1)*asmNR]
-				clear(q[copy(q, b[(pc+kk)*ldb+jc+jr:][:nr]):])
-			}
-		default:
-			// op(B)(k, j) = b[j·ldb + k]: each column is a row of b.
-			packBTrans(p, b[(jc+jr)*ldb+pc:], ldb, kc, nr)
+// bs floats apart, each laid out k-major (16 values per k) and zero-padded
+// to 16 columns.
+func packBAsm(dst, b []float32, ldb int, tb bool, pc, jc, kc, nc, bs int) {
+	if tb {
+		// op(B)(k, j) = b[j·ldb + k]: each column is a row of b.
+		for jr := 0; jr < nc; jr += asmNR {
+			packBTrans(dst[jr/asmNR*bs:][:kc*asmNR], b[(jc+jr)*ldb+pc:], ldb, kc, min(asmNR, nc-jr))
+		}
+		return
+	}
+	// Row by row, so that b streams through memory: a panel at a time
+	// would touch a new page of a wide b for every k.
+	full := nc / asmNR
+	if full > 0 {
+		src := b[pc*ldb+jc:]
+		_ = src[(kc-1)*ldb+full*asmNR-1] // the assembly reads within b and dst
+		_ = dst[(full-1)*bs+kc*asmNR-1]
+		packBRows16(kc, &src[0], ldb, &dst[0], full, bs)
+	}
+	if nr := nc - full*asmNR; nr > 0 {
+		p := dst[full*bs:][:kc*asmNR]
+		for kk := range kc {
+			q := p[kk*asmNR : (kk+1)*asmNR]
+			clear(q[copy(q, b[(pc+kk)*ldb+jc+full*asmNR:][:nr]):])
 		}
 	}
 }
@@ -109,9 +130,22 @@ func packBAsm(dst, b []float32, ldb int, tb bool, pc, jc, kc, nc int) {
 // packBTrans transposes nr ≤ 16 rows of b (row stride ldb, kc values
 // each) into the k-major panel p, zero-padding missing columns.
 func packBTrans(p, b []float32, ldb, kc, nr int) {
-	if nr < asmNR {
-		clear(p)
+	if nr == asmNR {
+		g := kc / 8
+		if g > 0 {
+			_ = b[(asmNR-1)*ldb+8*g-1] // the assembly reads within b and p
+			_ = p[8*g*asmNR-1]
+			packBTrans16(g, &b[0], ldb, &p[0])
+		}
+		for kk := 8 * g; kk < kc; kk++ {
+			q := (*[asmNR]float32)(p[kk*asmNR:])
+			for cc := range q {
+				q[cc] = b[cc*ldb+kk]
+			}
+		}
+		return
 	}
+	clear(p)
 	cc := 0
 	for ; cc+4 <= nr; cc += 4 {
 		s0 := b[cc*ldb:][:kc]
@@ -131,10 +165,9 @@ func packBTrans(p, b []float32, ldb, kc, nr int) {
 }
 
 // macroKernelAsm multiplies a packed mc×kc A block by a packed kc×nc B
-// block into c, storing or, when add is set, adding. Edge tiles go
+// block (panels bs floats apart) into c, storing or, when add is set, adding. Edge tiles go
 // through t.
-func macroKernelAsm(mc, nc, kc int, ap, bp, c []float32, ldc int, add bool, t *[asmMR * asmNR]float32) {
-	bs := kc*asmNR + asmBPad
+func macroKernelAsm(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, t *[asmMR * asmNR]float32) {
 	for jr := 0; jr < nc; jr += asmNR {
 		nr := min(asmNR, nc-jr)
 		bpan := bp[jr/asmNR*bs:][:kc*asmNR]

@@ -114,5 +114,120 @@ func main() {
 	}
 	p("\tVZEROUPPER")
 	p("\tRET")
+	p("")
+	transpose(p)
+	p("")
+	copyRows(p)
 	os.Stdout.WriteString(w.String())
+}
+
+// transpose writes packBTrans16, which packs 16 rows of B (each a column
+// of op(B)) into a k-major panel, 8 k at a time, by two 8×8 transposes.
+func transpose(p func(string, ...any)) {
+	p("// func packBTrans16(groups int, src *float32, ldb int, dst *float32)")
+	p("//")
+	p("// For g < groups and k < 8, row r < 16 of src (stride ldb floats) goes")
+	p("// to dst[(8g+k)·16 + r] from src[r·ldb + 8g+k].")
+	p("TEXT ·packBTrans16(SB), NOSPLIT, $0-32")
+	p("\tMOVQ groups+0(FP), CX")
+	p("\tMOVQ src+8(FP), SI")
+	p("\tMOVQ ldb+16(FP), R8")
+	p("\tMOVQ dst+24(FP), BX")
+	p("\tSHLQ $2, R8")
+	p("\tLEAQ (R8)(R8*2), R9")   // 3·ldb
+	p("\tLEAQ (SI)(R8*4), DI")   // row 4
+	p("\tLEAQ (DI)(R8*4), R10")  // row 8
+	p("\tLEAQ (R10)(R8*4), R11") // row 12
+	p("\tTESTQ CX, CX")
+	p("\tJZ tdone")
+	p("")
+	p("tloop:")
+	half := func(lo, hi string, off int) {
+		rows := []string{"(%s)", "(%s)(R8*1)", "(%s)(R8*2)", "(%s)(R9*1)"}
+		for r := range 8 {
+			base := lo
+			if r >= 4 {
+				base = hi
+			}
+			p("\tVMOVUPS "+rows[r%4]+", Y%d", base, r)
+		}
+		for i := range 4 {
+			p("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
+			p("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
+		}
+		// s0..s7 from t0..t7 (Y8..Y15)
+		p("\tVSHUFPS $0x44, Y10, Y8, Y0")
+		p("\tVSHUFPS $0xEE, Y10, Y8, Y1")
+		p("\tVSHUFPS $0x44, Y11, Y9, Y2")
+		p("\tVSHUFPS $0xEE, Y11, Y9, Y3")
+		p("\tVSHUFPS $0x44, Y14, Y12, Y4")
+		p("\tVSHUFPS $0xEE, Y14, Y12, Y5")
+		p("\tVSHUFPS $0x44, Y15, Y13, Y6")
+		p("\tVSHUFPS $0xEE, Y15, Y13, Y7")
+		for i := range 4 {
+			p("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d", 4+i, i, 8+i)
+			p("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d", 4+i, i, 12+i)
+		}
+		for kk := range 8 {
+			p("\tVMOVUPS Y%d, %d(BX)", 8+kk, kk*64+off)
+		}
+	}
+	half("SI", "DI", 0)
+	half("R10", "R11", 32)
+	p("\tADDQ $32, SI")
+	p("\tADDQ $32, DI")
+	p("\tADDQ $32, R10")
+	p("\tADDQ $32, R11")
+	p("\tADDQ $512, BX")
+	p("\tDECQ CX")
+	p("\tJNZ tloop")
+	p("")
+	p("tdone:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+}
+
+// copyRows writes packBRows16, which packs whole 16-wide panels of a
+// row-major B, reading B row by row.
+func copyRows(p func(string, ...any)) {
+	p("// func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int)")
+	p("//")
+	p("// For k < kc, panel q < panels and j < 16: dst[q·bs + 16k + j] =")
+	p("// src[k·ldb + 16q + j].")
+	p("TEXT ·packBRows16(SB), NOSPLIT, $0-48")
+	p("\tMOVQ kc+0(FP), CX")
+	p("\tMOVQ src+8(FP), SI")
+	p("\tMOVQ ldb+16(FP), R8")
+	p("\tMOVQ dst+24(FP), DI")
+	p("\tMOVQ panels+32(FP), R9")
+	p("\tMOVQ bs+40(FP), R10")
+	p("\tSHLQ $2, R8")
+	p("\tSHLQ $2, R10")
+	p("\tTESTQ CX, CX")
+	p("\tJZ rdone")
+	p("\tTESTQ R9, R9")
+	p("\tJZ rdone")
+	p("")
+	p("rrow:")
+	p("\tMOVQ SI, AX")
+	p("\tMOVQ DI, BX")
+	p("\tMOVQ R9, DX")
+	p("")
+	p("rpanel:")
+	p("\tVMOVUPS (AX), Y0")
+	p("\tVMOVUPS 32(AX), Y1")
+	p("\tVMOVUPS Y0, (BX)")
+	p("\tVMOVUPS Y1, 32(BX)")
+	p("\tADDQ $64, AX")
+	p("\tADDQ R10, BX")
+	p("\tDECQ DX")
+	p("\tJNZ rpanel")
+	p("\tADDQ R8, SI")
+	p("\tADDQ $64, DI")
+	p("\tDECQ CX")
+	p("\tJNZ rrow")
+	p("")
+	p("rdone:")
+	p("\tVZEROUPPER")
+	p("\tRET")
 }
