@@ -79,6 +79,9 @@ checkgenerate: generate ## Fail if generated code is stale
 .PHONY: check
 check: lint test checkgenerate ## Everything CI could ask for
 	CGO_ENABLED=0 $(GO) build ./...
+	GOARCH=arm64 $(GO) vet ./gpuhost/...
+	$(GO) vet -tags purego ./gpuhost/...
+	@cd gpuhost && $(GO) run internal/asmgen/main.go | diff -q - gemm_amd64.s >/dev/null || { echo "gpuhost/gemm_amd64.s is stale: cd gpuhost && go run internal/asmgen/main.go > gemm_amd64.s"; exit 1; }
 
 .PHONY: clean
 clean: ## Remove build outputs and the default data dir

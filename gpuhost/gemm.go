@@ -8,7 +8,8 @@ import "sync"
 // Packing absorbs the transposes, so every variant runs the same unit-stride
 // micro-kernel. Two kernels share this driver: a 6×16 AVX2/FMA assembly
 // kernel (gemm_asm.go) where the CPU has those features, and a portable 2×4
-// Go kernel (gemm_go.go) everywhere else.
+// Go kernel (gemm_go.go) everywhere else, including builds with -tags
+// purego.
 const (
 	// gemmMinWork is the number of multiply-adds below which a second
 	// goroutine costs more than it saves.

@@ -61,7 +61,7 @@ func TestKernelTable(t *testing.T) {
 		{name: "64×1024×4096", op: "x·Wᵀ", tb: true, m: 64, k: 1024, n: 4096, bar: 0.8},
 		{name: "64×1024×4096", op: "x·W", m: 64, k: 1024, n: 4096, bar: 0.8},
 	}
-	const rounds = 7
+	const rounds = 9
 	threads := []int{1, 2}
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
