@@ -17,6 +17,10 @@ const (
 	// asmFuseNC is the number of columns of B that the first A block
 	// packs and uses at once (8 panels, 128 KB at KC=256).
 	asmFuseNC = 128
+
+	// asmShallowKC is the k depth below which the macro-kernel walks c
+	// by rows of tiles rather than by columns.
+	asmShallowKC = 32
 )
 
 // gemmSerialAsm computes the m×n block of c at c[0] (row stride ldc) with
@@ -168,30 +172,46 @@ func packBTrans(p, b []float32, ldb, kc, nr int) {
 // block (panels bs floats apart) into c, storing or, when add is set, adding. Edge tiles go
 // through t.
 func macroKernelAsm(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, t *[asmMR * asmNR]float32) {
-	for jr := 0; jr < nc; jr += asmNR {
-		nr := min(asmNR, nc-jr)
-		bpan := bp[jr/asmNR*bs:][:kc*asmNR]
+	if kc < asmShallowKC {
+		// Little arithmetic per tile: walk c row-wise, so that its
+		// stores stream instead of striding down a column of tiles.
 		for ir := 0; ir < mc; ir += asmMR {
-			mr := min(asmMR, mc-ir)
-			apan := ap[ir*kc:][:kc*asmMR]
-			if mr == asmMR && nr == asmNR {
-				// The slice proves that the whole tile is inside c.
-				tile := c[ir*ldc+jr:][:(asmMR-1)*ldc+asmNR]
-				gemmKernel6x16(kc, &apan[0], &bpan[0], &tile[0], ldc, add)
-				continue
+			for jr := 0; jr < nc; jr += asmNR {
+				tileAsm(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, t)
 			}
-			gemmKernel6x16(kc, &apan[0], &bpan[0], &t[0], asmNR, false)
-			for r := range mr {
-				row := c[(ir+r)*ldc+jr:][:nr]
-				tr := t[r*asmNR:][:nr]
-				if !add {
-					copy(row, tr)
-					continue
-				}
-				for j, v := range tr {
-					row[j] += v
-				}
-			}
+		}
+		return
+	}
+	for jr := 0; jr < nc; jr += asmNR {
+		for ir := 0; ir < mc; ir += asmMR {
+			tileAsm(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, t)
+		}
+	}
+}
+
+// tileAsm computes the tile of c at (ir, jr) from the A panel at row ir and
+// the B panel at column jr; edge tiles go through t.
+func tileAsm(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, t *[asmMR * asmNR]float32) {
+	nr := min(asmNR, nc-jr)
+	mr := min(asmMR, mc-ir)
+	bpan := bp[jr/asmNR*bs:][:kc*asmNR]
+	apan := ap[ir*kc:][:kc*asmMR]
+	if mr == asmMR && nr == asmNR {
+		// The slice proves that the whole tile is inside c.
+		tile := c[ir*ldc+jr:][:(asmMR-1)*ldc+asmNR]
+		gemmKernel6x16(kc, &apan[0], &bpan[0], &tile[0], ldc, add)
+		return
+	}
+	gemmKernel6x16(kc, &apan[0], &bpan[0], &t[0], asmNR, false)
+	for r := range mr {
+		row := c[(ir+r)*ldc+jr:][:nr]
+		tr := t[r*asmNR:][:nr]
+		if !add {
+			copy(row, tr)
+			continue
+		}
+		for j, v := range tr {
+			row[j] += v
 		}
 	}
 }
