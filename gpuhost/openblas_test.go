@@ -90,7 +90,7 @@ func TestKernelTable(t *testing.T) {
 		fmt.Fprintf(tw, "≥%.1f×\t\n", s.bar)
 	}
 	tw.Flush()
-	fmt.Fprintf(&out, "GFLOP/s, best of %d interleaved rounds; %d ratios below their bar.\n", rounds, below)
+	fmt.Fprintf(&out, "GFLOP/s, best of %d interleaved rounds; %d of %d ratios below their bar.\n", rounds, below, len(shapes)*len(threads))
 	os.Stdout.WriteString(out.String())
 }
 
