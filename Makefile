@@ -12,6 +12,8 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 STATICCHECK_VERSION := v0.8.2
+# apt-get needs root; others go through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Guest experts: reproducible builds, so the committed .wasm files match.
 WASM_FLAGS := -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared
@@ -52,6 +54,12 @@ bench: examples ## Serving load test (batching vs none, 64 clients) and the Go b
 	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 
+.PHONY: bench-kernels
+bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (installs libopenblas-dev if missing)
+	@dpkg -s libopenblas-dev >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libopenblas-dev; }
+	$(GO) test -c -tags openblas -o $(BIN)/gpuhost-openblas.test ./gpuhost/
+	$(BIN)/gpuhost-openblas.test -test.run '^TestKernelTable$$' -kerneltable
+
 .PHONY: lint
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet ./...
@@ -74,6 +82,9 @@ checkgenerate: generate ## Fail if generated code is stale
 .PHONY: check
 check: lint test checkgenerate ## Everything CI could ask for
 	CGO_ENABLED=0 $(GO) build ./...
+	GOARCH=arm64 $(GO) vet ./gpuhost/...
+	$(GO) vet -tags purego ./gpuhost/...
+	@cd gpuhost && $(GO) run internal/asmgen/main.go | diff -q - gemm_amd64.s >/dev/null || { echo "gpuhost/gemm_amd64.s is stale: cd gpuhost && go run internal/asmgen/main.go > gemm_amd64.s"; exit 1; }
 
 .PHONY: clean
 clean: ## Remove build outputs and the default data dir

@@ -17,7 +17,12 @@ type cpuDevice struct {
 	// minWork is the GEMM size (m·n·k) per extra goroutine; tests lower
 	// it to exercise the split paths on small matrices.
 	minWork int
-	packs   sync.Pool // *gemmBufs
+	// asm selects the AVX2/FMA GEMM kernel; it is gemmHaveAsm, and tests
+	// clear it to cover the portable kernel.
+	asm bool
+	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
+	sgemm func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
+	packs sync.Pool // *gemmBufs
 }
 
 // NewCPU returns the pure-Go CPU device. Kernels split large work across up
@@ -26,11 +31,16 @@ func NewCPU(threads int) Device {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &cpuDevice{threads: threads, minWork: gemmMinWork}
+	return &cpuDevice{threads: threads, minWork: gemmMinWork, asm: gemmHaveAsm}
 }
 
-// Name returns "cpu".
-func (d *cpuDevice) Name() string { return "cpu" }
+// Name returns "cpu", or "cpu-openblas" for [NewOpenBLAS]'s device.
+func (d *cpuDevice) Name() string {
+	if d.sgemm != nil {
+		return "cpu-openblas"
+	}
+	return "cpu"
+}
 
 func (d *cpuDevice) alloc(dt abi.DType, shape []int) (*Tensor, error) {
 	n, err := checkShape(dt, shape)

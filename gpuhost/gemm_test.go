@@ -53,52 +53,101 @@ func relErr(got []float32, want []float64) float64 {
 	return math.Sqrt(d / w)
 }
 
-func TestGemmMatchesNaive(t *testing.T) {
-	t.Parallel()
-	sizes := []int{1, 3, 7, 17, 65, 129}
-	depths := []int{1, 7, 65, 300}
-	type shape struct{ m, n, k int }
-	var shapes []shape
-	for _, m := range sizes {
-		for _, n := range sizes {
-			shapes = append(shapes, shape{m, n, depths[(m+n)%len(depths)]})
+// gemmVariant is one way the CPU device can run a GEMM.
+type gemmVariant struct {
+	name    string
+	asm     bool
+	threads int
+}
+
+// gemmVariants lists the kernels (assembly where the CPU has AVX2 and FMA,
+// and always the portable one) at 1 to 3 threads.
+func gemmVariants(t testing.TB) []gemmVariant {
+	var vs []gemmVariant
+	for _, asm := range []bool{true, false} {
+		if asm && !gemmHaveAsm {
+			t.Log("no AVX2/FMA: testing the portable kernel only")
+			continue
+		}
+		kernel := "go"
+		if asm {
+			kernel = "asm"
+		}
+		for threads := 1; threads <= 3; threads++ {
+			vs = append(vs, gemmVariant{name: fmt.Sprintf("%s/threads=%d", kernel, threads), asm: asm, threads: threads})
 		}
 	}
-	// Blocks larger than MC, NC and KC, split by M and by N.
-	shapes = append(shapes, shape{gemmMC + 5, 9, 2*gemmKC + 3}, shape{3, gemmNC + 7, 5}, shape{200, 2, 33})
-	tests := []struct {
-		name    string
-		threads int
-		acc     bool
-	}{
-		{name: "serial", threads: 1},
-		{name: "threads3", threads: 3},
-		{name: "serial-accumulate", threads: 1, acc: true},
-		{name: "threads2-accumulate", threads: 2, acc: true},
+	return vs
+}
+
+func TestGemmMatchesNaive(t *testing.T) {
+	t.Parallel()
+	type shape struct{ m, n, k int }
+	var shapes []shape
+	// Odd sizes around the register tiles (6×16 and 2×4) and the blocks.
+	sizes := []int{1, 5, 6, 7, 15, 16, 17, 63, 97, 145, 257}
+	depths := []int{1, 3, 16, 17, 97, 257, 300}
+	for i, m := range sizes {
+		for j, n := range sizes {
+			k := depths[(i+2*j)%len(depths)]
+			if m*n*k > 1<<20 {
+				k = depths[(i+j)%3]
+			}
+			shapes = append(shapes, shape{m, n, k})
+		}
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	// Blocks larger than MC, NC and KC, split by M and by N, and an
+	// attention-sized product.
+	shapes = append(shapes,
+		shape{asmMC + goMC + 5, 9, 2*asmKC + 3},
+		shape{3, asmNC + 17, 5},
+		shape{7, goNC + 5, 9},
+		shape{200, 2, 33},
+		shape{128, 64, 128},
+	)
+	variants := gemmVariants(t)
+	for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+		t.Run(fmt.Sprintf("ta=%t/tb=%t", tr[0], tr[1]), func(t *testing.T) {
 			t.Parallel()
-			d := NewCPU(tt.threads).(*cpuDevice)
-			d.minWork = 1 // split even small products
-			rng := rand.New(rand.NewPCG(1, uint64(tt.threads)))
+			ta, tb := tr[0], tr[1]
+			rng := rand.New(rand.NewPCG(1, uint64(len(variants))))
 			for _, s := range shapes {
 				if testing.Short() && s.m*s.n*s.k > 1<<18 {
 					continue
 				}
-				for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-					a := randSlice(rng, s.m*s.k)
-					b := randSlice(rng, s.k*s.n)
-					c := randSlice(rng, s.m*s.n)
-					want := naiveGemm(tr[0], tr[1], s.m, s.n, s.k, a, b)
-					if tt.acc {
-						for i, v := range c {
-							want[i] += float64(v)
+				a := randSlice(rng, s.m*s.k)
+				b := randSlice(rng, s.k*s.n)
+				c0 := randSlice(rng, s.m*s.n)
+				want := naiveGemm(ta, tb, s.m, s.n, s.k, a, b)
+				wantAcc := make([]float64, len(want))
+				for i, v := range c0 {
+					wantAcc[i] = want[i] + float64(v)
+				}
+				// c has a tail of sentinels that no kernel may touch.
+				const guard = 32
+				c := make([]float32, s.m*s.n+guard)
+				for _, v := range variants {
+					d := NewCPU(v.threads).(*cpuDevice)
+					d.asm = v.asm
+					d.minWork = 1 // split even small products
+					for _, acc := range []bool{false, true} {
+						copy(c, c0)
+						for i := range guard {
+							c[s.m*s.n+i] = float32(i)
 						}
-					}
-					d.gemmF32(tr[0], tr[1], s.m, s.n, s.k, a, b, c, tt.acc)
-					if e := relErr(c, want); e > 1e-5 {
-						t.Errorf("m=%d n=%d k=%d ta=%t tb=%t: relative error %.3g", s.m, s.n, s.k, tr[0], tr[1], e)
+						d.gemmF32(ta, tb, s.m, s.n, s.k, a, b, c[:s.m*s.n], acc)
+						w := want
+						if acc {
+							w = wantAcc
+						}
+						if e := relErr(c, w); e > 1e-5 {
+							t.Errorf("%s: m=%d n=%d k=%d acc=%t: relative error %.3g", v.name, s.m, s.n, s.k, acc, e)
+						}
+						for i := range guard {
+							if c[s.m*s.n+i] != float32(i) {
+								t.Fatalf("%s: m=%d n=%d k=%d acc=%t: wrote past the end of c", v.name, s.m, s.n, s.k, acc)
+							}
+						}
 					}
 				}
 			}

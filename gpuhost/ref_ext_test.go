@@ -19,14 +19,17 @@ type testDevice struct {
 	dev  gpuhost.Device
 }
 
+// buildDevices are the devices that only some builds have; their test
+// files add them (-tags openblas, cuda).
+var buildDevices []testDevice
+
 // devices returns every device the tables run on: the CPU serial and with
-// more goroutines than this machine may have cores. A CUDA build adds its
-// device here.
+// more goroutines than this machine may have cores, and buildDevices.
 func devices() []testDevice {
-	return []testDevice{
+	return append([]testDevice{
 		{name: "cpu-1", dev: gpuhost.NewCPU(1)},
 		{name: "cpu-3", dev: gpuhost.NewCPU(3)},
-	}
+	}, buildDevices...)
 }
 
 func numel(shape []int) int {

@@ -1,0 +1,31 @@
+//go:build amd64 && !purego
+
+package gpuhost
+
+import "golang.org/x/sys/cpu"
+
+// gemmHaveAsm reports whether this CPU runs the AVX2/FMA kernel; x/sys/cpu
+// also checks that the OS saves the YMM registers.
+var gemmHaveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// gemmKernel6x16 computes the 6×16 product of a packed A panel (6 values
+// per k) and a packed B panel (16 values per k) over kc steps, and stores
+// it into c (row stride ldc floats), or adds it to c when add is set.
+// Implemented in gemm_amd64.s.
+//
+//go:noescape
+func gemmKernel6x16(kc int, a, b, c *float32, ldc int, add bool)
+
+// packBTrans16 packs 16 rows of src (row stride ldb floats) into a
+// k-major panel: dst[(8g+k)·16 + r] = src[r·ldb + 8g+k] for g < groups,
+// k < 8 and r < 16. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func packBTrans16(groups int, src *float32, ldb int, dst *float32)
+
+// packBRows16 packs panels whole 16-wide panels of a row-major B (row
+// stride ldb floats), kc rows deep, into panels bs floats apart:
+// dst[q·bs + 16k + j] = src[k·ldb + 16q + j]. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int)

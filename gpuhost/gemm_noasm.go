@@ -1,0 +1,22 @@
+//go:build !amd64 || purego
+
+package gpuhost
+
+// gemmHaveAsm is false: this build has only the portable kernel.
+const gemmHaveAsm = false
+
+// gemmKernel6x16 exists so that gemm_asm.go compiles; it is never called
+// because gemmHaveAsm is false.
+func gemmKernel6x16(kc int, a, b, c *float32, ldc int, add bool) {
+	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}
+
+// packBTrans16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func packBTrans16(groups int, src *float32, ldb int, dst *float32) {
+	panic("BUG: gpuhost: assembly GEMM packing called in a build without it")
+}
+
+// packBRows16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int) {
+	panic("BUG: gpuhost: assembly GEMM packing called in a build without it")
+}

@@ -1,0 +1,107 @@
+//go:build openblas && cgo
+
+package gpuhost
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+)
+
+var kernelTable = flag.Bool("kerneltable", false, "print our GEMM against OpenBLAS (make bench-kernels)")
+
+func TestOpenBLASMatchesNaive(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, s := range []struct{ m, n, k int }{{1, 1, 1}, {7, 17, 97}, {145, 63, 257}, {16, 6, 5}} {
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			for _, acc := range []bool{false, true} {
+				a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.m*s.n)
+				want := naiveGemm(tr[0], tr[1], s.m, s.n, s.k, a, b)
+				if acc {
+					for i, v := range c {
+						want[i] += float64(v)
+					}
+				}
+				NewOpenBLAS(2).(*cpuDevice).gemmF32(tr[0], tr[1], s.m, s.n, s.k, a, b, c, acc)
+				if e := relErr(c, want); e > 1e-5 {
+					t.Errorf("m=%d n=%d k=%d ta=%t tb=%t acc=%t: relative error %.3g", s.m, s.n, s.k, tr[0], tr[1], acc, e)
+				}
+			}
+		}
+	}
+}
+
+// TestKernelTable prints our GEMM's GFLOP/s next to OpenBLAS's for the
+// shapes of the issue "Fast CPU kernels", at 1 and 2 threads. The two
+// sides run alternately, and each keeps its best of several rounds, so
+// that drift on a shared machine hits both alike. It runs only with
+// -kerneltable.
+func TestKernelTable(t *testing.T) {
+	if !*kernelTable {
+		t.Skip("run with -kerneltable (make bench-kernels)")
+	}
+	shapes := []struct {
+		name    string // m×k×n
+		op      string
+		tb      bool
+		m, k, n int
+		bar     float64 // the ratio the issue asks for
+	}{
+		{name: "1024×1024×1024", op: "x·W", m: 1024, k: 1024, n: 1024, bar: 0.9},
+		{name: "256×1024×4096", op: "x·Wᵀ", tb: true, m: 256, k: 1024, n: 4096, bar: 0.9},
+		{name: "256×1024×4096", op: "x·W", m: 256, k: 1024, n: 4096, bar: 0.9},
+		{name: "256×4096×1024", op: "x·Wᵀ", tb: true, m: 256, k: 4096, n: 1024, bar: 0.9},
+		{name: "256×4096×1024", op: "x·W", m: 256, k: 4096, n: 1024, bar: 0.9},
+		{name: "64×1024×4096", op: "x·Wᵀ", tb: true, m: 64, k: 1024, n: 4096, bar: 0.8},
+		{name: "64×1024×4096", op: "x·W", m: 64, k: 1024, n: 4096, bar: 0.8},
+	}
+	const rounds = 9
+	threads := []int{1, 2}
+	var out strings.Builder
+	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shape m×k×n\top\tours 1T\tOpenBLAS 1T\tratio 1T\tours 2T\tOpenBLAS 2T\tratio 2T\tbar\t")
+	below := 0
+	for _, s := range shapes {
+		rng := rand.New(rand.NewPCG(1, 2))
+		a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+		fmt.Fprintf(tw, "%s\t%s\t", s.name, s.op)
+		for _, th := range threads {
+			ours, blas := NewCPU(th).(*cpuDevice), NewOpenBLAS(th).(*cpuDevice)
+			run := func(d *cpuDevice) { d.gemmF32(false, s.tb, s.m, s.n, s.k, a, b, c, false) }
+			flop := 2 * float64(s.m) * float64(s.n) * float64(s.k)
+			var best [2]float64
+			for range rounds {
+				for i, d := range []*cpuDevice{ours, blas} {
+					best[i] = max(best[i], gflops(func() { run(d) }, flop))
+				}
+			}
+			ratio := best[0] / best[1]
+			if ratio < s.bar {
+				below++
+			}
+			fmt.Fprintf(tw, "%.1f\t%.1f\t%.2f×\t", best[0], best[1], ratio)
+		}
+		fmt.Fprintf(tw, "≥%.1f×\t\n", s.bar)
+	}
+	tw.Flush()
+	fmt.Fprintf(&out, "GFLOP/s, best of %d interleaved rounds; %d of %d ratios below their bar.\n", rounds, below, len(shapes)*len(threads))
+	os.Stdout.WriteString(out.String())
+}
+
+// gflops runs fn (one call warms up) until about 50 ms have passed and
+// returns the rate of flop per call in GFLOP/s.
+func gflops(fn func(), flop float64) float64 {
+	fn()
+	start, n := time.Now(), 0
+	for n == 0 || time.Since(start) < 50*time.Millisecond {
+		fn()
+		n++
+	}
+	return flop * float64(n) / time.Since(start).Seconds() / 1e9
+}
