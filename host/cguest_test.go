@@ -26,8 +26,11 @@ import (
 // port (wasmexperts.FFNC, built from examples/wasm-experts/ffn-c) on two
 // servers under the same uids, so that the host seeds the same parameters
 // for both. Both must then declare the same parameters and produce the same
-// bytes: Forward outputs, Backward grad_inputs, and the parameters the
-// optimizer leaves after Backward (which depend on the parameter gradients).
+// bytes: Forward outputs, Backward grad_inputs, the parameters the optimizer
+// leaves after Backward (which depend on the parameter gradients), and
+// Forward outputs with those parameters. The parameters are compared
+// directly at hidden 32 only; at hidden 1024 that costs seconds under
+// -race, and the last Forward covers them.
 func TestCGuestMatchesGoBitwise(t *testing.T) {
 	experts := func(module []byte) Option {
 		return WithExperts(
@@ -45,13 +48,14 @@ func TestCGuestMatchesGoBitwise(t *testing.T) {
 	ctx := context.Background()
 
 	tests := []struct {
-		name  string
-		uid   string
-		h     int64
-		batch int64
+		name        string
+		uid         string
+		h           int64
+		batch       int64
+		checkParams bool
 	}{
-		{name: "hidden 1024", uid: "ffn.0", h: 1024, batch: 4},
-		{name: "hidden 32", uid: "ffn.1", h: 32, batch: 5},
+		{name: "hidden 1024", uid: "ffn.0", h: 1024, batch: 2},
+		{name: "hidden 32", uid: "ffn.1", h: 32, batch: 5, checkParams: true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,7 +77,9 @@ func TestCGuestMatchesGoBitwise(t *testing.T) {
 			if g, c := schema(infoGo.Msg), schema(infoC.Msg); g != c {
 				t.Fatalf("schema differs:\nGo %s\nC  %s", g, c)
 			}
-			sameParams(t, srvGo, srvC, tt.uid, "initial")
+			if tt.checkParams {
+				sameParams(t, srvGo, srvC, tt.uid, "initial")
+			}
 
 			x := tensor(shape, randVec(rng, n))
 			fwd := func(c moehostv1connect.ExpertServiceClient) *moehostv1.Tensor {
@@ -105,7 +111,9 @@ func TestCGuestMatchesGoBitwise(t *testing.T) {
 			}
 			sameTensor(t, "backward grad_input", bwd(cGo), bwd(cC))
 			// The SGD step moved each parameter by -lr·grad.
-			sameParams(t, srvGo, srvC, tt.uid, "after backward")
+			if tt.checkParams {
+				sameParams(t, srvGo, srvC, tt.uid, "after backward")
+			}
 			sameTensor(t, "forward output after backward", fwd(cGo), fwd(cC))
 		})
 	}
