@@ -18,6 +18,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Guest experts: reproducible builds, so the committed .wasm files match.
 WASM_FLAGS := -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared
 EXAMPLES := $(patsubst %/main.go,%,$(wildcard examples/wasm-experts/*/main.go))
+# C guest experts: Debian's clang, lld, wasi-libc and wasm32 builtins
+# (scripts/install-c-wasm-toolchain.sh). Each directory with .c files builds
+# into <dir>/<dir>.wasm, a WASI reactor; the output is reproducible.
+WASM_CC ?= clang
+C_WASM_FLAGS := --target=wasm32-wasi -mexec-model=reactor -O2 -Wall -Wextra -Werror -Wl,--strip-debug
+C_EXAMPLES := $(sort $(patsubst %/,%,$(dir $(wildcard examples/wasm-experts/*/*.c))))
+# Succeeds when the C toolchain can compile and link a reactor.
+C_TOOLCHAIN_PROBE = printf 'int x;\n' | $(WASM_CC) $(C_WASM_FLAGS) -x c -o /dev/null - >/dev/null 2>&1
 
 .PHONY: help
 help: ## Describe the targets
@@ -33,12 +41,31 @@ run: build ## Start `moehost serve` with its defaults (127.0.0.1:7700, ./moehost
 
 # Always rebuilt (a second or two each): the build is reproducible, so a
 # stale committed .wasm shows up in `git status` instead of in a test.
+# The C examples are rebuilt only where their toolchain is installed, so
+# that a machine with Go alone uses the committed .wasm.
 .PHONY: examples
-examples: ## Build the example experts (.wasm)
+examples: ## Build the example experts (.wasm); the C ones only if clang for wasm32-wasi is installed
 	@for d in $(EXAMPLES); do \
 	  echo "building $$d"; \
 	  (cd $$d && GOOS=wasip1 GOARCH=wasm $(GO) build $(WASM_FLAGS) -o $$(basename $$d).wasm .); \
 	done
+	@if $(C_TOOLCHAIN_PROBE); then \
+	  $(MAKE) --no-print-directory examples-c; \
+	else \
+	  echo "note: no clang/wasm-ld/wasi-libc for wasm32-wasi: not rebuilding $(C_EXAMPLES) (the committed .wasm is used; make examples-c installs the toolchain)"; \
+	fi
+
+.PHONY: examples-c
+examples-c: ## Build the C example experts (.wasm), installing Debian's clang, lld and wasi-libc first if missing
+	@if ! $(C_TOOLCHAIN_PROBE); then ./scripts/install-c-wasm-toolchain.sh; fi
+	@for d in $(C_EXAMPLES); do \
+	  echo "building $$d"; \
+	  $(WASM_CC) $(C_WASM_FLAGS) -o $$d/$$(basename $$d).wasm $$d/*.c; \
+	done
+
+.PHONY: checkexamples
+checkexamples: examples ## Fail if a committed example .wasm differs from its source's build
+	@git diff --exit-code --stat -- examples/ || { echo "examples/ is stale: run make examples and commit the .wasm"; exit 1; }
 
 .PHONY: test
 test: examples ## Check formatting, vet, build without cgo, and run every test with the race detector

@@ -11,3 +11,11 @@ import _ "embed"
 //
 //go:embed ffn/ffn.wasm
 var FFN []byte
+
+// FFNC is the ffn expert written in C (examples/wasm-experts/ffn-c). For one
+// uid its outputs and gradients are bitwise equal to FFN's.
+//
+// Rebuild (make examples-c): clang --target=wasm32-wasi -mexec-model=reactor -O2 -Wall -Wextra -Werror -Wl,--strip-debug -o ffn-c/ffn-c.wasm ffn-c/ffn.c
+//
+//go:embed ffn-c/ffn-c.wasm
+var FFNC []byte
