@@ -13,7 +13,8 @@ const (
 	//
 	//	buf_ptr ─▶ [min(len, buf_cap) bytes of UTF-8]
 	//
-	// Errors: ErrOutOfBounds.
+	// Errors: ErrOutOfBounds (buf_cap negative, or the buffer outside
+	// memory). A failing last_error keeps the previous message.
 	FuncLastError = "last_error"
 
 	// FuncConfigI64 reads the integer config value named by key (for

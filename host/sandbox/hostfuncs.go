@@ -385,7 +385,10 @@ func tensorRead(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	}
 	ptr, n := argPtr(stack, 1), argI32(stack, 2)
 	size := e.t.ByteSize()
-	if n < 0 || int(n) < size {
+	if n < 0 {
+		return 0, errf(abi.ErrOutOfBounds, "length %d is negative", n)
+	}
+	if int(n) < size {
 		return 0, errf(abi.ErrShapeMismatch, "buffer of %d bytes is smaller than the tensor's %d bytes", n, size)
 	}
 	dst, err := view(mem, ptr, int32(size))

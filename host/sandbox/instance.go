@@ -68,7 +68,8 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		limits: m.rt.limits,
 		phase:  phaseInit,
 	}
-	ictx := withState(ctx, st)
+	ictx, cancel := context.WithTimeout(withState(ctx, st), m.rt.limits.InitTimeout)
+	defer cancel()
 	mod, err := m.rt.r.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: instantiating: %w", ErrInvalidModule, err)
@@ -134,7 +135,9 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 	}
 	st.beginCall(inputs, batch, tape)
 	defer st.endCall()
-	if err := inst.call(withState(ctx, st), inst.forward, abi.ExportForward); err != nil {
+	ctx, cancel := context.WithTimeout(withState(ctx, st), st.limits.CallTimeout)
+	defer cancel()
+	if err := inst.call(ctx, inst.forward, abi.ExportForward); err != nil {
 		return nil, err
 	}
 	for i, out := range st.callOutputs {
@@ -198,13 +201,28 @@ func (inst *Instance) call(ctx context.Context, f api.Function, name string) err
 		if msg == "" {
 			msg = inst.st.lastErr
 		}
-		if msg == "" {
-			msg = abi.Errno(code).String()
-		}
-		return fmt.Errorf("%w: %s returned %d: %s", ErrGuest, name, code, msg)
+		return &GuestError{Export: name, Code: abi.Errno(code), Msg: msg}
 	}
 	return nil
 }
+
+// GuestError is an export's negative result. It matches ErrGuest.
+type GuestError struct {
+	Export string    // e.g. "moe_forward"
+	Code   abi.Errno // what the export returned
+	Msg    string    // the guest's own message, or the host's last error
+}
+
+func (e *GuestError) Error() string {
+	msg := e.Msg
+	if msg == "" {
+		msg = e.Code.String()
+	}
+	return fmt.Sprintf("%v: %s returned %d (%v): %s", ErrGuest, e.Export, int32(e.Code), e.Code, msg)
+}
+
+// Is makes errors.Is(err, ErrGuest) true.
+func (e *GuestError) Is(target error) bool { return target == ErrGuest }
 
 // trap closes the instance after a trap and describes the trap.
 func (inst *Instance) trap(name string, err error) error {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -51,6 +52,11 @@ type Limits struct {
 	BytesPerCall int64
 	// ParamBytes caps the parameter bytes of one expert. Default 4 GiB.
 	ParamBytes int64
+	// InitTimeout bounds _initialize and moe_init together. Default 30s.
+	InitTimeout time.Duration
+	// CallTimeout bounds one moe_forward call; a guest past it is
+	// stopped and its instance discarded. Default 5m.
+	CallTimeout time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -65,6 +71,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.ParamBytes == 0 {
 		l.ParamBytes = 4 << 30
+	}
+	if l.InitTimeout == 0 {
+		l.InitTimeout = 30 * time.Second
+	}
+	if l.CallTimeout == 0 {
+		l.CallTimeout = 5 * time.Minute
 	}
 	return l
 }

@@ -1,0 +1,153 @@
+package sandbox_test
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/sandbox"
+)
+
+// probeWasm is a hostile guest: x[0] picks a misuse of the ABI.
+//
+// Rebuild: wat2wasm testdata/probe.wat -o testdata/probe.wasm
+//
+//go:embed testdata/probe.wasm
+var probeWasm []byte
+
+type probe struct {
+	t    *testing.T
+	dev  gpuhost.Device
+	inst *sandbox.Instance
+}
+
+func newProbe(t *testing.T, rt *sandbox.Runtime, m *sandbox.Module) *probe {
+	t.Helper()
+	dev := gpuhost.NewCPU(1)
+	inst, err := m.Instantiate(context.Background(), sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, []byte("probe"), 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Close(context.Background()) })
+	return &probe{t: t, dev: dev, inst: inst}
+}
+
+// call runs moe_forward with x = [c, arg] and returns the raw bits of the
+// output.
+func (p *probe) call(c, arg float32) ([]uint32, error) {
+	x, err := p.dev.FromFloat32([]int{1, 2}, []float32{c, arg})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	outs, err := p.inst.Forward(context.Background(), []*gpuhost.Tensor{x}, nil)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, outs[0].ByteSize())
+	if err := p.dev.ReadBytes(outs[0], b); err != nil {
+		p.t.Fatal(err)
+	}
+	return []uint32{binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])}, nil
+}
+
+func TestHostileGuest(t *testing.T) {
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, t.TempDir(), sandbox.Limits{OpsPerCall: 100, BytesPerCall: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Compile(ctx, probeWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newProbe(t, rt, m), newProbe(t, rt, m)
+
+	// A valid call first, so that case 3 has a stale handle to use, and
+	// instance b's parameter handle, live in b only, for case 4.
+	if _, err := a.call(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	bits, err := b.call(5, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherParam := float32(int32(bits[0]))
+	if int32(bits[0]) <= 0 || float32(int32(bits[0])) != otherParam || otherParam > 1<<24 {
+		t.Fatalf("b's parameter handle %d does not fit the test", int32(bits[0]))
+	}
+
+	tests := []struct {
+		name string
+		c    float32
+		arg  float32
+		code abi.Errno // what the host returned to the guest
+		msg  string    // in the host's message
+	}{
+		{"forged handle", 1, 0, abi.ErrInvalidHandle, "not live"},
+		{"zero handle", 2, 0, abi.ErrInvalidHandle, "positive"},
+		{"handle from an earlier call", 3, 0, abi.ErrInvalidHandle, "not live"},
+		{"handle from another instance", 4, otherParam, abi.ErrInvalidHandle, "not live"},
+		{"pointer out of bounds", 6, 0, abi.ErrOutOfBounds, "outside guest memory"},
+		{"negative length", 7, 0, abi.ErrOutOfBounds, "negative"},
+		{"op budget", 8, 0, abi.ErrBudgetExceeded, "more than 100 ops"},
+		{"byte budget", 9, 0, abi.ErrBudgetExceeded, "budget"},
+		{"unknown op", 10, 0, abi.ErrUnknownOp, "op code 999"},
+		{"declaration during forward", 11, 0, abi.ErrWrongPhase, "moe_init"},
+		{"shape mismatch", 12, 0, abi.ErrShapeMismatch, "matmul"},
+		{"too many args", 14, 0, abi.ErrInvalidArgument, "at most 64"},
+		{"write to a parameter", 15, 0, abi.ErrInvalidArgument, "tensor_new"},
+		{"output of the wrong shape", 16, 0, abi.ErrShapeMismatch, "output 0"},
+		{"negative capacity", 17, 0, abi.ErrOutOfBounds, ""}, // last_error keeps the previous message
+		{"args off the end of memory", 18, 0, abi.ErrOutOfBounds, "outside guest memory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := a.call(tt.c, tt.arg)
+			var ge *sandbox.GuestError
+			if !errors.As(err, &ge) {
+				t.Fatalf("got %v, want a GuestError with %v", err, tt.code)
+			}
+			if ge.Code != tt.code || !strings.Contains(ge.Msg, tt.msg) {
+				t.Errorf("got code %v, message %q; want %v and a message with %q", ge.Code, ge.Msg, tt.code, tt.msg)
+			}
+			// The instance is still usable and right.
+			bits, err := a.call(0, 7)
+			if err != nil {
+				t.Fatalf("valid call after the bad one: %v", err)
+			}
+			if math.Float32frombits(bits[1]) != 7 {
+				t.Errorf("valid call after the bad one returned %v", bits)
+			}
+		})
+	}
+
+	t.Run("errors ignored", func(t *testing.T) {
+		// The guest ignores every error and claims success: the host
+		// refuses to return an output that was never set.
+		if _, err := a.call(13, 0); !errors.Is(err, sandbox.ErrGuest) || !strings.Contains(err.Error(), "without setting output 0") {
+			t.Fatalf("got %v, want an error for the missing output", err)
+		}
+		if _, err := a.call(0, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		if _, err := a.call(99, 0); !errors.Is(err, sandbox.ErrTrap) || !strings.Contains(err.Error(), "unreachable") {
+			t.Fatalf("got %v, want a trap", err)
+		}
+		if !a.inst.Closed() {
+			t.Error("a trapped instance is still open")
+		}
+		// The other instance of the module is unaffected.
+		if _, err := b.call(0, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
