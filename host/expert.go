@@ -164,9 +164,18 @@ func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.T
 	if err != nil {
 		return nil, nil, nil, e.fail(err)
 	}
+	// Only float inputs are differentiable. An integer or bool input (ids,
+	// a key padding mask) gets a zero gradient of its own dtype and shape,
+	// as hivemind returns zeros_like(input) for an input without a grad.
 	ps := e.binding.Params.Params()
 	wrt := make([]*gpuhost.Tensor, 0, len(inputs)+len(ps))
-	wrt = append(wrt, inputs...)
+	var floatIn []int // indices into inputs of the wrt inputs
+	for i, in := range inputs {
+		if in.DType() == abi.DTypeFloat32 {
+			floatIn = append(floatIn, i)
+			wrt = append(wrt, in)
+		}
+	}
 	for _, p := range ps {
 		wrt = append(wrt, p.Tensor)
 	}
@@ -174,7 +183,19 @@ func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.T
 	if err != nil {
 		return nil, nil, nil, e.fail(fmt.Errorf("%w: backward through the tape: %w", rpc.ErrInternal, err))
 	}
-	return grads[:len(inputs)], grads[len(inputs):], wrt[len(inputs):], nil
+	gradInputs = make([]*gpuhost.Tensor, len(inputs))
+	for j, i := range floatIn {
+		gradInputs[i] = grads[j]
+	}
+	for i, in := range inputs {
+		if gradInputs[i] == nil {
+			if gradInputs[i], err = e.Device().Zeros(in.DType(), in.Shape()); err != nil {
+				return nil, nil, nil, e.fail(fmt.Errorf("%w: gradient of input %d: %w", rpc.ErrInternal, i, err))
+			}
+		}
+	}
+	n := len(floatIn)
+	return gradInputs, grads[n:], wrt[n:], nil
 }
 
 // fail counts a failed batch and maps err for the RPC layer.

@@ -19,3 +19,26 @@ var FFN []byte
 //
 //go:embed ffn-c/ffn-c.wasm
 var FFNC []byte
+
+// Nop is hivemind's nop expert, the identity (examples/wasm-experts/nop).
+//
+// Rebuild: GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared -o nop/nop.wasm ./nop
+//
+//go:embed nop/nop.wasm
+var Nop []byte
+
+// DetDropout is hivemind's det_dropout expert, with the dropout mask as an
+// input (examples/wasm-experts/det_dropout).
+//
+// Rebuild: GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared -o det_dropout/det_dropout.wasm ./det_dropout
+//
+//go:embed det_dropout/det_dropout.wasm
+var DetDropout []byte
+
+// Transformer is hivemind's transformer expert, an encoder layer with a key
+// padding mask input (examples/wasm-experts/transformer).
+//
+// Rebuild: GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared -o transformer/transformer.wasm ./transformer
+//
+//go:embed transformer/transformer.wasm
+var Transformer []byte

@@ -21,7 +21,6 @@ package expert
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/moehost/moehost/abi"
 )
@@ -75,7 +74,7 @@ type HostError struct {
 }
 
 func (e *HostError) Error() string {
-	return fmt.Sprintf("moehost %s: %s: %s", e.Func, e.Errno, e.Msg)
+	return "moehost " + e.Func + ": " + e.Errno.String() + ": " + e.Msg
 }
 
 // Unwrap lets errors.Is match the abi.Errno.

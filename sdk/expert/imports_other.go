@@ -22,10 +22,13 @@ func hostTensorWrite(int32, uint32, uint32) int32        { return notInGuest() }
 func hostTensorRead(int32, uint32, uint32) int32         { return notInGuest() }
 func hostTensorShape(int32, uint32, uint32) int32        { return notInGuest() }
 func hostOp(int32, uint32, uint32, uint32, uint32) int32 { return notInGuest() }
-func hostFail(uint32, uint32) int32                      { return 0 }
-func lastError() string                                  { return ErrNotInGuest.Error() }
-func strPtr(string) (uint32, uint32)                     { return 0, 0 }
-func ptr64([]int64) uint32                               { return 0 }
-func ptr32([]float32) uint32                             { return 0 }
-func ptrI32([]int32) uint32                              { return 0 }
-func ptrF64([]float64) uint32                            { return 0 }
+func hostOpMulti(int32, uint32, uint32, uint32, uint32, uint32, uint32) int32 {
+	return notInGuest()
+}
+func hostFail(uint32, uint32) int32  { return 0 }
+func lastError() string              { return ErrNotInGuest.Error() }
+func strPtr(string) (uint32, uint32) { return 0, 0 }
+func ptr64([]int64) uint32           { return 0 }
+func ptr32([]float32) uint32         { return 0 }
+func ptrI32([]int32) uint32          { return 0 }
+func ptrF64([]float64) uint32        { return 0 }

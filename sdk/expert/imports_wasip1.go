@@ -46,6 +46,9 @@ func hostTensorShape(handle int32, shapePtr, cap uint32) int32
 //go:wasmimport moehost_v1 op
 func hostOp(code int32, argsPtr, nargs, attrsPtr, nattrs uint32) int32
 
+//go:wasmimport moehost_v1 op_multi
+func hostOpMulti(code int32, argsPtr, nargs, attrsPtr, nattrs, outPtr, outCap uint32) int32
+
 //go:wasmimport moehost_v1 fail
 func hostFail(ptr, n uint32) int32
 

@@ -64,53 +64,61 @@ func FromFloat32s(shape []int64, data []float32) Tensor {
 	return Tensor{h: h}
 }
 
-// op runs an op on the host.
-func op(code abi.Op, attrs []float64, args ...Tensor) Tensor {
-	var hs [8]int32
-	if len(args) > len(hs) {
-		return Tensor{err: &HostError{Func: abi.FuncOp, Errno: abi.ErrInvalidArgument, Msg: "too many args"}}
+// handles checks args and returns their handles, or the first error one
+// of them carries.
+func handles(fn string, args []Tensor, buf []int32) ([]int32, error) {
+	if len(args) > 64 {
+		return nil, &HostError{Func: fn, Errno: abi.ErrInvalidArgument, Msg: "more than 64 args"}
 	}
-	for i, a := range args {
+	hs := buf[:0]
+	for _, a := range args {
 		if a.err != nil {
-			return a
+			return nil, a.err
 		}
-		hs[i] = a.h
+		hs = append(hs, a.h)
 	}
-	h, err := check(abi.FuncOp, hostOp(int32(code), ptrI32(hs[:len(args)]), uint32(len(args)), ptrF64(attrs), uint32(len(attrs))))
+	return hs, nil
+}
+
+// op runs a single-result op on the host.
+func op(code abi.Op, attrs []float64, args ...Tensor) Tensor {
+	var buf [8]int32
+	hs, err := handles(abi.FuncOp, args, buf[:])
+	if err != nil {
+		return Tensor{err: err}
+	}
+	h, err := check(abi.FuncOp, hostOp(int32(code), ptrI32(hs), uint32(len(hs)), ptrF64(attrs), uint32(len(attrs))))
 	if err != nil {
 		return Tensor{err: err}
 	}
 	return Tensor{h: h}
 }
 
-func b2f(b bool) float64 {
-	if b {
-		return 1
+// opMulti runs an op with n results on the host. On error every result
+// carries it.
+func opMulti(code abi.Op, n int, attrs []float64, args ...Tensor) []Tensor {
+	out := make([]Tensor, n)
+	fail := func(err error) []Tensor {
+		for i := range out {
+			out[i] = Tensor{err: err}
+		}
+		return out
 	}
-	return 0
-}
-
-// MatMul returns op(a)·op(b) for 2-D tensors, transposing where asked.
-func MatMul(a, b Tensor, transposeA, transposeB bool) Tensor {
-	return op(abi.OpMatMul, []float64{b2f(transposeA), b2f(transposeB)}, a, b)
-}
-
-// Linear returns x·wᵀ + b, as torch.nn.functional.linear. Pass a zero
-// Tensor{} as b for no bias.
-func Linear(x, w, b Tensor) Tensor {
-	if b == (Tensor{}) {
-		return op(abi.OpLinear, nil, x, w)
+	var buf [8]int32
+	hs, err := handles(abi.FuncOpMulti, args, buf[:])
+	if err != nil {
+		return fail(err)
 	}
-	return op(abi.OpLinear, nil, x, w, b)
-}
-
-// Add returns a + b, broadcasting the smaller along leading dims.
-func Add(a, b Tensor) Tensor { return op(abi.OpAdd, nil, a, b) }
-
-// GeluTanh returns the tanh approximation of GELU.
-func GeluTanh(x Tensor) Tensor { return op(abi.OpGeluTanh, nil, x) }
-
-// LayerNorm normalises over the last dim, then scales by w and shifts by b.
-func LayerNorm(x, w, b Tensor, eps float64) Tensor {
-	return op(abi.OpLayerNorm, []float64{eps}, x, w, b)
+	res := make([]int32, n)
+	got, err := check(abi.FuncOpMulti, hostOpMulti(int32(code), ptrI32(hs), uint32(len(hs)), ptrF64(attrs), uint32(len(attrs)), ptrI32(res), uint32(n)))
+	if err != nil {
+		return fail(err)
+	}
+	if int(got) != n {
+		return fail(&HostError{Func: abi.FuncOpMulti, Errno: abi.ErrInternal, Msg: "unexpected number of results"})
+	}
+	for i, h := range res {
+		out[i] = Tensor{h: h}
+	}
+	return out
 }

@@ -1,0 +1,380 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+)
+
+// Small configs of the zoo experts, so that finite differences over every
+// parameter stay fast under -race.
+const (
+	zooHidden = 16 // hidden_dim of every zoo expert
+	zooSeq    = 6  // transformer seq_len
+	zooHeads  = 4  // transformer num_heads (head dim 4)
+	zooBatch  = 3
+)
+
+// TestZoo checks hivemind's expert zoo (examples/wasm-experts: nop,
+// det_dropout, transformer) through a real server over Connect: forward
+// against a float64 reference written here, and backward (input gradients
+// over the wire, parameter gradients as before − after an SGD step with
+// lr 1) against central finite differences of that reference.
+func TestZoo(t *testing.T) {
+	tests := []struct {
+		name   string
+		module []byte
+		config map[string]int64
+		run    func(z *zoo, t *testing.T)
+	}{
+		{"nop", wasmexperts.Nop, map[string]int64{"hidden_dim": zooHidden}, (*zoo).nop},
+		{"det_dropout", wasmexperts.DetDropout, map[string]int64{"hidden_dim": zooHidden}, (*zoo).detDropout},
+		{"transformer", wasmexperts.Transformer, map[string]int64{"hidden_dim": zooHidden, "seq_len": zooSeq, "num_heads": zooHeads}, (*zoo).transformer},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// One server per expert, so that the modules compile in
+			// parallel (the slow part under -race).
+			t.Parallel()
+			srv := startTestServer(t,
+				WithOptimizer(OptimizerConfig{Name: "sgd", LR: testLR}),
+				WithExperts(ExpertConfig{UID: tt.name + ".0", Module: ModuleBytes(tt.module), Config: tt.config}),
+			)
+			hc := &http.Client{}
+			t.Cleanup(hc.CloseIdleConnections)
+			tt.run(&zoo{srv: srv, c: moehostv1connect.NewExpertServiceClient(hc, "http://"+srv.Addr())}, t)
+		})
+	}
+}
+
+// zoo is a client of one zoo expert's server.
+type zoo struct {
+	srv *Server
+	c   moehostv1connect.ExpertServiceClient
+}
+
+// params returns the names and float64 copies of an expert's parameters,
+// in declaration order.
+func (z *zoo) params(t *testing.T, uid string) ([]string, [][]float64) {
+	t.Helper()
+	e := z.srv.experts[uid]
+	ps := e.binding.Params.Params()
+	names := make([]string, len(ps))
+	vals := make([][]float64, len(ps))
+	for i, p := range ps {
+		f32, err := e.Device().Float32s(p.Tensor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[i] = p.Name
+		vals[i] = make([]float64, len(f32))
+		for j, x := range f32 {
+			vals[i][j] = float64(x)
+		}
+	}
+	return names, vals
+}
+
+func (z *zoo) forward(t *testing.T, uid string, inputs ...*moehostv1.Tensor) *moehostv1.Tensor {
+	t.Helper()
+	res, err := z.c.Forward(context.Background(), connect.NewRequest(&moehostv1.ForwardRequest{Uid: uid, Inputs: inputs}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.Msg.GetOutputs()); n != 1 {
+		t.Fatalf("%d outputs, want 1", n)
+	}
+	return res.Msg.GetOutputs()[0]
+}
+
+func (z *zoo) backward(t *testing.T, uid string, inputs []*moehostv1.Tensor, gy *moehostv1.Tensor) []*moehostv1.Tensor {
+	t.Helper()
+	res, err := z.c.Backward(context.Background(), connect.NewRequest(&moehostv1.BackwardRequest{
+		Uid: uid, Inputs: inputs, GradOutputs: []*moehostv1.Tensor{gy},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(res.Msg.GetGradInputs()), len(inputs); got != want {
+		t.Fatalf("%d grad_inputs, want %d", got, want)
+	}
+	return res.Msg.GetGradInputs()
+}
+
+// checkGrads runs one backward of loss = Σ y·r and compares the gradient
+// of the float input x (input 0) and of every parameter with central
+// finite differences of the reference, reloaded by forward from ps.
+// It returns the wire gradients of all inputs.
+func (z *zoo) checkGrads(t *testing.T, uid string, inputs []*moehostv1.Tensor, x []float64, r []float64, outShape []int64, forward func(ps [][]float64) []float64) []*moehostv1.Tensor {
+	t.Helper()
+	names, before := z.params(t, uid)
+	loss := func() float64 { return dot(forward(before), r) }
+	grads := z.backward(t, uid, inputs, tensor(outShape, r))
+	check := func(what string, got []float32, want []float64) {
+		t.Helper()
+		e := relErr(got, want)
+		if e > 1e-3 || math.IsNaN(e) {
+			t.Errorf("grad %s: relative error %.3g > 1e-3", what, e)
+		} else {
+			t.Logf("grad %s: relative error %.3g", what, e)
+		}
+	}
+	check("x", floats(t, grads[0]), finiteDiff(x, loss))
+	_, after := z.params(t, uid)
+	for i, p := range before {
+		want := finiteDiff(p, loss)
+		got := make([]float32, len(p))
+		for j := range p {
+			got[j] = float32((p[j] - after[i][j]) / testLR)
+		}
+		check(names[i], got, want)
+	}
+	return grads
+}
+
+func (z *zoo) nop(t *testing.T) {
+	const uid, n, h = "nop.0", zooBatch, zooHidden
+	rng := rand.New(rand.NewPCG(11, 12))
+	x := tensor([]int64{n, h}, randVec(rng, n*h))
+	y := z.forward(t, uid, x)
+	if !bytes.Equal(y.GetData(), x.GetData()) || y.GetDtype() != x.GetDtype() || len(y.GetShape()) != 2 || y.GetShape()[0] != n || y.GetShape()[1] != h {
+		t.Errorf("forward: got %v%v, want the input %v%v back unchanged", y.GetDtype(), y.GetShape(), x.GetDtype(), x.GetShape())
+	}
+	gy := tensor([]int64{n, h}, randVec(rng, n*h))
+	gx := z.backward(t, uid, []*moehostv1.Tensor{x}, gy)[0]
+	if !bytes.Equal(gx.GetData(), gy.GetData()) || gx.GetDtype() != gy.GetDtype() {
+		t.Errorf("backward: grad x differs from grad y")
+	}
+	if _, ps := z.params(t, uid); len(ps) != 0 {
+		t.Errorf("nop has %d params, want 0", len(ps))
+	}
+}
+
+func (z *zoo) detDropout(t *testing.T) {
+	const uid, n, h = "det_dropout.0", zooBatch, zooHidden
+	rng := rand.New(rand.NewPCG(13, 14))
+	names, ps := z.params(t, uid)
+	if want := []string{"linear_in.weight", "linear_in.bias", "linear_out.weight", "linear_out.bias"}; !equalStrings(names, want) {
+		t.Fatalf("params %v, want %v", names, want)
+	}
+	x := randVec(rng, n*h)
+	mask := make([]float64, n*h)
+	for i := range mask {
+		if rng.Float64() < 0.8 {
+			mask[i] = 1
+		}
+	}
+	shape := []int64{n, h}
+	inputs := []*moehostv1.Tensor{tensor(shape, x), tensor(shape, mask)}
+	forward := func(ps [][]float64) []float64 { return detDropoutRef(h, x, mask, ps) }
+
+	y := floats(t, z.forward(t, uid, inputs...))
+	if e := relErr(y, forward(ps)); e > 1e-4 || math.IsNaN(e) {
+		t.Errorf("forward: relative error %.3g > 1e-4", e)
+	} else {
+		t.Logf("forward: relative error %.3g", e)
+	}
+
+	grads := z.checkGrads(t, uid, inputs, x, randVec(rng, n*h), shape, forward)
+	// Like hivemind's DeterministicDropoutFunction, the mask gets no
+	// gradient.
+	for i, g := range floats(t, grads[1]) {
+		if g != 0 {
+			t.Fatalf("grad mask[%d] = %g, want 0", i, g)
+		}
+	}
+}
+
+func (z *zoo) transformer(t *testing.T) {
+	const uid, n, seq, h = "transformer.0", zooBatch, zooSeq, zooHidden
+	rng := rand.New(rand.NewPCG(15, 16))
+	names, ps := z.params(t, uid)
+	want := []string{
+		"self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+		"linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
+		"norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias",
+	}
+	if !equalStrings(names, want) {
+		t.Fatalf("params %v, want %v", names, want)
+	}
+
+	x := randVec(rng, n*seq*h)
+	// Batch element 0 pads its last two positions, 1 none, 2 its last.
+	pad := make([]bool, n*seq)
+	for b, k := range []int{2, 0, 1} {
+		for j := seq - k; j < seq; j++ {
+			pad[b*seq+j] = true
+		}
+	}
+	padBytes := make([]byte, len(pad))
+	for i, p := range pad {
+		if p {
+			padBytes[i] = 1
+		}
+	}
+	shape := []int64{n, seq, h}
+	inputs := []*moehostv1.Tensor{
+		tensor(shape, x),
+		{Dtype: moehostv1.DType_DTYPE_BOOL, Shape: []int64{n, seq}, Data: padBytes},
+	}
+	forward := func(ps [][]float64) []float64 { return transformerRef(n, seq, h, zooHeads, x, pad, ps) }
+
+	// The LayerNorms start as the identity affine map and the biases at
+	// zero. One training step on a small random gradient moves every
+	// parameter, so that the checks below run at a general point.
+	small := randVec(rng, n*seq*h)
+	for i := range small {
+		small[i] *= 0.05
+	}
+	z.backward(t, uid, inputs, tensor(shape, small))
+	_, ps = z.params(t, uid)
+
+	y := floats(t, z.forward(t, uid, inputs...))
+	if e := relErr(y, forward(ps)); e > 1e-4 || math.IsNaN(e) {
+		t.Errorf("forward: relative error %.3g > 1e-4", e)
+	} else {
+		t.Logf("forward: relative error %.3g", e)
+	}
+	// The mask matters: without it the outputs differ.
+	if e := relErr(y, transformerRef(n, seq, h, zooHeads, x, make([]bool, n*seq), ps)); e < 1e-3 {
+		t.Errorf("forward ignores the key padding mask (relative change %.3g)", e)
+	}
+
+	grads := z.checkGrads(t, uid, inputs, x, randVec(rng, n*seq*h), shape, forward)
+	// The bool mask gets a gradient of its own dtype, all false.
+	if g := grads[1]; g.GetDtype() != moehostv1.DType_DTYPE_BOOL || !bytes.Equal(g.GetData(), make([]byte, n*seq)) {
+		t.Errorf("grad key_padding_mask: %v%v %v, want bool zeros", g.GetDtype(), g.GetShape(), g.GetData())
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// linear64 returns x·wᵀ + b for x [n, in], w [out, in], b [out].
+func linear64(x, w, b []float64, in, out int) []float64 {
+	n := len(x) / in
+	y := make([]float64, n*out)
+	for r := 0; r < n; r++ {
+		for j := 0; j < out; j++ {
+			s := b[j]
+			for k := 0; k < in; k++ {
+				s += w[j*in+k] * x[r*in+k]
+			}
+			y[r*out+j] = s
+		}
+	}
+	return y
+}
+
+// layerNorm64 normalises each row of x [n, h] with the biased variance.
+func layerNorm64(x, w, b []float64, h int, eps float64) []float64 {
+	y := make([]float64, len(x))
+	for r := 0; r < len(x)/h; r++ {
+		row := x[r*h : (r+1)*h]
+		var mean, v float64
+		for _, a := range row {
+			mean += a
+		}
+		mean /= float64(h)
+		for _, a := range row {
+			v += (a - mean) * (a - mean)
+		}
+		v /= float64(h)
+		for j, a := range row {
+			y[r*h+j] = (a-mean)/math.Sqrt(v+eps)*w[j] + b[j]
+		}
+	}
+	return y
+}
+
+// detDropoutRef is hivemind's DeterministicDropoutNetwork in training
+// mode: linear_out(relu(linear_in(x·mask/0.8))).
+func detDropoutRef(h int, x, mask []float64, ps [][]float64) []float64 {
+	d := make([]float64, len(x))
+	for i := range x {
+		d[i] = x[i] * mask[i] / 0.8
+	}
+	a := linear64(d, ps[0], ps[1], h, 2*h)
+	for i, v := range a {
+		a[i] = math.Max(v, 0)
+	}
+	return linear64(a, ps[2], ps[3], 2*h, h)
+}
+
+// transformerRef is torch.nn.TransformerEncoderLayer (post-norm, exact
+// GELU, eval mode) on batch-first x [n, seq, h] with key padding mask pad
+// [n, seq], with the params in state_dict order.
+func transformerRef(n, seq, h, heads int, x []float64, pad []bool, ps [][]float64) []float64 {
+	inW, inB, outW, outB := ps[0], ps[1], ps[2], ps[3]
+	l1W, l1B, l2W, l2B := ps[4], ps[5], ps[6], ps[7]
+	n1W, n1B, n2W, n2B := ps[8], ps[9], ps[10], ps[11]
+	dh := h / heads
+	qkv := linear64(x, inW, inB, h, 3*h) // [n*seq, 3h]: q | k | v
+	at := make([]float64, n*seq*h)       // heads concatenated, [n*seq, h]
+	scores := make([]float64, seq)
+	for b := 0; b < n; b++ {
+		for hd := 0; hd < heads; hd++ {
+			for i := 0; i < seq; i++ {
+				q := qkv[(b*seq+i)*3*h+hd*dh:][:dh]
+				mx := math.Inf(-1)
+				for j := 0; j < seq; j++ {
+					if pad[b*seq+j] {
+						continue
+					}
+					k := qkv[(b*seq+j)*3*h+h+hd*dh:][:dh]
+					scores[j] = dot(q, k) / math.Sqrt(float64(dh))
+					mx = math.Max(mx, scores[j])
+				}
+				var sum float64
+				for j := 0; j < seq; j++ {
+					if !pad[b*seq+j] {
+						scores[j] = math.Exp(scores[j] - mx)
+						sum += scores[j]
+					}
+				}
+				o := at[(b*seq+i)*h+hd*dh:][:dh]
+				for j := 0; j < seq; j++ {
+					if pad[b*seq+j] {
+						continue
+					}
+					v := qkv[(b*seq+j)*3*h+2*h+hd*dh:][:dh]
+					for d := range o {
+						o[d] += scores[j] / sum * v[d]
+					}
+				}
+			}
+		}
+	}
+	sa := linear64(at, outW, outB, h, h)
+	for i := range sa {
+		sa[i] += x[i]
+	}
+	a := layerNorm64(sa, n1W, n1B, h, 1e-5)
+	f := linear64(a, l1W, l1B, h, 4*h)
+	for i, v := range f {
+		f[i] = 0.5 * v * (1 + math.Erf(v/math.Sqrt2))
+	}
+	f = linear64(f, l2W, l2B, 4*h, h)
+	for i := range f {
+		f[i] += a[i]
+	}
+	return layerNorm64(f, n2W, n2B, h, 1e-5)
+}
