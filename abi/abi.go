@@ -87,6 +87,15 @@ const (
 	// the same export with its autograd tape on.
 	ExportForward = "moe_forward"
 
+	// ExportBackward, when a module exports it, replaces the host's
+	// autograd tape for backward requests. The host calls it with the
+	// inputs ([FuncInput]) and the gradients of the outputs
+	// ([FuncGradOutput]); it sets the gradient of every float32 input
+	// with [FuncGradInput] and may give parameter gradients with
+	// [FuncParamGrad] (a parameter without one gets zero). Its ops are not
+	// recorded. A module without it is differentiated by the tape.
+	ExportBackward = "moe_backward"
+
 	// ExportMemory is the guest memory the host reads and writes.
 	ExportMemory = "memory"
 

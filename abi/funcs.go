@@ -172,6 +172,36 @@ const (
 	// (out_cap too small) for the result array.
 	FuncOpMulti = "op_multi"
 
+	// FuncGradOutput returns a handle to the gradient of the output with
+	// the given index, shaped like that output. Only during
+	// ExportBackward.
+	//
+	//	(index i32) -> i32
+	//
+	// Errors: ErrInvalidArgument (no such output), ErrWrongPhase.
+	FuncGradOutput = "grad_output"
+
+	// FuncGradInput sets the gradient of the input with the given index
+	// to the tensor behind handle, which must be shaped like that input.
+	// Only during ExportBackward; every float32 input needs one.
+	//
+	//	(index i32, handle i32) -> i32
+	//
+	// Errors: ErrInvalidArgument (no such input, or not float32),
+	// ErrInvalidHandle, ErrShapeMismatch, ErrWrongPhase.
+	FuncGradInput = "grad_input"
+
+	// FuncParamGrad gives the gradient of the parameter behind param
+	// (a FuncParamNew handle) as the tensor behind grad, shaped like the
+	// parameter. Only during ExportBackward; the host's optimizer applies
+	// it after the call.
+	//
+	//	(param i32, grad i32) -> i32
+	//
+	// Errors: ErrInvalidHandle, ErrInvalidArgument (param is not a
+	// parameter), ErrShapeMismatch, ErrWrongPhase.
+	FuncParamGrad = "param_grad"
+
 	// FuncFail records the guest's own error message for the current
 	// export, so that the caller sees why the expert refused a batch. The
 	// guest then returns a negative value from the export.

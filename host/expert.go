@@ -159,34 +159,22 @@ func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.T
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	tape := gpuhost.NewTape()
-	outs, err := inst.Forward(ctx, inputs, tape)
+	ps := e.binding.Params.Params()
+	params = make([]*gpuhost.Tensor, len(ps))
+	for i, p := range ps {
+		params[i] = p.Tensor
+	}
+	if inst.HasBackward() {
+		gradInputs, gradParams, err = e.customGradients(ctx, inst, inputs, gradOutputs, params)
+	} else {
+		gradInputs, gradParams, err = e.tapeGradients(ctx, inst, inputs, gradOutputs, params)
+	}
 	if err != nil {
 		return nil, nil, nil, e.fail(err)
 	}
 	// Only float inputs are differentiable. An integer or bool input (ids,
 	// a key padding mask) gets a zero gradient of its own dtype and shape,
 	// as hivemind returns zeros_like(input) for an input without a grad.
-	ps := e.binding.Params.Params()
-	wrt := make([]*gpuhost.Tensor, 0, len(inputs)+len(ps))
-	var floatIn []int // indices into inputs of the wrt inputs
-	for i, in := range inputs {
-		if in.DType() == abi.DTypeFloat32 {
-			floatIn = append(floatIn, i)
-			wrt = append(wrt, in)
-		}
-	}
-	for _, p := range ps {
-		wrt = append(wrt, p.Tensor)
-	}
-	grads, err := tape.Backward(e.Device(), outs, gradOutputs, wrt)
-	if err != nil {
-		return nil, nil, nil, e.fail(fmt.Errorf("%w: backward through the tape: %w", rpc.ErrInternal, err))
-	}
-	gradInputs = make([]*gpuhost.Tensor, len(inputs))
-	for j, i := range floatIn {
-		gradInputs[i] = grads[j]
-	}
 	for i, in := range inputs {
 		if gradInputs[i] == nil {
 			if gradInputs[i], err = e.Device().Zeros(in.DType(), in.Shape()); err != nil {
@@ -194,8 +182,53 @@ func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.T
 			}
 		}
 	}
-	n := len(floatIn)
-	return gradInputs, grads[n:], wrt[n:], nil
+	return gradInputs, gradParams, params, nil
+}
+
+// tapeGradients runs the guest's forward with the tape on, then the tape
+// backward. Inputs that are not float32 get nil gradients.
+func (e *expert) tapeGradients(ctx context.Context, inst *sandbox.Instance, inputs, gradOutputs, params []*gpuhost.Tensor) (gradInputs, gradParams []*gpuhost.Tensor, err error) {
+	tape := gpuhost.NewTape()
+	outs, err := inst.Forward(ctx, inputs, tape)
+	if err != nil {
+		return nil, nil, err
+	}
+	wrt := make([]*gpuhost.Tensor, 0, len(inputs)+len(params))
+	var floatIn []int // indices into inputs of the wrt inputs
+	for i, in := range inputs {
+		if in.DType() == abi.DTypeFloat32 {
+			floatIn = append(floatIn, i)
+			wrt = append(wrt, in)
+		}
+	}
+	wrt = append(wrt, params...)
+	grads, err := tape.Backward(e.Device(), outs, gradOutputs, wrt)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: backward through the tape: %w", rpc.ErrInternal, err)
+	}
+	gradInputs = make([]*gpuhost.Tensor, len(inputs))
+	for j, i := range floatIn {
+		gradInputs[i] = grads[j]
+	}
+	return gradInputs, grads[len(floatIn):], nil
+}
+
+// customGradients runs the module's own moe_backward. A parameter it gave
+// no gradient gets zero.
+func (e *expert) customGradients(ctx context.Context, inst *sandbox.Instance, inputs, gradOutputs, params []*gpuhost.Tensor) (gradInputs, gradParams []*gpuhost.Tensor, err error) {
+	gradInputs, byParam, err := inst.Backward(ctx, inputs, gradOutputs)
+	if err != nil {
+		return nil, nil, err
+	}
+	gradParams = make([]*gpuhost.Tensor, len(params))
+	for i, p := range params {
+		if gradParams[i] = byParam[p]; gradParams[i] == nil {
+			if gradParams[i], err = e.Device().Zeros(p.DType(), p.Shape()); err != nil {
+				return nil, nil, fmt.Errorf("%w: gradient of parameter %d: %w", rpc.ErrInternal, i, err)
+			}
+		}
+	}
+	return gradInputs, gradParams, nil
 }
 
 // fail counts a failed batch and maps err for the RPC layer.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
@@ -44,6 +45,9 @@ var hostFuncs = []hostFunc{
 	{abi.FuncOp, []api.ValueType{i32, i32, i32, i32, i32}, op},
 	{abi.FuncOpMulti, []api.ValueType{i32, i32, i32, i32, i32, i32, i32}, opMulti},
 	{abi.FuncFail, []api.ValueType{i32, i32}, fail},
+	{abi.FuncGradOutput, []api.ValueType{i32}, gradOutput},
+	{abi.FuncGradInput, []api.ValueType{i32, i32}, gradInput},
+	{abi.FuncParamGrad, []api.ValueType{i32, i32}, paramGrad},
 }
 
 var hostFuncNames = func() []string {
@@ -171,8 +175,16 @@ func concreteShape(dims []int64) ([]int, error) {
 
 func needPhase(st *state, want phase, fn string) error {
 	if st.phase != want {
-		where := map[phase]string{phaseInit: abi.ExportInit, phaseForward: abi.ExportForward}[want]
+		where := map[phase]string{phaseInit: abi.ExportInit, phaseForward: abi.ExportForward, phaseBackward: abi.ExportBackward}[want]
 		return errf(abi.ErrWrongPhase, "%s is only allowed during %s", fn, where)
+	}
+	return nil
+}
+
+// needCall allows fn during moe_forward and moe_backward.
+func needCall(st *state, fn string) error {
+	if !st.phase.inCall() {
+		return errf(abi.ErrWrongPhase, "%s is only allowed during %s or %s", fn, abi.ExportForward, abi.ExportBackward)
 	}
 	return nil
 }
@@ -293,7 +305,7 @@ func paramNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 }
 
 func input(st *state, _ api.Memory, stack []uint64) (int32, error) {
-	if err := needPhase(st, phaseForward, abi.FuncInput); err != nil {
+	if err := needCall(st, abi.FuncInput); err != nil {
 		return 0, err
 	}
 	i := argI32(stack, 0)
@@ -324,7 +336,7 @@ func output(st *state, _ api.Memory, stack []uint64) (int32, error) {
 }
 
 func tensorNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
-	if err := needPhase(st, phaseForward, abi.FuncTensorNew); err != nil {
+	if err := needCall(st, abi.FuncTensorNew); err != nil {
 		return 0, err
 	}
 	dt := abi.DType(argI32(stack, 0))
@@ -470,7 +482,7 @@ func opMulti(st *state, mem api.Memory, stack []uint64) (int32, error) {
 // refuse the number of results, and charges the results to the call.
 func runOp(st *state, mem api.Memory, stack []uint64, fits func(int) error) ([]*gpuhost.Tensor, error) {
 	code := abi.Op(argI32(stack, 0))
-	if err := needPhase(st, phaseForward, abi.FuncOp); err != nil {
+	if err := needCall(st, abi.FuncOp); err != nil {
 		return nil, err
 	}
 	if st.ops >= st.limits.OpsPerCall {
@@ -543,5 +555,62 @@ func fail(st *state, mem api.Memory, stack []uint64) (int32, error) {
 		return 0, err
 	}
 	st.guestErr = string(b)
+	return 0, nil
+}
+
+func gradOutput(st *state, _ api.Memory, stack []uint64) (int32, error) {
+	if err := needPhase(st, phaseBackward, abi.FuncGradOutput); err != nil {
+		return 0, err
+	}
+	i := argI32(stack, 0)
+	if i < 0 || int(i) >= len(st.callGradOutputs) {
+		return 0, errf(abi.ErrInvalidArgument, "output %d does not exist; %d declared", i, len(st.callGradOutputs))
+	}
+	return st.callGradOutputs[i], nil
+}
+
+func gradInput(st *state, _ api.Memory, stack []uint64) (int32, error) {
+	if err := needPhase(st, phaseBackward, abi.FuncGradInput); err != nil {
+		return 0, err
+	}
+	i := argI32(stack, 0)
+	if i < 0 || int(i) >= len(st.inputs) {
+		return 0, errf(abi.ErrInvalidArgument, "input %d does not exist; %d declared", i, len(st.inputs))
+	}
+	if st.inputs[i].DType != abi.DTypeFloat32 {
+		return 0, errf(abi.ErrInvalidArgument, "input %d (%s) is not float32 and has no gradient", i, st.inputs[i])
+	}
+	e, err := st.lookup(argI32(stack, 1))
+	if err != nil {
+		return 0, err
+	}
+	if err := checkSpec(st.inputs[i], e.t, st.batch); err != nil {
+		return 0, errf(abi.ErrShapeMismatch, "gradient of input %d: %v", i, err)
+	}
+	e.used = true
+	st.gradInputs[i] = e.t
+	return 0, nil
+}
+
+func paramGrad(st *state, _ api.Memory, stack []uint64) (int32, error) {
+	if err := needPhase(st, phaseBackward, abi.FuncParamGrad); err != nil {
+		return 0, err
+	}
+	p, err := st.lookup(argI32(stack, 0))
+	if err != nil {
+		return 0, err
+	}
+	if p.kind != kindParam {
+		return 0, errf(abi.ErrInvalidArgument, "handle %d is not a parameter", argI32(stack, 0))
+	}
+	g, err := st.lookup(argI32(stack, 1))
+	if err != nil {
+		return 0, err
+	}
+	if g.t.DType() != p.t.DType() || !slices.Equal(g.t.Shape(), p.t.Shape()) {
+		return 0, errf(abi.ErrShapeMismatch, "gradient %v%v for a parameter of %v%v", g.t.DType(), g.t.Shape(), p.t.DType(), p.t.Shape())
+	}
+	g.used = true
+	st.paramGrads[p.t] = g.t
 	return 0, nil
 }

@@ -44,11 +44,12 @@ type Binding struct {
 // Instance is one instantiated expert module. It runs one export at a
 // time; callers serialise calls.
 type Instance struct {
-	mod     api.Module
-	init    api.Function
-	forward api.Function
-	stderr  *headBuffer
-	st      *state
+	mod      api.Module
+	init     api.Function
+	forward  api.Function
+	backward api.Function // nil unless the module exports moe_backward
+	stderr   *headBuffer
+	st       *state
 
 	mu     sync.Mutex
 	closed bool
@@ -75,11 +76,12 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		return nil, fmt.Errorf("%w: instantiating: %w", ErrInvalidModule, err)
 	}
 	inst := &Instance{
-		mod:     mod,
-		init:    mod.ExportedFunction(abi.ExportInit),
-		forward: mod.ExportedFunction(abi.ExportForward),
-		stderr:  stderr,
-		st:      st,
+		mod:      mod,
+		init:     mod.ExportedFunction(abi.ExportInit),
+		forward:  mod.ExportedFunction(abi.ExportForward),
+		backward: mod.ExportedFunction(abi.ExportBackward),
+		stderr:   stderr,
+		st:       st,
 	}
 	if err := inst.start(ictx); err != nil {
 		inst.Close(context.WithoutCancel(ctx))
@@ -133,7 +135,7 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 	if err != nil {
 		return nil, err
 	}
-	st.beginCall(inputs, batch, tape)
+	st.beginCall(phaseForward, inputs, nil, batch, tape)
 	defer st.endCall()
 	ctx, cancel := context.WithTimeout(withState(ctx, st), st.limits.CallTimeout)
 	defer cancel()
@@ -146,6 +148,50 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 		}
 	}
 	return slices.Clone(st.callOutputs), nil
+}
+
+// HasBackward reports whether the module brings its own backward
+// (moe_backward) instead of relying on the host's tape.
+func (inst *Instance) HasBackward() bool { return inst.backward != nil }
+
+// Backward runs moe_backward on one batch: the inputs and the gradients of
+// the outputs go in; the gradients of the inputs (nil for inputs that are
+// not float32) and of the parameters the guest gave come out.
+func (inst *Instance) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, map[*gpuhost.Tensor]*gpuhost.Tensor, error) {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	if inst.closed {
+		return nil, nil, ErrClosed
+	}
+	if inst.backward == nil {
+		return nil, nil, fmt.Errorf("%w: the module does not export %s", ErrGuest, abi.ExportBackward)
+	}
+	st := inst.st
+	batch, err := CheckInputs(st.inputs, inputs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(gradOutputs) != len(st.outputs) {
+		return nil, nil, fmt.Errorf("%w: got %d output gradients, want %d (%s)", ErrInvalidInput, len(gradOutputs), len(st.outputs), specList(st.outputs))
+	}
+	for i, g := range gradOutputs {
+		if err := checkSpec(st.outputs[i], g, batch); err != nil {
+			return nil, nil, fmt.Errorf("%w: gradient of output %d: %w", ErrInvalidInput, i, err)
+		}
+	}
+	st.beginCall(phaseBackward, inputs, gradOutputs, batch, nil)
+	defer st.endCall()
+	ctx, cancel := context.WithTimeout(withState(ctx, st), st.limits.CallTimeout)
+	defer cancel()
+	if err := inst.call(ctx, inst.backward, abi.ExportBackward); err != nil {
+		return nil, nil, err
+	}
+	for i, g := range st.gradInputs {
+		if g == nil && st.inputs[i].DType == abi.DTypeFloat32 {
+			return nil, nil, fmt.Errorf("%w: %s returned without the gradient of input %d (%s)", ErrGuest, abi.ExportBackward, i, st.inputs[i])
+		}
+	}
+	return slices.Clone(st.gradInputs), st.paramGrads, nil
 }
 
 // CheckInputs checks tensors against a schema and returns their common

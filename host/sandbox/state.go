@@ -11,10 +11,14 @@ import (
 type phase int
 
 const (
-	phaseInit    phase = iota // in moe_init: declarations allowed
-	phaseIdle                 // between calls: nothing allowed
-	phaseForward              // in moe_forward: tensors and ops allowed
+	phaseInit     phase = iota // in moe_init: declarations allowed
+	phaseIdle                  // between calls: nothing allowed
+	phaseForward               // in moe_forward: tensors and ops allowed
+	phaseBackward              // in moe_backward: tensors, ops and gradients
 )
+
+// inCall reports whether the instance is running a forward or backward.
+func (p phase) inCall() bool { return p == phaseForward || p == phaseBackward }
 
 // handleKind says where a handle came from, which decides what the guest
 // may do with it.
@@ -74,6 +78,11 @@ type state struct {
 	tape        *gpuhost.Tape
 	ops         int
 	bytes       int64
+
+	// The current moe_backward call.
+	callGradOutputs []int32
+	gradInputs      []*gpuhost.Tensor
+	paramGrads      map[*gpuhost.Tensor]*gpuhost.Tensor
 }
 
 type stateKey struct{}
@@ -87,15 +96,13 @@ func stateFrom(ctx context.Context) *state {
 	return st
 }
 
-func (st *state) beginCall(inputs []*gpuhost.Tensor, batch int, tape *gpuhost.Tape) {
-	st.phase = phaseForward
+func (st *state) beginCall(ph phase, inputs, gradOutputs []*gpuhost.Tensor, batch int, tape *gpuhost.Tape) {
+	st.phase = ph
 	st.calls = make(map[int32]*entry, 64)
-	st.callInputs = make([]int32, len(inputs))
-	for i, t := range inputs {
-		h := newHandle()
-		st.calls[h] = &entry{t: t, kind: kindInput}
-		st.callInputs[i] = h
-	}
+	st.callInputs = st.addInputs(inputs)
+	st.callGradOutputs = st.addInputs(gradOutputs)
+	st.gradInputs = make([]*gpuhost.Tensor, len(inputs))
+	st.paramGrads = map[*gpuhost.Tensor]*gpuhost.Tensor{}
 	st.callOutputs = make([]*gpuhost.Tensor, len(st.outputs))
 	st.batch = batch
 	st.tape = tape
@@ -103,12 +110,22 @@ func (st *state) beginCall(inputs []*gpuhost.Tensor, batch int, tape *gpuhost.Ta
 	st.guestErr, st.lastErr = "", ""
 }
 
+// addInputs gives read-only call-lived handles to tensors.
+func (st *state) addInputs(ts []*gpuhost.Tensor) []int32 {
+	hs := make([]int32, len(ts))
+	for i, t := range ts {
+		hs[i] = newHandle()
+		st.calls[hs[i]] = &entry{t: t, kind: kindInput}
+	}
+	return hs
+}
+
 // endCall drops every call-lived handle, so that they go stale.
 func (st *state) endCall() {
 	st.phase = phaseIdle
 	st.calls = nil
-	st.callInputs = nil
-	st.callOutputs = nil
+	st.callInputs, st.callGradOutputs = nil, nil
+	st.callOutputs, st.gradInputs, st.paramGrads = nil, nil, nil
 	st.tape = nil
 }
 

@@ -1,0 +1,53 @@
+package host
+
+import (
+	"context"
+	_ "embed"
+	"net/http"
+	"slices"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+)
+
+// customBackwardWasm computes y = x·w with its own moe_backward.
+//
+// Rebuild: wat2wasm testdata/custom_backward.wat -o testdata/custom_backward.wasm
+//
+//go:embed testdata/custom_backward.wasm
+var customBackwardWasm []byte
+
+func TestCustomBackwardReplacesTape(t *testing.T) {
+	srv := startTestServer(t,
+		WithOptimizer(OptimizerConfig{Name: "sgd", LR: 1}),
+		WithExperts(ExpertConfig{UID: "custom.0", Module: ModuleBytes(customBackwardWasm)}))
+	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	ctx := context.Background()
+	x := []float64{1, 2, 3, 4}
+	gy := []float64{0.5, -1, 2, 0.25}
+	res, err := c.Backward(ctx, connect.NewRequest(&moehostv1.BackwardRequest{
+		Uid:         "custom.0",
+		Inputs:      []*moehostv1.Tensor{tensor([]int64{2, 2}, x)},
+		GradOutputs: []*moehostv1.Tensor{tensor([]int64{2, 2}, gy)},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The module's rule (grad_y·w + 1 with w = 1), not autograd's (grad_y).
+	if got, want := floats(t, res.Msg.GetGradInputs()[0]), []float32{1.5, 0, 3, 1.25}; !slices.Equal(got, want) {
+		t.Errorf("grad x %v, want the custom rule's %v", got, want)
+	}
+	// One SGD step with the module's grad_w = Σ grad_y·x = [0.5+6, -2+1].
+	fwd, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{
+		Uid: "custom.0", Inputs: []*moehostv1.Tensor{tensor([]int64{1, 2}, []float64{1, 1})},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := floats(t, fwd.Msg.GetOutputs()[0]), []float32{1 - 6.5, 1 + 1}; !slices.Equal(got, want) {
+		t.Errorf("w after one step %v, want %v", got, want)
+	}
+}
