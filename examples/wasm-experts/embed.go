@@ -42,3 +42,10 @@ var DetDropout []byte
 //
 //go:embed transformer/transformer.wasm
 var Transformer []byte
+
+// Builtin returns the embedded module called name: "ffn", "ffn-c", "nop",
+// "det_dropout" or "transformer".
+func Builtin(name string) ([]byte, bool) {
+	m := map[string][]byte{"ffn": FFN, "ffn-c": FFNC, "nop": Nop, "det_dropout": DetDropout, "transformer": Transformer}[name]
+	return m, m != nil
+}
