@@ -308,9 +308,9 @@ func input(st *state, _ api.Memory, stack []uint64) (int32, error) {
 	if err := needCall(st, abi.FuncInput); err != nil {
 		return 0, err
 	}
-	i := argI32(stack, 0)
-	if i < 0 || int(i) >= len(st.callInputs) {
-		return 0, errf(abi.ErrInvalidArgument, "input %d does not exist; %d declared", i, len(st.callInputs))
+	i, err := argIndex(stack, len(st.callInputs), "input")
+	if err != nil {
+		return 0, err
 	}
 	return st.callInputs[i], nil
 }
@@ -319,20 +319,39 @@ func output(st *state, _ api.Memory, stack []uint64) (int32, error) {
 	if err := needPhase(st, phaseForward, abi.FuncOutput); err != nil {
 		return 0, err
 	}
-	i := argI32(stack, 0)
-	if i < 0 || int(i) >= len(st.outputs) {
-		return 0, errf(abi.ErrInvalidArgument, "output %d does not exist; %d declared", i, len(st.outputs))
-	}
-	e, err := st.lookup(argI32(stack, 1))
+	i, err := argIndex(stack, len(st.outputs), "output")
 	if err != nil {
 		return 0, err
 	}
-	if err := checkSpec(st.outputs[i], e.t, st.batch); err != nil {
-		return 0, errf(abi.ErrShapeMismatch, "output %d: %v", i, err)
+	t, err := st.claim(argI32(stack, 1), st.outputs[i], fmt.Sprintf("output %d", i))
+	if err != nil {
+		return 0, err
+	}
+	st.callOutputs[i] = t
+	return 0, nil
+}
+
+// argIndex reads stack[0] as the index of one of n declared things.
+func argIndex(stack []uint64, n int, what string) (int, error) {
+	i := argI32(stack, 0)
+	if i < 0 || int(i) >= n {
+		return 0, errf(abi.ErrInvalidArgument, "%s %d does not exist; %d declared", what, i, n)
+	}
+	return int(i), nil
+}
+
+// claim resolves a handle that becomes a result of the call (an output or
+// a gradient), checks it against spec and freezes it.
+func (st *state) claim(h int32, spec Spec, what string) (*gpuhost.Tensor, error) {
+	e, err := st.lookup(h)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSpec(spec, e.t, st.batch); err != nil {
+		return nil, errf(abi.ErrShapeMismatch, "%s: %v", what, err)
 	}
 	e.used = true
-	st.callOutputs[i] = e.t
-	return 0, nil
+	return e.t, nil
 }
 
 func tensorNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
@@ -562,9 +581,9 @@ func gradOutput(st *state, _ api.Memory, stack []uint64) (int32, error) {
 	if err := needPhase(st, phaseBackward, abi.FuncGradOutput); err != nil {
 		return 0, err
 	}
-	i := argI32(stack, 0)
-	if i < 0 || int(i) >= len(st.callGradOutputs) {
-		return 0, errf(abi.ErrInvalidArgument, "output %d does not exist; %d declared", i, len(st.callGradOutputs))
+	i, err := argIndex(stack, len(st.callGradOutputs), "output")
+	if err != nil {
+		return 0, err
 	}
 	return st.callGradOutputs[i], nil
 }
@@ -573,22 +592,18 @@ func gradInput(st *state, _ api.Memory, stack []uint64) (int32, error) {
 	if err := needPhase(st, phaseBackward, abi.FuncGradInput); err != nil {
 		return 0, err
 	}
-	i := argI32(stack, 0)
-	if i < 0 || int(i) >= len(st.inputs) {
-		return 0, errf(abi.ErrInvalidArgument, "input %d does not exist; %d declared", i, len(st.inputs))
+	i, err := argIndex(stack, len(st.inputs), "input")
+	if err != nil {
+		return 0, err
 	}
 	if st.inputs[i].DType != abi.DTypeFloat32 {
 		return 0, errf(abi.ErrInvalidArgument, "input %d (%s) is not float32 and has no gradient", i, st.inputs[i])
 	}
-	e, err := st.lookup(argI32(stack, 1))
+	t, err := st.claim(argI32(stack, 1), st.inputs[i], fmt.Sprintf("gradient of input %d", i))
 	if err != nil {
 		return 0, err
 	}
-	if err := checkSpec(st.inputs[i], e.t, st.batch); err != nil {
-		return 0, errf(abi.ErrShapeMismatch, "gradient of input %d: %v", i, err)
-	}
-	e.used = true
-	st.gradInputs[i] = e.t
+	st.gradInputs[i] = t
 	return 0, nil
 }
 
