@@ -17,41 +17,15 @@ func geluTanh64(x float64) float64 {
 
 // forward maps x [n,h] to y [n,h].
 func (f *ffnRef) forward(x []float64) []float64 {
-	h, h4 := f.h, 4*f.h
-	n := len(x) / h
-	y := make([]float64, len(x))
-	hid := make([]float64, h4)
-	z := make([]float64, h)
-	for r := 0; r < n; r++ {
-		xr := x[r*h : (r+1)*h]
-		for j := 0; j < h4; j++ {
-			s := f.b1[j]
-			for k := 0; k < h; k++ {
-				s += f.w1[j*h+k] * xr[k]
-			}
-			hid[j] = geluTanh64(s)
-		}
-		for j := 0; j < h; j++ {
-			s := f.b2[j]
-			for k := 0; k < h4; k++ {
-				s += f.w2[j*h4+k] * hid[k]
-			}
-			z[j] = xr[j] + s
-		}
-		var mean, v float64
-		for _, a := range z {
-			mean += a
-		}
-		mean /= float64(h)
-		for _, a := range z {
-			v += (a - mean) * (a - mean)
-		}
-		v /= float64(h)
-		for j, a := range z {
-			y[r*h+j] = (a-mean)/math.Sqrt(v+f.eps)*f.lnW[j] + f.lnB[j]
-		}
+	hid := linear64(x, f.w1, f.b1, f.h, 4*f.h)
+	for i, v := range hid {
+		hid[i] = geluTanh64(v)
 	}
-	return y
+	z := linear64(hid, f.w2, f.b2, 4*f.h, f.h)
+	for i := range z {
+		z[i] += x[i]
+	}
+	return layerNorm64(z, f.lnW, f.lnB, f.h, f.eps)
 }
 
 // params returns the reference's parameters in the expert's declaration

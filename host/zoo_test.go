@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -163,7 +164,7 @@ func (z *zoo) detDropout(t *testing.T) {
 	const uid, n, h = "det_dropout.0", zooBatch, zooHidden
 	rng := rand.New(rand.NewPCG(13, 14))
 	names, ps := z.params(t, uid)
-	if want := []string{"linear_in.weight", "linear_in.bias", "linear_out.weight", "linear_out.bias"}; !equalStrings(names, want) {
+	if want := []string{"linear_in.weight", "linear_in.bias", "linear_out.weight", "linear_out.bias"}; !slices.Equal(names, want) {
 		t.Fatalf("params %v, want %v", names, want)
 	}
 	x := randVec(rng, n*h)
@@ -203,7 +204,7 @@ func (z *zoo) transformer(t *testing.T) {
 		"linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
 		"norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias",
 	}
-	if !equalStrings(names, want) {
+	if !slices.Equal(names, want) {
 		t.Fatalf("params %v, want %v", names, want)
 	}
 
@@ -254,18 +255,6 @@ func (z *zoo) transformer(t *testing.T) {
 	if g := grads[1]; g.GetDtype() != moehostv1.DType_DTYPE_BOOL || !bytes.Equal(g.GetData(), make([]byte, n*seq)) {
 		t.Errorf("grad key_padding_mask: %v%v %v, want bool zeros", g.GetDtype(), g.GetShape(), g.GetData())
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // linear64 returns x·wᵀ + b for x [n, in], w [out, in], b [out].
