@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 )
@@ -113,5 +114,24 @@ func TestPoolStatsAndMetrics(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestOversizedRequest checks that a request over the size limit is
+// refused with ResourceExhausted before it is decoded, and that the server
+// carries on.
+func TestOversizedRequest(t *testing.T) {
+	srv := startTestServer(t, WithMaxRequestBytes(64<<10),
+		WithExperts(ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}}))
+	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	ctx := context.Background()
+	big := tensor([]int64{4096, smallHidden}, make([]float64, 4096*smallHidden)) // 128 KiB
+	_, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "small.0", Inputs: []*moehostv1.Tensor{big}}))
+	if codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("oversized request: %v, want ResourceExhausted", err)
+	}
+	ok := tensor([]int64{2, smallHidden}, make([]float64, 2*smallHidden))
+	if _, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "small.0", Inputs: []*moehostv1.Tensor{ok}})); err != nil {
+		t.Fatal(err)
 	}
 }
