@@ -29,10 +29,12 @@
 //
 // Tensors live on the host (on the GPU when there is one); the guest holds
 // positive i32 handles. Zero is never a valid handle. A handle is valid only
-// in the instance that received it. Handles from [FuncInput], [FuncTensorNew]
-// and [FuncOp] live for one call of [ExportForward]; parameter handles from
+// in the instance that received it. Handles from [FuncInput], [FuncTensorNew],
+// [FuncOp] and [FuncOpMulti] live for one call of [ExportForward]; parameter
+// handles from
 // [FuncParamNew] live as long as the instance. Using a handle outside its
-// lifetime returns [ErrInvalidHandle].
+// lifetime returns [ErrInvalidHandle]. README.md in this directory is the
+// full, language-neutral specification.
 //
 // # Memory layouts
 //
@@ -78,7 +80,9 @@ const (
 	// ExportInit declares the expert: its inputs and outputs
 	// ([FuncDeclareInput], [FuncDeclareOutput]) and parameters
 	// ([FuncParamNew]), reading its config with [FuncConfigI64]. The
-	// host calls it once per instance, before any other export.
+	// host calls it once per instance, after [ExportInitialize] and
+	// [ExportABIVersion] and before any [ExportForward]. It must declare
+	// at least one input and one output.
 	ExportInit = "moe_init"
 
 	// ExportForward computes the outputs of one batch: it reads input
@@ -99,8 +103,9 @@ const (
 	// ExportMemory is the guest memory the host reads and writes.
 	ExportMemory = "memory"
 
-	// ExportInitialize is the WASI reactor initialiser. When present the
-	// host calls it before ExportInit, so that language runtimes (Go's
-	// c-shared mode, wasi-libc) set themselves up.
+	// ExportInitialize is the WASI reactor initialiser, of type () -> ().
+	// When present the host calls it first, before ExportABIVersion and
+	// ExportInit, so that language runtimes (Go's c-shared mode,
+	// wasi-libc) set themselves up.
 	ExportInitialize = "_initialize"
 )

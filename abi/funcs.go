@@ -7,7 +7,10 @@ const (
 	// guest memory and returns the message's full length in bytes. When
 	// buf_cap is smaller than that, the message is truncated to buf_cap
 	// bytes; calling with buf_cap 0 asks for the length alone. The
-	// message is empty (length 0) when no error has happened.
+	// message is that of the most recent failing host call in the
+	// current export; when none has failed, it is the message given to
+	// FuncFail, and otherwise empty (length 0). Messages are cleared when
+	// each ExportForward call begins, not by successful calls.
 	//
 	//	(buf_ptr i32, buf_cap i32) -> i32
 	//
@@ -18,15 +21,16 @@ const (
 	FuncLastError = "last_error"
 
 	// FuncConfigI64 reads the integer config value named by key (for
-	// example "hidden_dim") and writes it as an i64 at out_ptr.
+	// example "hidden_dim") and writes it as an i64 at out_ptr. It is
+	// allowed in every phase.
 	//
 	//	(key_ptr i32, key_len i32, out_ptr i32) -> i32
 	//
 	//	key_ptr ─▶ [key_len bytes of UTF-8]
 	//	out_ptr ─▶ [i64 value]          (written)
 	//
-	// Errors: ErrOutOfBounds, ErrNotFound (no such key, or the value is
-	// not an integer).
+	// Errors: ErrOutOfBounds, ErrInvalidArgument (key longer than 256
+	// bytes or not UTF-8), ErrNotFound (no such key).
 	FuncConfigI64 = "config_i64"
 
 	// FuncDeclareInput declares the next input of the expert and returns
@@ -38,8 +42,9 @@ const (
 	//	name_ptr  ─▶ [name_len bytes of UTF-8]
 	//	shape_ptr ─▶ [i64 × rank]
 	//
-	// Errors: ErrOutOfBounds, ErrInvalidArgument (bad name, dtype, rank
-	// or dims), ErrAlreadyExists (name taken), ErrWrongPhase.
+	// Errors: ErrOutOfBounds, ErrInvalidArgument (name empty, longer
+	// than 256 bytes or not UTF-8; unknown dtype; rank outside 1..MaxRank;
+	// dims), ErrAlreadyExists (name taken), ErrWrongPhase.
 	FuncDeclareInput = "declare_input"
 
 	// FuncDeclareOutput declares the next output, with the same
@@ -48,10 +53,13 @@ const (
 
 	// FuncParamNew declares a trainable parameter and returns a handle
 	// that lives as long as the instance. Only during ExportInit. The
-	// host owns the values: it initialises them with init (an [Init],
-	// whose arguments are a and b) from a seed derived from the expert's
-	// uid and the parameter's name, or loads them from a checkpoint. All
-	// instances of one expert share the same parameters.
+	// dtype must be DTypeFloat32, and a and b must be finite. The host
+	// owns the values: the first instance to declare the name makes the
+	// parameter and initialises it with init (an [Init], whose arguments
+	// are a and b) from a seed derived from the expert's uid and the
+	// parameter's name; later instances get the same tensor. (Loading
+	// from a checkpoint is not implemented yet.) All instances of one
+	// expert share the same parameters.
 	//
 	//	(name_ptr i32, name_len i32, dtype i32, shape_ptr i32, rank i32,
 	//	 init i32, a f64, b f64) -> i32
@@ -59,10 +67,11 @@ const (
 	//	name_ptr  ─▶ [name_len bytes of UTF-8]
 	//	shape_ptr ─▶ [i64 × rank]   (all dims positive)
 	//
-	// Errors: ErrOutOfBounds, ErrInvalidArgument (bad name, dtype, shape
-	// or init), ErrAlreadyExists (name declared twice), ErrShapeMismatch
-	// (another instance of the expert declared the name with another
-	// shape), ErrBudgetExceeded (parameter bytes), ErrWrongPhase.
+	// Errors: ErrOutOfBounds, ErrInvalidArgument (bad name, dtype, shape,
+	// init, or a or b), ErrAlreadyExists (name declared twice),
+	// ErrShapeMismatch (another instance of the expert declared the name
+	// with another dtype or shape), ErrBudgetExceeded (parameter bytes,
+	// or more than 2⁴⁰ elements), ErrWrongPhase, ErrInternal.
 	FuncParamNew = "param_new"
 
 	// FuncInput returns a handle to the batched input with the given
@@ -98,15 +107,17 @@ const (
 	FuncTensorNew = "tensor_new"
 
 	// FuncTensorWrite copies len bytes from guest memory into the tensor.
-	// len must equal the tensor's size in bytes. Parameters may not be
-	// written; the host owns them.
+	// len must equal the tensor's size in bytes. Only a tensor from
+	// FuncTensorNew may be written, and only until it is used (read by an
+	// op or set as an output). Parameters, inputs and op results may not
+	// be written; the host owns parameters.
 	//
 	//	(handle i32, ptr i32, len i32) -> i32
 	//
 	//	ptr ─▶ [len bytes: elements, row-major, little-endian]
 	//
 	// Errors: ErrInvalidHandle, ErrOutOfBounds, ErrShapeMismatch,
-	// ErrInvalidArgument (a parameter).
+	// ErrInvalidArgument (not a fresh FuncTensorNew tensor), ErrInternal.
 	FuncTensorWrite = "tensor_write"
 
 	// FuncTensorRead copies the tensor into guest memory and returns the
@@ -151,8 +162,11 @@ const (
 	//	attrs_ptr ─▶ [f64 × nattrs]
 	//
 	// Errors: ErrUnknownOp, ErrOutOfBounds, ErrInvalidHandle,
-	// ErrInvalidArgument (wrong number of args or attrs, bad dtype),
-	// ErrShapeMismatch, ErrBudgetExceeded, ErrWrongPhase.
+	// ErrInvalidArgument (more than 64 args or attrs, wrong number of
+	// args or attrs for the op, bad dtype or attr, an op with several
+	// results), ErrShapeMismatch, ErrBudgetExceeded (ops or bytes per
+	// call; every call counts against the op budget, failed ones too),
+	// ErrWrongPhase, ErrInternal.
 	FuncOp = "op"
 
 	// FuncOpMulti runs an op like FuncOp but for ops with several results
@@ -168,8 +182,9 @@ const (
 	//	attrs_ptr ─▶ [f64 × nattrs]
 	//	out_ptr   ─▶ [i32 handle × count]   (written)
 	//
-	// Errors: those of FuncOp, and ErrOutOfBounds or ErrInvalidArgument
-	// (out_cap too small) for the result array.
+	// Errors: those of FuncOp, ErrOutOfBounds (out_cap outside
+	// [0, 65536], or the result array outside memory) and
+	// ErrInvalidArgument (out_cap too small).
 	FuncOpMulti = "op_multi"
 
 	// FuncGradOutput returns a handle to the gradient of the output with

@@ -60,7 +60,7 @@ const (
 	// OpLayerNorm: layer normalisation over the last dimension,
 	// (x − mean)/√(var + eps)·w + b, with the biased variance.
 	//	args:  x [..., H], w [H], b [H]
-	//	attrs: eps (default 1e-5)
+	//	attrs: eps (finite, >= 0, default 1e-5)
 	//	result: shape of x
 	OpLayerNorm Op = 5
 
@@ -156,7 +156,7 @@ const (
 	// OpRMSNorm: root-mean-square normalisation over the last dimension,
 	// x/√(mean(x²) + eps)·w.
 	//	args:  x [..., H], w [H]
-	//	attrs: eps (default 1e-6)
+	//	attrs: eps (finite, >= 0, default 1e-6)
 	//	result: shape of x
 	OpRMSNorm Op = 22
 
@@ -234,7 +234,7 @@ const (
 	// OpEmbedding: rows of table selected by ids. An id outside [0, V)
 	// is ErrInvalidArgument. The gradient scatters into table; ids get
 	// none.
-	//	args:  ids (int32 or int64, any shape), table [V, D]
+	//	args:  ids (int32 or int64, rank < MaxRank), table [V, D]
 	//	result: [ids..., D]
 	OpEmbedding Op = 33
 
