@@ -184,7 +184,7 @@ func (s *Server) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		e, err := newExpert(ctx, ec.UID, m, dev, ec.Config, opt, s.cfg.limits.ParamBytes)
+		e, err := newExpert(ctx, ec.UID, m, dev, ec.Config, opt, rt.Limits().ParamBytes)
 		if err != nil {
 			return err
 		}

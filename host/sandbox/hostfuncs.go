@@ -474,6 +474,9 @@ func op(st *state, mem api.Memory, stack []uint64) (int32, error) {
 }
 
 func opMulti(st *state, mem api.Memory, stack []uint64) (int32, error) {
+	if err := needCall(st, abi.FuncOpMulti); err != nil {
+		return 0, err
+	}
 	outPtr, outCap := argPtr(stack, 5), argI32(stack, 6)
 	if outCap < 0 || outCap > 1<<16 {
 		return 0, errf(abi.ErrOutOfBounds, "out_cap %d is outside [0, 65536]", outCap)
@@ -509,6 +512,9 @@ func runOp(st *state, mem api.Memory, stack []uint64, fits func(int) error) ([]*
 	}
 	st.ops++
 	nargs, nattrs := argI32(stack, 2), argI32(stack, 4)
+	if nargs < 0 || nattrs < 0 {
+		return nil, errf(abi.ErrOutOfBounds, "%v: %d args and %d attrs; counts are not negative", code, nargs, nattrs)
+	}
 	if nargs > 64 || nattrs > 64 {
 		return nil, errf(abi.ErrInvalidArgument, "%v: %d args and %d attrs; at most 64 of each", code, nargs, nattrs)
 	}

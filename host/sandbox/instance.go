@@ -67,7 +67,7 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		params: b.Params,
 		config: b.Config,
 		limits: m.rt.limits,
-		phase:  phaseInit,
+		phase:  phaseStart,
 	}
 	ictx, cancel := context.WithTimeout(withState(ctx, st), m.rt.limits.InitTimeout)
 	defer cancel()
@@ -104,6 +104,7 @@ func (inst *Instance) start(ctx context.Context) error {
 	if v := int32(res[0]); v != abi.Version {
 		return fmt.Errorf("%w: %s returned %d; this host serves ABI version %d with module %s", ErrInvalidModule, abi.ExportABIVersion, v, abi.Version, abi.ModuleName)
 	}
+	inst.st.phase = phaseInit
 	if err := inst.call(ctx, inst.init, abi.ExportInit); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}

@@ -65,6 +65,9 @@ func validate(cm wazero.CompiledModule) error {
 			return fmt.Errorf("export %q must have type () -> i32", name)
 		}
 	}
+	if f, ok := exports[abi.ExportInitialize]; ok && (len(f.ParamTypes()) != 0 || len(f.ResultTypes()) != 0) {
+		return fmt.Errorf("export %q must have type () -> ()", abi.ExportInitialize)
+	}
 	if f, ok := exports[abi.ExportBackward]; ok && (len(f.ParamTypes()) != 0 || !slices.Equal(f.ResultTypes(), []api.ValueType{api.ValueTypeI32})) {
 		return fmt.Errorf("export %q must have type () -> i32", abi.ExportBackward)
 	}

@@ -45,7 +45,8 @@ type Limits struct {
 	// MemoryPages caps guest linear memory, in 64 KiB pages. Default
 	// 4096 (256 MiB); tensors live on the host, so guests need little.
 	MemoryPages uint32
-	// OpsPerCall caps FuncOp calls in one export call. Default 100000.
+	// OpsPerCall caps op and op_multi calls, failed ones included, in one
+	// export call. Default 100000.
 	OpsPerCall int
 	// BytesPerCall caps host tensor bytes created in one export call.
 	// Default 8 GiB.
@@ -119,6 +120,9 @@ func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, 
 	}
 	return rt, nil
 }
+
+// Limits returns the runtime's limits, with defaults filled in.
+func (rt *Runtime) Limits() Limits { return rt.limits }
 
 // Close releases the runtime and every instance made from it.
 func (rt *Runtime) Close(ctx context.Context) error {

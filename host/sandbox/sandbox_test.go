@@ -106,6 +106,7 @@ func TestHostileGuest(t *testing.T) {
 		{"output of the wrong shape", 16, 0, abi.ErrShapeMismatch, "output 0"},
 		{"negative capacity", 17, 0, abi.ErrOutOfBounds, ""}, // last_error keeps the previous message
 		{"args off the end of memory", 18, 0, abi.ErrOutOfBounds, "outside guest memory"},
+		{"negative arg count", 19, 0, abi.ErrOutOfBounds, "not negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,7 +11,8 @@ import (
 type phase int
 
 const (
-	phaseInit     phase = iota // in moe_init: declarations allowed
+	phaseStart    phase = iota // in _initialize and moe_abi_version: nothing allowed
+	phaseInit                  // in moe_init: declarations allowed
 	phaseIdle                  // between calls: nothing allowed
 	phaseForward               // in moe_forward: tensors and ops allowed
 	phaseBackward              // in moe_backward: tensors, ops and gradients

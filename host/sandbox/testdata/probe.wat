@@ -120,5 +120,8 @@
     ;; 18: an args array that runs off the end of memory.
     (if (i32.eq (local.get $case) (i32.const 18)) (then
       (return (call $op (i32.const 19) (i32.const 65534) (i32.const 2) (i32.const 0) (i32.const 0)))))
+    ;; 19: a negative arg count whose byte length wraps to zero.
+    (if (i32.eq (local.get $case) (i32.const 19)) (then
+      (return (call $op (i32.const 19) (i32.const 64) (i32.const -1073741824) (i32.const 0) (i32.const 0)))))
     unreachable)
 )
