@@ -44,6 +44,7 @@ func Example() {
 		x[i] = float32(i%7) - 3
 	}
 	c := client.New(srv.Addr())
+	defer c.Close()
 	out, err := c.Expert("ffn.0").Forward(ctx, client.Float32([]int64{2, 16}, x))
 	if err != nil {
 		log.Fatal(err)

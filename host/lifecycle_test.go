@@ -52,18 +52,23 @@ func settle(t *testing.T, g0, fd0 int) {
 func TestStartShutdownLoopLeavesNothing(t *testing.T) {
 	dir := host.SharedTestDataDir()
 	ctx := context.Background()
-	// One warm-up run fills the compilation cache.
+	// Small WAT experts keep 50 servers quick under -race. One warm-up
+	// run fills the compilation cache.
 	run := func(i int) string {
-		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(dir), host.WithExperts(smallFFN("ffn.0"), smallFFN("ffn.1")))
+		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(dir), host.WithExperts(
+			host.ExpertConfig{UID: "id.0", Module: host.ModuleBytes(host.TrapWasm())},
+			host.ExpertConfig{UID: "id.1", Module: host.ModuleBytes(host.TrapWasm())}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := srv.Start(ctx); err != nil {
 			t.Fatalf("server %d: %v", i, err)
 		}
-		if _, err := client.New(srv.Addr()).Expert("ffn.1").Forward(ctx, client.Float32([]int64{1, 8}, make([]float32, 8))); err != nil {
+		c := client.New(srv.Addr())
+		if _, err := c.Expert("id.1").Forward(ctx, client.Float32([]int64{1, 4}, make([]float32, 4))); err != nil {
 			t.Fatalf("server %d: %v", i, err)
 		}
+		c.Close()
 		addr := srv.Addr()
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Fatalf("server %d shutdown: %v", i, err)

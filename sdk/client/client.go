@@ -52,6 +52,7 @@ func WithGRPCWeb() Option { return optionFunc(func(o *options) { o.protocol = "g
 // Client calls one moehost server. It is safe for concurrent use.
 type Client struct {
 	svc moehostv1connect.ExpertServiceClient
+	own *http.Client // the HTTP client New made, closed by Close
 }
 
 // New returns a client of the server at baseURL ("http://host:port", or
@@ -64,8 +65,10 @@ func New(baseURL string, opts ...Option) *Client {
 	if !strings.Contains(baseURL, "://") {
 		baseURL = "http://" + baseURL
 	}
+	var own *http.Client
 	if o.http == nil {
-		o.http = defaultHTTPClient(strings.HasPrefix(baseURL, "http://"))
+		own = defaultHTTPClient(strings.HasPrefix(baseURL, "http://"))
+		o.http = own
 	}
 	var copts []connect.ClientOption
 	switch o.protocol {
@@ -74,7 +77,16 @@ func New(baseURL string, opts ...Option) *Client {
 	case "grpcweb":
 		copts = append(copts, connect.WithGRPCWeb())
 	}
-	return &Client{svc: moehostv1connect.NewExpertServiceClient(o.http, baseURL, copts...)}
+	return &Client{svc: moehostv1connect.NewExpertServiceClient(o.http, baseURL, copts...), own: own}
+}
+
+// Close closes the idle connections of the HTTP client that New made; a
+// client given with WithHTTPClient is left alone. Calls still in flight
+// finish.
+func (c *Client) Close() {
+	if c.own != nil {
+		c.own.CloseIdleConnections()
+	}
 }
 
 func defaultHTTPClient(cleartext bool) *http.Client {
