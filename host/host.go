@@ -66,6 +66,12 @@ type Server struct {
 	httpSrv  *http.Server
 	serveErr chan error
 
+	// lifeMu is held by Start while it loads and by Shutdown while it
+	// releases, so that a Shutdown during Start waits for Start to stop
+	// (it cancels Start's context first) and nothing outlives it.
+	lifeMu      sync.Mutex
+	cancelStart context.CancelFunc
+
 	ready        chan struct{}
 	done         chan struct{}
 	shutdownOnce sync.Once
@@ -118,13 +124,25 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.mu.Unlock()
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
 	select {
 	case <-s.done:
 		return ErrServerClosed
 	default:
 	}
-	if err := s.start(ctx); err != nil {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	s.cancelStart = cancel
+	s.mu.Unlock()
+	if err := s.start(sctx); err != nil {
 		s.release(context.WithoutCancel(ctx))
+		select {
+		case <-s.done:
+			return fmt.Errorf("%w: %w", ErrServerClosed, err)
+		default:
+		}
 		return err
 	}
 	close(s.ready)
@@ -256,6 +274,13 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
 		close(s.done)
+		s.mu.Lock()
+		if s.cancelStart != nil {
+			s.cancelStart()
+		}
+		s.mu.Unlock()
+		s.lifeMu.Lock()
+		defer s.lifeMu.Unlock()
 		s.shutdownErr = s.release(ctx)
 	})
 	<-s.done

@@ -207,3 +207,26 @@ func TestConcurrentShutdownWithRequestsInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownDuringStart stops a server while it is still loading its
+// experts: Start gives up, Shutdown waits for it, and nothing is left.
+func TestShutdownDuringStart(t *testing.T) {
+	g0, fd0 := counts(t)
+	for i := range 5 {
+		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(host.SharedTestDataDir()),
+			host.WithExperts(smallFFN("ffn.0"), smallFFN("ffn.1"), smallFFN("ffn.2")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan error, 1)
+		go func() { started <- srv.Start(context.Background()) }()
+		time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown during Start: %v", err)
+		}
+		if err := <-started; err != nil && !errors.Is(err, host.ErrServerClosed) {
+			t.Errorf("Start cut short by Shutdown: %v, want nil or ErrServerClosed", err)
+		}
+	}
+	settle(t, g0, fd0)
+}
