@@ -198,7 +198,7 @@ func (z *zoo) detDropout(t *testing.T) {
 func (z *zoo) transformer(t *testing.T) {
 	const uid, n, seq, h = "transformer.0", zooBatch, zooSeq, zooHidden
 	rng := rand.New(rand.NewPCG(15, 16))
-	names, ps := z.params(t, uid)
+	names, _ := z.params(t, uid)
 	want := []string{
 		"self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
 		"linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
@@ -237,7 +237,7 @@ func (z *zoo) transformer(t *testing.T) {
 		small[i] *= 0.05
 	}
 	z.backward(t, uid, inputs, tensor(shape, small))
-	_, ps = z.params(t, uid)
+	_, ps := z.params(t, uid)
 
 	y := floats(t, z.forward(t, uid, inputs...))
 	if e := relErr(y, forward(ps)); e > 1e-4 || math.IsNaN(e) {

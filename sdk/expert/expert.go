@@ -87,12 +87,3 @@ func check(fn string, r int32) (int32, error) {
 	}
 	return r, &HostError{Func: fn, Errno: abi.Errno(r), Msg: lastError()}
 }
-
-// errnoOf is what an export returns for err.
-func errnoOf(err error) int32 {
-	var he *HostError
-	if errors.As(err, &he) {
-		return int32(he.Errno)
-	}
-	return int32(abi.ErrInvalidArgument)
-}

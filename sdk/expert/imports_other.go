@@ -8,7 +8,6 @@ import "github.com/moehost/moehost/abi"
 
 func notInGuest() int32 { return int32(abi.ErrInternal) }
 
-func hostLastError(ptr, cap uint32) int32                       { return 0 }
 func hostConfigI64(keyPtr, keyLen, outPtr uint32) int32         { return notInGuest() }
 func hostDeclareInput(_, _ uint32, _ int32, _, _ uint32) int32  { return notInGuest() }
 func hostDeclareOutput(_, _ uint32, _ int32, _, _ uint32) int32 { return notInGuest() }

@@ -3,6 +3,7 @@
 package expert
 
 import (
+	"errors"
 	"unsafe"
 
 	"github.com/moehost/moehost/abi"
@@ -129,4 +130,13 @@ func failWith(err error) int32 {
 	p, n := strPtr(err.Error())
 	hostFail(p, n)
 	return errnoOf(err)
+}
+
+// errnoOf is what an export returns for err.
+func errnoOf(err error) int32 {
+	var he *HostError
+	if errors.As(err, &he) {
+		return int32(he.Errno)
+	}
+	return int32(abi.ErrInvalidArgument)
 }
