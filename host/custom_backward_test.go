@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 )
@@ -49,5 +50,41 @@ func TestCustomBackwardReplacesTape(t *testing.T) {
 	}
 	if got, want := floats(t, fwd.Msg.GetOutputs()[0]), []float32{1 - 6.5, 1 + 1}; !slices.Equal(got, want) {
 		t.Errorf("w after one step %v, want %v", got, want)
+	}
+}
+
+// TestGoCustomBackward runs a Go expert whose Backward (a straight-through
+// relu) replaces the tape, through the SDK's custombackward package.
+func TestGoCustomBackward(t *testing.T) {
+	const h = 4
+	srv := startTestServer(t,
+		WithOptimizer(OptimizerConfig{Name: "sgd", LR: 1}),
+		WithExperts(ExpertConfig{UID: "ste.0", Module: ModuleBytes(wasmexperts.STEReLU), Config: map[string]int64{"hidden_dim": h}}))
+	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	ctx := context.Background()
+	x := []float64{-1, 2, -3, 4, 5, -6, 7, -8}
+	gy := []float64{1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5}
+	res, err := c.Backward(ctx, connect.NewRequest(&moehostv1.BackwardRequest{
+		Uid:         "ste.0",
+		Inputs:      []*moehostv1.Tensor{tensor([]int64{2, h}, x)},
+		GradOutputs: []*moehostv1.Tensor{tensor([]int64{2, h}, gy)},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Straight through: grad_x = grad_y·s with s = 1, even where x < 0
+	// (autograd would give 0 there).
+	if got, want := floats(t, res.Msg.GetGradInputs()[0]), []float32{1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5}; !slices.Equal(got, want) {
+		t.Errorf("grad x %v, want %v", got, want)
+	}
+	// s -= Σ_batch grad_y·relu(x) = [2.5, 2, 3.5, 4].
+	fwd, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{
+		Uid: "ste.0", Inputs: []*moehostv1.Tensor{tensor([]int64{1, h}, []float64{1, 1, 1, 1})},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := floats(t, fwd.Msg.GetOutputs()[0]), []float32{1 - 2.5, 1 - 2, 1 - 3.5, 1 - 4}; !slices.Equal(got, want) {
+		t.Errorf("relu(1)·s after one step %v, want %v", got, want)
 	}
 }

@@ -43,9 +43,17 @@ var DetDropout []byte
 //go:embed transformer/transformer.wasm
 var Transformer []byte
 
+// STEReLU is relu with a learned scale and a hand-written straight-through
+// backward (examples/wasm-experts/ste_relu).
+//
+// Rebuild: GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared -o ste_relu/ste_relu.wasm ./ste_relu
+//
+//go:embed ste_relu/ste_relu.wasm
+var STEReLU []byte
+
 // Builtin returns the embedded module called name: "ffn", "ffn-c", "nop",
-// "det_dropout" or "transformer".
+// "det_dropout", "transformer" or "ste_relu".
 func Builtin(name string) ([]byte, bool) {
-	m := map[string][]byte{"ffn": FFN, "ffn-c": FFNC, "nop": Nop, "det_dropout": DetDropout, "transformer": Transformer}[name]
+	m := map[string][]byte{"ffn": FFN, "ffn-c": FFNC, "nop": Nop, "det_dropout": DetDropout, "transformer": Transformer, "ste_relu": STEReLU}[name]
 	return m, m != nil
 }

@@ -24,6 +24,13 @@ func hostOp(int32, uint32, uint32, uint32, uint32) int32 { return notInGuest() }
 func hostOpMulti(int32, uint32, uint32, uint32, uint32, uint32, uint32) int32 {
 	return notInGuest()
 }
+func hostGradOutput(int32) int32       { return notInGuest() }
+func hostGradInput(int32, int32) int32 { return notInGuest() }
+func hostParamGrad(int32, int32) int32 { return notInGuest() }
+
+// RunBackward fails outside a guest.
+func RunBackward() int32 { return notInGuest() }
+
 func hostFail(uint32, uint32) int32  { return 0 }
 func lastError() string              { return ErrNotInGuest.Error() }
 func strPtr(string) (uint32, uint32) { return 0, 0 }

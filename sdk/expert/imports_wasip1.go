@@ -53,6 +53,15 @@ func hostOpMulti(code int32, argsPtr, nargs, attrsPtr, nattrs, outPtr, outCap ui
 //go:wasmimport moehost_v1 fail
 func hostFail(ptr, n uint32) int32
 
+//go:wasmimport moehost_v1 grad_output
+func hostGradOutput(index int32) int32
+
+//go:wasmimport moehost_v1 grad_input
+func hostGradInput(index, handle int32) int32
+
+//go:wasmimport moehost_v1 param_grad
+func hostParamGrad(param, grad int32) int32
+
 func lastError() string {
 	n := hostLastError(0, 0)
 	if n <= 0 {
@@ -120,6 +129,21 @@ func moeInit() int32 {
 //go:wasmexport moe_forward
 func moeForward() int32 {
 	if err := registered.Forward(&Call{}); err != nil {
+		return failWith(err)
+	}
+	return 0
+}
+
+// RunBackward runs the registered expert's Backward. Package
+// custombackward's moe_backward export calls it; experts do not.
+func RunBackward() int32 {
+	b, ok := registered.(Backwarder)
+	if !ok {
+		p, n := strPtr("expert: the module exports moe_backward but its expert has no Backward method")
+		hostFail(p, n)
+		return int32(abi.ErrInvalidArgument)
+	}
+	if err := b.Backward(&BackwardCall{}); err != nil {
 		return failWith(err)
 	}
 	return 0

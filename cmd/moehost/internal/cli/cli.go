@@ -94,7 +94,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringVar(&listen, "listen", host.DefaultListen, `address to serve on; port "*" picks a free one`)
 	f.StringVar(&dataDir, "data-dir", host.DefaultDataDir, "directory for the server's state")
 	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
-	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example (ffn, ffn-c, nop, det_dropout, transformer)")
+	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example (ffn, ffn-c, nop, det_dropout, transformer, ste_relu)")
 	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value`)
 	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam or sgd")
 	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
