@@ -142,7 +142,9 @@ func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 	if err != nil {
 		return nil, err
 	}
-	if err := e.opt.Step(params, gradParams); err != nil {
+	err = e.opt.Step(params, gradParams)
+	e.Device().Release(gradParams...)
+	if err != nil {
 		return nil, e.fail(fmt.Errorf("%w: optimizer step: %w", rpc.ErrInternal, err))
 	}
 	e.succeed()
@@ -160,6 +162,8 @@ func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.T
 		return nil, nil, nil, err
 	}
 	tape := gpuhost.NewTape()
+	// The forward's tensors are dead once the tape has run backward.
+	defer tape.Release(e.Device())
 	outs, err := inst.Forward(ctx, inputs, tape)
 	if err != nil {
 		return nil, nil, nil, e.fail(err)

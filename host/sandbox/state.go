@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 
 	"github.com/moehost/moehost/abi"
@@ -103,8 +104,20 @@ func (st *state) beginCall(inputs []*gpuhost.Tensor, batch int, tape *gpuhost.Ta
 	st.guestErr, st.lastErr = "", ""
 }
 
-// endCall drops every call-lived handle, so that they go stale.
+// endCall drops every call-lived handle, so that they go stale. Without a
+// tape it releases the tensors the call made, but its outputs, to the
+// device; with one, they belong to the tape (see gpuhost.Tape.Release).
 func (st *state) endCall() {
+	if st.tape == nil {
+		var done []*gpuhost.Tensor
+		for _, e := range st.calls {
+			if e.kind == kindResult || e.kind == kindNew {
+				done = append(done, e.t)
+			}
+		}
+		done = slices.DeleteFunc(done, func(t *gpuhost.Tensor) bool { return slices.Contains(st.callOutputs, t) })
+		st.dev.Release(done...)
+	}
 	st.phase = phaseIdle
 	st.calls = nil
 	st.callInputs = nil

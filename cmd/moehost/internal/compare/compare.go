@@ -177,7 +177,7 @@ func (p *inProc) Forward(ctx context.Context, shape []int) error {
 	if err != nil {
 		return err
 	}
-	_ = outs
+	p.dev.Release(append(outs, x)...)
 	return nil
 }
 
@@ -192,6 +192,7 @@ func (p *inProc) Backward(ctx context.Context, shape []int) error {
 		return err
 	}
 	tape := gpuhost.NewTape()
+	defer tape.Release(p.dev)
 	outs, err := p.inst.Forward(ctx, []*gpuhost.Tensor{x}, tape)
 	if err != nil {
 		return err
@@ -205,10 +206,9 @@ func (p *inProc) Backward(ctx context.Context, shape []int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.opt.Step(params, grads[1:]); err != nil {
-		return err
-	}
-	return nil
+	err = p.opt.Step(params, grads[1:])
+	p.dev.Release(append(grads, x, gy)...)
+	return err
 }
 
 func (p *inProc) round(ctx context.Context, cfg Config) (Rates, error) {
