@@ -87,6 +87,16 @@ bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (insta
 	$(GO) test -c -tags openblas -o $(BIN)/gpuhost-openblas.test ./gpuhost/
 	$(BIN)/gpuhost-openblas.test -test.run '^TestKernelTable$$' -kerneltable
 
+# Debian's python3-torch: its interpreter, not a virtualenv's or pyenv's.
+TORCH_PYTHON ?= /usr/bin/python3
+
+.PHONY: bench-compare
+bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against PyTorch eager, one table (installs python3-torch if missing)
+	@dpkg -s python3-torch >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y python3-torch; }
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(BIN)/moehost bench --compare --python $(TORCH_PYTHON) --torch-script scripts/bench_torch_ffn.py \
+	  --hidden-dim 1024 --batch 256 --threads 2 --rounds 5 --seconds 3s --data-dir $(CURDIR)/.tmp/bench-compare
+
 .PHONY: lint
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet ./...

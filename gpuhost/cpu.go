@@ -23,6 +23,48 @@ type cpuDevice struct {
 	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
 	sgemm func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
 	packs sync.Pool // *gemmBufs
+	free  bufPool   // released float32 storage
+}
+
+// poolMaxBytes caps the float32 storage a CPU device keeps for reuse:
+// enough for the tensors of a few batches of a large expert.
+const poolMaxBytes = 1 << 30
+
+// bufPool keeps released float32 buffers by length, up to poolMaxBytes in
+// all; past that, releases are left to the garbage collector.
+type bufPool struct {
+	mu    sync.Mutex
+	free  map[int][][]float32
+	bytes int
+}
+
+// get returns a released buffer of n floats, with stale contents, or nil.
+func (p *bufPool) get(n int) []float32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.free[n]
+	if len(l) == 0 {
+		return nil
+	}
+	b := l[len(l)-1]
+	l[len(l)-1] = nil
+	p.free[n] = l[:len(l)-1]
+	p.bytes -= 4 * n
+	return b
+}
+
+// put keeps b for reuse unless the pool is full.
+func (p *bufPool) put(b []float32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bytes+4*len(b) > poolMaxBytes {
+		return
+	}
+	if p.free == nil {
+		p.free = map[int][][]float32{}
+	}
+	p.free[len(b)] = append(p.free[len(b)], b)
+	p.bytes += 4 * len(b)
 }
 
 // NewCPU returns the pure-Go CPU device. Kernels split large work across up
@@ -42,14 +84,34 @@ func (d *cpuDevice) Name() string {
 	return "cpu"
 }
 
+// alloc returns a zero-filled tensor.
 func (d *cpuDevice) alloc(dt abi.DType, shape []int) (*Tensor, error) {
+	return d.allocate(dt, shape, true)
+}
+
+// allocDirty returns a tensor whose float32 storage may hold a released
+// tensor's values, for callers that overwrite all of it.
+func (d *cpuDevice) allocDirty(dt abi.DType, shape []int) (*Tensor, error) {
+	return d.allocate(dt, shape, false)
+}
+
+// allocate returns a tensor, with float32 storage from the pool when it
+// has a buffer of the size, cleared if zero is set.
+func (d *cpuDevice) allocate(dt abi.DType, shape []int, zero bool) (*Tensor, error) {
 	n, err := checkShape(dt, shape)
 	if err != nil {
 		return nil, err
 	}
 	t := &Tensor{dt: dt, shape: append([]int{}, shape...), n: n, dev: d}
 	if dt == abi.DTypeFloat32 {
-		t.mem = make([]float32, n)
+		if b := d.free.get(n); b != nil {
+			if zero {
+				clear(b)
+			}
+			t.mem = b
+		} else {
+			t.mem = make([]float32, n)
+		}
 	} else {
 		t.mem = make([]byte, n*dt.Size())
 	}
@@ -67,7 +129,7 @@ func (d *cpuDevice) Zeros(dt abi.DType, shape []int) (*Tensor, error) {
 
 // FromBytes returns a tensor holding a copy of data.
 func (d *cpuDevice) FromBytes(dt abi.DType, shape []int, data []byte) (*Tensor, error) {
-	t, err := d.alloc(dt, shape)
+	t, err := d.allocDirty(dt, shape)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: from bytes: %w", err)
 	}
@@ -104,7 +166,7 @@ func (d *cpuDevice) ReadBytes(t *Tensor, dst []byte) error {
 
 // FromFloat32 returns a float32 tensor with a copy of data.
 func (d *cpuDevice) FromFloat32(shape []int, data []float32) (*Tensor, error) {
-	t, err := d.alloc(abi.DTypeFloat32, shape)
+	t, err := d.allocDirty(abi.DTypeFloat32, shape)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: from float32: %w", err)
 	}
@@ -149,7 +211,7 @@ func (d *cpuDevice) Concat(ts []*Tensor) (*Tensor, error) {
 		rows += t.shape[0]
 	}
 	shape := append([]int{rows}, ts[0].shape[1:]...)
-	out, err := d.alloc(ts[0].dt, shape)
+	out, err := d.allocDirty(ts[0].dt, shape)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: concat: %w", err)
 	}
@@ -186,7 +248,7 @@ func (d *cpuDevice) Split(t *Tensor, rows []int) ([]*Tensor, error) {
 	off := 0
 	for i, r := range rows {
 		shape := append([]int{r}, t.shape[1:]...)
-		p, err := d.alloc(t.dt, shape)
+		p, err := d.allocDirty(t.dt, shape)
 		if err != nil {
 			return nil, fmt.Errorf("cpu: split: %w", err)
 		}
@@ -194,6 +256,22 @@ func (d *cpuDevice) Split(t *Tensor, rows []int) ([]*Tensor, error) {
 		out[i] = p
 	}
 	return out, nil
+}
+
+// Release implements Device.Release for float32 storage; other dtypes
+// are left to the garbage collector.
+func (d *cpuDevice) Release(ts ...*Tensor) {
+	for _, t := range ts {
+		if t == nil || t.pinned || t.dev != Device(d) {
+			continue
+		}
+		if f := t.f32(); f != nil {
+			d.free.put(f)
+		}
+		if t.mem != nil {
+			t.mem = nil
+		}
+	}
 }
 
 // own checks that t is a tensor of this device.

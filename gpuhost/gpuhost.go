@@ -43,9 +43,17 @@ type Tensor struct {
 	dev   Device
 	// mem is the device's storage. The CPU device keeps []float32 for
 	// float32 and little-endian []byte for the storage-only dtypes, so
-	// that ids and masks survive untouched until ops use them.
+	// that ids and masks survive untouched until ops use them. Release
+	// sets it to nil.
 	mem any
+	// pinned tensors are long-lived (parameters): Release ignores them.
+	pinned bool
 }
+
+// Pin marks t as long-lived, such as a parameter: [Device.Release] leaves
+// a pinned tensor alone, so that a caller that releases every tensor of a
+// batch cannot hand a parameter's storage to the next allocation.
+func (t *Tensor) Pin() { t.pinned = true }
 
 // DType returns the element type.
 func (t *Tensor) DType() abi.DType { return t.dt }
@@ -95,6 +103,13 @@ type Device interface {
 	// Split cuts t along dim 0 into pieces of the given row counts, which
 	// must add up to t's first dim. It is the inverse of Concat.
 	Split(t *Tensor, rows []int) ([]*Tensor, error)
+	// Release hands the storage of tensors that nobody uses any more back
+	// to the device, which reuses it for later tensors of the same size,
+	// so that a steady stream of batches allocates nothing. A released
+	// tensor must not be used again. Nil, pinned, already released and
+	// other devices' tensors are skipped, so releasing everything a batch
+	// touched is safe as long as nothing still reads it.
+	Release(ts ...*Tensor)
 
 	kernels
 }

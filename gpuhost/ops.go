@@ -172,8 +172,16 @@ func ApplyMulti(dev Device, tape *Tape, op abi.Op, args []*Tensor, attrs []float
 	}
 	if tape != nil {
 		tape.recs = append(tape.recs, rec)
+	} else {
+		dev.Release(rec.internal()...) // nothing will read them
 	}
 	return append([]*Tensor(nil), rec.outs...), nil
+}
+
+// internal returns the tensors that r made for its backward, which never
+// leave it.
+func (r *record) internal() []*Tensor {
+	return []*Tensor{r.mean, r.rstd, r.saved, r.loss}
 }
 
 // prepare validates an op's inputs, and returns its record with the outputs

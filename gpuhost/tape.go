@@ -45,6 +45,14 @@ func (s *gradSet) add(t, g *Tensor, owned bool) error {
 		s.m[t] = &grad{t: g, owned: owned}
 		return nil
 	}
+	if !e.owned && owned && g.n == e.t.n {
+		// Sum into g, which is ours, instead of into a copy of e.t.
+		if err := s.dev.addRepeat(g, g, e.t); err != nil {
+			return err
+		}
+		e.t, e.owned = g, true
+		return nil
+	}
 	if !e.owned {
 		c, err := s.clone(e.t)
 		if err != nil {
@@ -52,7 +60,47 @@ func (s *gradSet) add(t, g *Tensor, owned bool) error {
 		}
 		e.t, e.owned = c, true
 	}
-	return s.dev.addRepeat(e.t, e.t, g)
+	if err := s.dev.addRepeat(e.t, e.t, g); err != nil {
+		return err
+	}
+	if owned && !s.shared(g) {
+		s.dev.Release(g) // summed in; nobody else holds it
+	}
+	return nil
+}
+
+// shared reports whether an entry of s holds g's storage: g itself, or a
+// view of it under another shape (reshape's backward passes its gradient
+// on that way).
+func (s *gradSet) shared(g *Tensor) bool {
+	for _, e := range s.m {
+		if sameStorage(e.t, g) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameStorage reports whether a and b are views of one storage.
+func sameStorage(a, b *Tensor) bool {
+	if a == b {
+		return true
+	}
+	fa, fb := a.f32(), b.f32()
+	return len(fa) > 0 && len(fb) > 0 && &fa[0] == &fb[0]
+}
+
+// drop forgets t's gradient and releases it when s made it and no other
+// entry holds it (an add passes its gradient on unowned).
+func (s *gradSet) drop(t *Tensor) {
+	e, ok := s.m[t]
+	if !ok {
+		return
+	}
+	delete(s.m, t)
+	if e.owned && !s.shared(e.t) {
+		s.dev.Release(e.t)
+	}
 }
 
 func (s *gradSet) clone(t *Tensor) (*Tensor, error) {
@@ -61,6 +109,21 @@ func (s *gradSet) clone(t *Tensor) (*Tensor, error) {
 		return nil, err
 	}
 	return c, s.dev.copy(c, t)
+}
+
+// Release hands every tensor that the recorded ops made (their results and
+// what they saved for the backward) back to dev, and empties the tape. Call
+// it once the forward's results and Backward are done with; the gradients
+// Backward returned are not the tape's and stay valid.
+func (tp *Tape) Release(dev Device) {
+	if tp == nil || dev == nil {
+		return
+	}
+	for _, r := range tp.recs {
+		dev.Release(r.outs...)
+		dev.Release(r.internal()...)
+	}
+	tp.recs = nil
 }
 
 // Backward computes the vector-Jacobian product of the recorded ops: the
@@ -143,7 +206,7 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 		}
 		for _, o := range r.outs {
 			if !isWrt[o] {
-				delete(gs.m, o) // free it as early as a framework would
+				gs.drop(o) // free it as early as a framework would
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -142,7 +143,11 @@ func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 	if err != nil {
 		return nil, err
 	}
-	if err := e.opt.Step(params, gradParams); err != nil {
+	err = e.opt.Step(params, gradParams)
+	// A custom backward may hand one tensor back as both a parameter's and
+	// an input's gradient; the input's must survive until it is sent.
+	e.Device().Release(slices.DeleteFunc(gradParams, func(g *gpuhost.Tensor) bool { return slices.Contains(gradInputs, g) })...)
+	if err != nil {
 		return nil, e.fail(fmt.Errorf("%w: optimizer step: %w", rpc.ErrInternal, err))
 	}
 	e.succeed()
@@ -189,6 +194,8 @@ func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.T
 // backward. Inputs that are not float32 get nil gradients.
 func (e *expert) tapeGradients(ctx context.Context, inst *sandbox.Instance, inputs, gradOutputs, params []*gpuhost.Tensor) (gradInputs, gradParams []*gpuhost.Tensor, err error) {
 	tape := gpuhost.NewTape()
+	// The forward's tensors are dead once the tape has run backward.
+	defer tape.Release(e.Device())
 	outs, err := inst.Forward(ctx, inputs, tape)
 	if err != nil {
 		return nil, nil, err

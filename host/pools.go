@@ -44,7 +44,12 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 			if err != nil {
 				return nil, err
 			}
-			return splitBack(dev, outs, rows)
+			res, err := splitBack(dev, outs, rows)
+			if len(reqs) > 1 {
+				// The requests got copies; the batch's own tensors are dead.
+				dev.Release(append(inputs, outs...)...)
+			}
+			return res, err
 		},
 		Join: func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
 	}, e.fwdStats, notify)
@@ -80,7 +85,11 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 			if err != nil {
 				return nil, err
 			}
-			return splitBack(dev, gradInputs, rows)
+			res, err := splitBack(dev, gradInputs, rows)
+			if len(reqs) > 1 {
+				dev.Release(append(append(inputs, gradOutputs...), gradInputs...)...)
+			}
+			return res, err
 		},
 		Join: func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
 	}, e.bwdStats, notify)

@@ -11,6 +11,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -70,6 +71,10 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	mux.Handle(moehostv1connect.NewExpertServiceHandler(
 		&service{experts: experts},
 		connect.WithReadMaxBytes(opts.MaxRequestBytes),
+		// Responses are never compressed: they are float tensors, which
+		// gzip shrinks by a few percent at the cost of more CPU than the
+		// expert's own kernels. Compressed requests are still accepted.
+		connect.WithCompressMinBytes(math.MaxInt),
 		connect.WithInterceptors(errorInterceptor{}),
 	))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(moehostv1connect.ExpertServiceName)))

@@ -41,6 +41,8 @@ func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.Fo
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", uid, err)
 	}
+	// The batch is done with them, and the response holds copies.
+	defer e.Device().Release(append(inputs, outputs...)...)
 	pb, err := encodeAll(e.Device(), outputs)
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", uid, err)
@@ -67,6 +69,7 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
+	defer e.Device().Release(append(append(inputs, grads...), gradInputs...)...)
 	pb, err := encodeAll(e.Device(), gradInputs)
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", uid, err)

@@ -87,6 +87,7 @@ func (s *ParamStore) declare(name string, dt abi.DType, shape []int, init abi.In
 	if err != nil {
 		return nil, errf(abi.ErrInternal, "param %q: %v", name, err)
 	}
+	t.Pin() // a batch's Release must never free a parameter
 	s.byName[name] = len(s.params)
 	s.params = append(s.params, Param{Name: name, Tensor: t})
 	s.bytes += 4 * n

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 
 	"github.com/moehost/moehost/abi"
@@ -121,8 +122,25 @@ func (st *state) addInputs(ts []*gpuhost.Tensor) []int32 {
 	return hs
 }
 
-// endCall drops every call-lived handle, so that they go stale.
+// endCall drops every call-lived handle, so that they go stale. Without a
+// tape it releases the tensors the call made, but its results (outputs and
+// gradients), to the device; with one, they belong to the tape (see
+// gpuhost.Tape.Release).
 func (st *state) endCall() {
+	if st.tape == nil {
+		var done []*gpuhost.Tensor
+		for _, e := range st.calls {
+			if e.kind == kindResult || e.kind == kindNew {
+				done = append(done, e.t)
+			}
+		}
+		kept := slices.Concat(st.callOutputs, st.gradInputs)
+		for _, g := range st.paramGrads {
+			kept = append(kept, g)
+		}
+		done = slices.DeleteFunc(done, func(t *gpuhost.Tensor) bool { return slices.Contains(kept, t) })
+		st.dev.Release(done...)
+	}
 	st.phase = phaseIdle
 	st.calls = nil
 	st.callInputs, st.callGradOutputs = nil, nil

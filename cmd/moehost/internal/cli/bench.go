@@ -20,15 +20,24 @@ func benchCmd(stdout io.Writer) *cobra.Command {
 		hiddenDim                 int64
 		clients, minRows, maxRows int
 		duration                  time.Duration
+		cmp                       compareFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure serving throughput and latency with and without batching",
 		Long: `Start an in-process server twice, once with batching (the default limits) and
 once without (max batch size 1), drive each with the same load of concurrent
-Forward calls over loopback, and print the two side by side.`,
+Forward calls over loopback, and print the two side by side.
+
+With --compare, measure hivemind's ffn (--hidden-dim, --batch) instead, in
+alternating rounds: PyTorch eager in-process (--torch-script; make
+bench-compare installs torch), moehost in-process and moehost over RPC, each
+forward and forward+backward+Adam, and print samples/s with the ratios.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmp.on {
+				return runCompare(cmd.Context(), stdout, cmp, dataDir, int(hiddenDim))
+			}
 			uids, err := host.ExpandPattern(pattern)
 			if err != nil {
 				return fmt.Errorf("--experts: %w", err)
@@ -75,6 +84,7 @@ Forward calls over loopback, and print the two side by side.`,
 	f.IntVar(&minRows, "min-rows", 1, "fewest rows per request")
 	f.IntVar(&maxRows, "max-rows", 16, "most rows per request")
 	f.DurationVar(&duration, "duration", 10*time.Second, "measured time per mode (plus a quarter of it to warm up)")
+	cmp.register(f)
 	return cmd
 }
 

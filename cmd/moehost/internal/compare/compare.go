@@ -1,0 +1,425 @@
+// Package compare measures hivemind's ffn expert on moehost against PyTorch
+// eager on the same CPU, for `moehost bench --compare` (make bench-compare).
+//
+// It runs three sides in rounds, one side at a time so that they never share
+// the cores: PyTorch eager in-process (scripts/bench_torch_ffn.py, kept
+// running in a child process so that torch is imported once), moehost
+// in-process (the sandbox, tape and optimizer calls a server makes for one
+// batch, without RPC), and moehost over RPC (a real server on loopback,
+// Connect protocol, one request of the whole batch at a time). Each side
+// measures forward and forward+backward+Adam. Rounds alternate the sides,
+// so that drift from other load hits them all; the table shows each side's
+// best round, and the spread of the ratios over the rounds.
+package compare
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/host/sandbox"
+)
+
+// Config describes a comparison.
+type Config struct {
+	Module  []byte        // the ffn expert's wasm
+	Hidden  int           // hidden_dim, 1024
+	Batch   int           // rows per batch, 256
+	Threads int           // torch.set_num_threads and moehost's GOMAXPROCS
+	Rounds  int           // measurement rounds per side
+	Seconds time.Duration // measured time per mode and round
+	Python  string        // python3
+	Script  string        // scripts/bench_torch_ffn.py; empty skips torch
+	DataDir string        // server data dir (compilation cache)
+}
+
+// Rates are one round's samples/s of a side.
+type Rates struct{ Fwd, FwdBwd float64 }
+
+// Result holds every round of every side.
+type Result struct {
+	Torch, InProc, RPC []Rates
+	TorchVersion       string
+}
+
+// Run measures cfg.Rounds rounds. progress, when not nil, gets a line per
+// round.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (Result, error) {
+	var res Result
+	if progress == nil {
+		progress = io.Discard
+	}
+	var torch *torchProc
+	if cfg.Script != "" {
+		var err error
+		if torch, err = startTorch(ctx, cfg); err != nil {
+			return res, err
+		}
+		defer torch.close()
+		res.TorchVersion = torch.version
+	}
+	local, err := newInProc(ctx, cfg)
+	if err != nil {
+		return res, err
+	}
+	defer local.close(ctx)
+	remote, err := newRemote(ctx, cfg)
+	if err != nil {
+		return res, err
+	}
+	defer remote.close(ctx)
+
+	for r := range cfg.Rounds {
+		if torch != nil {
+			t, err := torch.round(cfg.Seconds)
+			if err != nil {
+				return res, err
+			}
+			res.Torch = append(res.Torch, t)
+			fmt.Fprintf(progress, "round %d torch     fwd %7.0f  fwd+bwd+adam %7.0f samples/s\n", r+1, t.Fwd, t.FwdBwd)
+		}
+		l, err := local.round(ctx, cfg)
+		if err != nil {
+			return res, fmt.Errorf("in-process: %w", err)
+		}
+		res.InProc = append(res.InProc, l)
+		fmt.Fprintf(progress, "round %d in-proc   fwd %7.0f  fwd+bwd+adam %7.0f samples/s\n", r+1, l.Fwd, l.FwdBwd)
+		m, err := remote.round(ctx, cfg)
+		if err != nil {
+			return res, fmt.Errorf("rpc: %w", err)
+		}
+		res.RPC = append(res.RPC, m)
+		fmt.Fprintf(progress, "round %d rpc       fwd %7.0f  fwd+bwd+adam %7.0f samples/s\n", r+1, m.Fwd, m.FwdBwd)
+	}
+	return res, nil
+}
+
+// rate runs step for at least d after one warm-up call and returns
+// samples/s.
+func rate(ctx context.Context, batch int, d time.Duration, step func() error) (float64, error) {
+	if err := step(); err != nil {
+		return 0, err
+	}
+	n, start := 0, time.Now()
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := step(); err != nil {
+			return 0, err
+		}
+		n++
+		if el := time.Since(start); el >= d && n >= 3 {
+			return float64(n*batch) / el.Seconds(), nil
+		}
+	}
+}
+
+// inProc is the expert without RPC: what the server runs for one batch.
+type inProc struct {
+	rt   *sandbox.Runtime
+	dev  gpuhost.Device
+	inst *sandbox.Instance
+	ps   *sandbox.ParamStore
+	opt  gpuhost.Optimizer
+	x    []float32
+	gy   []float32
+}
+
+func newInProc(ctx context.Context, cfg Config) (*inProc, error) {
+	rt, err := sandbox.NewRuntime(ctx, cacheDir(cfg), sandbox.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	m, err := rt.Compile(ctx, cfg.Module)
+	if err != nil {
+		rt.Close(ctx)
+		return nil, err
+	}
+	dev := gpuhost.NewCPU(cfg.Threads)
+	ps := sandbox.NewParamStore(dev, []byte("ffn.0"), 0)
+	inst, err := m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: ps, Config: map[string]int64{"hidden_dim": int64(cfg.Hidden)}})
+	if err != nil {
+		rt.Close(ctx)
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	return &inProc{rt: rt, dev: dev, inst: inst, ps: ps, opt: gpuhost.NewAdam(gpuhost.AdamConfig{}),
+		x: randVec(rng, cfg.Batch*cfg.Hidden), gy: randVec(rng, cfg.Batch*cfg.Hidden)}, nil
+}
+
+func (p *inProc) close(ctx context.Context) { p.rt.Close(ctx) }
+
+// Forward runs one forward batch, as the server does after decoding.
+func (p *inProc) Forward(ctx context.Context, shape []int) error {
+	x, err := p.dev.FromFloat32(shape, p.x)
+	if err != nil {
+		return err
+	}
+	outs, err := p.inst.Forward(ctx, []*gpuhost.Tensor{x}, nil)
+	if err != nil {
+		return err
+	}
+	p.dev.Release(append(outs, x)...)
+	return nil
+}
+
+// Backward runs one backward batch and an Adam step, as the server does.
+func (p *inProc) Backward(ctx context.Context, shape []int) error {
+	x, err := p.dev.FromFloat32(shape, p.x)
+	if err != nil {
+		return err
+	}
+	gy, err := p.dev.FromFloat32(shape, p.gy)
+	if err != nil {
+		return err
+	}
+	tape := gpuhost.NewTape()
+	defer tape.Release(p.dev)
+	outs, err := p.inst.Forward(ctx, []*gpuhost.Tensor{x}, tape)
+	if err != nil {
+		return err
+	}
+	wrt := []*gpuhost.Tensor{x}
+	var params []*gpuhost.Tensor
+	for _, q := range p.ps.Params() {
+		params = append(params, q.Tensor)
+	}
+	grads, err := tape.Backward(p.dev, outs, []*gpuhost.Tensor{gy}, append(wrt, params...))
+	if err != nil {
+		return err
+	}
+	err = p.opt.Step(params, grads[1:])
+	p.dev.Release(append(grads, x, gy)...)
+	return err
+}
+
+func (p *inProc) round(ctx context.Context, cfg Config) (Rates, error) {
+	shape := []int{cfg.Batch, cfg.Hidden}
+	var r Rates
+	var err error
+	if r.Fwd, err = rate(ctx, cfg.Batch, cfg.Seconds, func() error { return p.Forward(ctx, shape) }); err != nil {
+		return r, err
+	}
+	r.FwdBwd, err = rate(ctx, cfg.Batch, cfg.Seconds, func() error { return p.Backward(ctx, shape) })
+	return r, err
+}
+
+// remote is a server on loopback and a Connect client.
+type remote struct {
+	srv    *host.Server
+	tr     *http.Transport
+	client moehostv1connect.ExpertServiceClient
+	fwd    *moehostv1.ForwardRequest
+	bwd    *moehostv1.BackwardRequest
+}
+
+func newRemote(ctx context.Context, cfg Config) (*remote, error) {
+	srv, err := host.New(
+		host.WithListen("127.0.0.1:*"),
+		host.WithDataDir(cfg.DataDir),
+		host.WithExperts(host.ExpertConfig{UID: "ffn.0", Module: host.ModuleBytes(cfg.Module), Config: map[string]int64{"hidden_dim": int64(cfg.Hidden)}}),
+		host.WithOptimizer(host.OptimizerConfig{Name: "adam"}),
+		host.WithMaxRequestBytes(64<<20),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	rng := rand.New(rand.NewPCG(3, 4))
+	x := wireTensor(randVec(rng, cfg.Batch*cfg.Hidden), cfg.Batch, cfg.Hidden)
+	gy := wireTensor(randVec(rng, cfg.Batch*cfg.Hidden), cfg.Batch, cfg.Hidden)
+	return &remote{
+		srv:    srv,
+		tr:     tr,
+		client: moehostv1connect.NewExpertServiceClient(&http.Client{Transport: tr}, "http://"+srv.Addr()),
+		fwd:    &moehostv1.ForwardRequest{Uid: "ffn.0", Inputs: []*moehostv1.Tensor{x}},
+		bwd:    &moehostv1.BackwardRequest{Uid: "ffn.0", Inputs: []*moehostv1.Tensor{x}, GradOutputs: []*moehostv1.Tensor{gy}},
+	}, nil
+}
+
+func (r *remote) close(ctx context.Context) {
+	r.tr.CloseIdleConnections()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	r.srv.Shutdown(sctx)
+}
+
+func (r *remote) round(ctx context.Context, cfg Config) (Rates, error) {
+	var out Rates
+	var err error
+	out.Fwd, err = rate(ctx, cfg.Batch, cfg.Seconds, func() error {
+		res, err := r.client.Forward(ctx, connect.NewRequest(r.fwd))
+		if err == nil && len(res.Msg.GetOutputs()) != 1 {
+			err = errors.New("forward: want one output")
+		}
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	out.FwdBwd, err = rate(ctx, cfg.Batch, cfg.Seconds, func() error {
+		res, err := r.client.Backward(ctx, connect.NewRequest(r.bwd))
+		if err == nil && len(res.Msg.GetGradInputs()) != 1 {
+			err = errors.New("backward: want one grad input")
+		}
+		return err
+	})
+	return out, err
+}
+
+// torchProc is the PyTorch script in its line mode.
+type torchProc struct {
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	out     *bufio.Scanner
+	version string
+}
+
+func startTorch(ctx context.Context, cfg Config) (*torchProc, error) {
+	cmd := exec.CommandContext(ctx, cfg.Python, cfg.Script,
+		"--hidden", fmt.Sprint(cfg.Hidden), "--batch", fmt.Sprint(cfg.Batch), "--threads", fmt.Sprint(cfg.Threads))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s %s: %w", cfg.Python, cfg.Script, err)
+	}
+	p := &torchProc{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	var hello struct {
+		Ready bool   `json:"ready"`
+		Torch string `json:"torch"`
+	}
+	if err := p.read(&hello); err != nil || !hello.Ready {
+		p.close()
+		return nil, fmt.Errorf("torch script did not start: %v", err)
+	}
+	p.version = hello.Torch
+	return p, nil
+}
+
+func (p *torchProc) read(v any) error {
+	if !p.out.Scan() {
+		if err := p.out.Err(); err != nil {
+			return err
+		}
+		return io.ErrUnexpectedEOF
+	}
+	return json.Unmarshal(p.out.Bytes(), v)
+}
+
+func (p *torchProc) round(d time.Duration) (Rates, error) {
+	if _, err := fmt.Fprintf(p.in, "round %g\n", d.Seconds()); err != nil {
+		return Rates{}, fmt.Errorf("torch: %w", err)
+	}
+	var r struct{ Fwd, Fwdbwd float64 }
+	if err := p.read(&r); err != nil {
+		return Rates{}, fmt.Errorf("torch: %w", err)
+	}
+	return Rates{Fwd: r.Fwd, FwdBwd: r.Fwdbwd}, nil
+}
+
+func (p *torchProc) close() {
+	p.in.Close()
+	p.cmd.Wait()
+}
+
+// Table renders the result: each side's best round, and the ratios to
+// PyTorch's best with their range over the rounds (round i of a side
+// against round i of PyTorch).
+func (res Result) Table() string {
+	best := func(rs []Rates, f func(Rates) float64) float64 {
+		b := 0.0
+		for _, r := range rs {
+			b = max(b, f(r))
+		}
+		return b
+	}
+	spread := func(rs []Rates, f func(Rates) float64) string {
+		if len(res.Torch) == 0 {
+			return ""
+		}
+		var q []float64
+		for i, r := range rs {
+			if i < len(res.Torch) && f(res.Torch[i]) > 0 {
+				q = append(q, f(r)/f(res.Torch[i]))
+			}
+		}
+		if len(q) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%.2f–%.2f", slices.Min(q), slices.Max(q))
+	}
+	ratio := func(rs []Rates, f func(Rates) float64) string {
+		t := best(res.Torch, f)
+		if t == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", best(rs, f)/t)
+	}
+	fwd := func(r Rates) float64 { return r.Fwd }
+	bwd := func(r Rates) float64 { return r.FwdBwd }
+	s := "| side | fwd samples/s | ratio (per-round range) | fwd+bwd+Adam samples/s | ratio (per-round range) |\n|---|---|---|---|---|\n"
+	row := func(name string, rs []Rates) {
+		if len(rs) == 0 {
+			return
+		}
+		s += fmt.Sprintf("| %s | %.0f | %s (%s) | %.0f | %s (%s) |\n", name,
+			best(rs, fwd), ratio(rs, fwd), spread(rs, fwd), best(rs, bwd), ratio(rs, bwd), spread(rs, bwd))
+	}
+	if len(res.Torch) > 0 {
+		s += fmt.Sprintf("| PyTorch eager %s (in-process) | %.0f | 1 | %.0f | 1 |\n", res.TorchVersion, best(res.Torch, fwd), best(res.Torch, bwd))
+	}
+	row("moehost in-process", res.InProc)
+	row("moehost over RPC (Connect, loopback)", res.RPC)
+	return s + fmt.Sprintf("\n%d rounds per side; a round measures each mode for the same time.\n", max(len(res.Torch), len(res.InProc)))
+}
+
+func cacheDir(cfg Config) string {
+	if cfg.DataDir == "" {
+		return ""
+	}
+	return cfg.DataDir + "/cache/wazero"
+}
+
+func randVec(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+func wireTensor(v []float32, rows, cols int) *moehostv1.Tensor {
+	data := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(f))
+	}
+	return &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: []int64{int64(rows), int64(cols)}, Data: data}
+}

@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package gpuhost
+
+// geluForwardVec has no vector kernel in this build: it does nothing.
+func geluForwardVec(y, x []float32) int { return 0 }
+
+// geluBackwardVec has no vector kernel in this build: it does nothing.
+func geluBackwardVec(gx, x, gy []float32) int { return 0 }

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""PyTorch eager reference for `make bench-compare`: hivemind's ffn expert.
+
+FeedforwardBlock is hivemind's (hivemind/moe/server/layers/common.py):
+LayerNorm(x + Linear(4h→h)(gelu_fast(Linear(h→4h)(x)))), LayerNorm eps 1e-12.
+"fwd" is a forward under torch.no_grad(); "fwdbwd" is hivemind's
+ExpertBackend.backward: a forward with grad, backward of random
+grad_outputs, then an Adam step and zero_grad.
+
+Each line read from stdin ("round <seconds>") runs one measurement round of
+both modes and prints one JSON line with samples/s; EOF ends the process.
+With --once it runs a single round and exits. Importing torch takes
+seconds, so the caller keeps one process and interleaves rounds with its
+own.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+from torch import nn
+
+
+def gelu_fast(x):
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+class FeedforwardBlock(nn.Module):
+    def __init__(self, hid_dim):
+        super().__init__()
+        self.ffn = nn.Linear(hid_dim, 4 * hid_dim)
+        self.ffn_output = nn.Linear(4 * hid_dim, hid_dim)
+        self.layer_norm = nn.LayerNorm(hid_dim, eps=1e-12)
+
+    def forward(self, x):
+        ffn_output = self.ffn(x)
+        ffn_output = gelu_fast(ffn_output)
+        ffn_output = self.ffn_output(ffn_output)
+        return self.layer_norm(x + ffn_output)
+
+
+def rate(step, batch, seconds):
+    """Samples/s of step, run for at least seconds after one warm-up call."""
+    step()
+    n, start = 0, time.perf_counter()
+    while True:
+        step()
+        n += 1
+        el = time.perf_counter() - start
+        if el >= seconds and n >= 3:
+            return n * batch / el
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--once", action="store_true")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    expert = FeedforwardBlock(args.hidden)
+    opt = torch.optim.Adam(expert.parameters())
+    x = torch.randn(args.batch, args.hidden)
+    gy = torch.randn(args.batch, args.hidden)
+
+    def fwd():
+        with torch.no_grad():
+            expert(x)
+
+    def fwdbwd():
+        inp = x.detach().requires_grad_(True)
+        out = expert(inp)
+        torch.autograd.backward([out], [gy])
+        opt.step()
+        opt.zero_grad()
+        return inp.grad
+
+    def one(seconds):
+        res = {
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "fwd": rate(fwd, args.batch, seconds),
+            "fwdbwd": rate(fwdbwd, args.batch, seconds),
+        }
+        assert all(math.isfinite(v) for v in (res["fwd"], res["fwdbwd"]))
+        print(json.dumps(res), flush=True)
+
+    if args.once:
+        one(args.seconds)
+        return
+    print(json.dumps({"ready": True, "torch": torch.__version__}), flush=True)
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] != "round":
+            sys.exit(f"unknown command {line!r}")
+        one(float(parts[1]) if len(parts) > 1 else args.seconds)
+
+
+if __name__ == "__main__":
+    main()
