@@ -88,3 +88,43 @@ func TestGoCustomBackward(t *testing.T) {
 		t.Errorf("relu(1)·s after one step %v, want %v", got, want)
 	}
 }
+
+// aliasBackwardWasm returns the output gradient as both the input's and
+// the parameter's gradient.
+//
+// Rebuild: wat2wasm testdata/alias_backward.wat -o testdata/alias_backward.wasm
+//
+//go:embed testdata/alias_backward.wasm
+var aliasBackwardWasm []byte
+
+func TestCustomBackwardAliasedGradients(t *testing.T) {
+	srv := startTestServer(t,
+		WithOptimizer(OptimizerConfig{Name: "sgd", LR: 1}),
+		WithExperts(ExpertConfig{UID: "alias.0", Module: ModuleBytes(aliasBackwardWasm)}))
+	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	ctx := context.Background()
+	for i := range 3 {
+		gy := []float64{0.25 * float64(i+1), -1}
+		res, err := c.Backward(ctx, connect.NewRequest(&moehostv1.BackwardRequest{
+			Uid:         "alias.0",
+			Inputs:      []*moehostv1.Tensor{tensor([]int64{1, 2}, []float64{3, 4})},
+			GradOutputs: []*moehostv1.Tensor{tensor([]int64{1, 2}, gy)},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := floats(t, res.Msg.GetGradInputs()[0]), []float32{float32(gy[0]), float32(gy[1])}; !slices.Equal(got, want) {
+			t.Fatalf("round %d: grad x %v, want the output gradient %v", i, got, want)
+		}
+	}
+	// w = 1 - Σ rounds' gy = [1 - 1.5, 1 + 3].
+	fwd, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{
+		Uid: "alias.0", Inputs: []*moehostv1.Tensor{tensor([]int64{1, 2}, []float64{1, 1})},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := floats(t, fwd.Msg.GetOutputs()[0]), []float32{-0.5, 4}; !slices.Equal(got, want) {
+		t.Errorf("w after three steps %v, want %v", got, want)
+	}
+}
