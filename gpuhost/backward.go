@@ -39,6 +39,25 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		}
 		return gs.add(a[i], g, true)
 	}
+	// gradsFor allocates gradients for those of the first n args that need
+	// one; it returns nil when none does.
+	gradsFor := func(n int) ([]*Tensor, error) {
+		gt := make([]*Tensor, n)
+		some := false
+		for i := range gt {
+			if needs[a[i]] {
+				var err error
+				if gt[i], err = newGrad(i); err != nil {
+					return nil, err
+				}
+				some = true
+			}
+		}
+		if !some {
+			return nil, nil
+		}
+		return gt, nil
+	}
 	if fn, ok := unaryOps[r.op]; ok {
 		if !needs[a[0]] {
 			return nil
@@ -146,43 +165,23 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		}
 		return gs.add(a[0], g, true)
 	case abi.OpLayerNorm:
-		var gt [3]*Tensor
-		some := false
-		for i := range gt {
-			if needs[a[i]] {
-				var err error
-				if gt[i], err = newGrad(i); err != nil {
-					return err
-				}
-				some = true
-			}
-		}
-		if !some {
-			return nil
+		gt, err := gradsFor(3)
+		if gt == nil || err != nil {
+			return err
 		}
 		if err := dev.layerNormBackward(gt[0], gt[1], gt[2], a[0], a[1], r.mean, r.rstd, gy); err != nil {
 			return err
 		}
-		return addAll(gs, a, gt[:])
+		return addAll(gs, a, gt)
 	case abi.OpRMSNorm:
-		var gt [2]*Tensor
-		some := false
-		for i := range gt {
-			if needs[a[i]] {
-				var err error
-				if gt[i], err = newGrad(i); err != nil {
-					return err
-				}
-				some = true
-			}
-		}
-		if !some {
-			return nil
+		gt, err := gradsFor(2)
+		if gt == nil || err != nil {
+			return err
 		}
 		if err := dev.rmsNormBackward(gt[0], gt[1], a[0], a[1], r.rstd, gy); err != nil {
 			return err
 		}
-		return addAll(gs, a, gt[:])
+		return addAll(gs, a, gt)
 	case abi.OpSoftmax, abi.OpLogSoftmax:
 		if !needs[a[0]] {
 			return nil
@@ -226,24 +225,14 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 	case abi.OpCrossEntropy:
 		return crossEntropyBackward(dev, gs, needs, r, gy)
 	case abi.OpAttention:
-		var gt [3]*Tensor
-		some := false
-		for i := range gt {
-			if needs[a[i]] {
-				var err error
-				if gt[i], err = newGrad(i); err != nil {
-					return err
-				}
-				some = true
-			}
-		}
-		if !some {
-			return nil
+		gt, err := gradsFor(3)
+		if gt == nil || err != nil {
+			return err
 		}
 		if err := dev.attentionBackward(gt[0], gt[1], gt[2], a[0], a[1], a[2], r.saved, gy, r.attn); err != nil {
 			return err
 		}
-		return addAll(gs, a, gt[:])
+		return addAll(gs, a, gt)
 	case abi.OpReshape:
 		if !needs[a[0]] {
 			return nil
