@@ -1,6 +1,10 @@
 package gpuhost
 
-import "github.com/moehost/moehost/abi"
+import (
+	"slices"
+
+	"github.com/moehost/moehost/abi"
+)
 
 // backwardOp adds the gradients of r's args that are needed, given gys, the
 // gradients of r's outputs; gys[i] is nil for an output that no gradient
@@ -397,7 +401,7 @@ func crossEntropyBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *re
 // reduceNew is reduceInto for a gradient g that the caller made and hands
 // over.
 func reduceNew(dev Device, gs *gradSet, t, g *Tensor) error {
-	if sameShape(t.shape, g.shape) {
+	if slices.Equal(t.shape, g.shape) {
 		return gs.add(t, g, true)
 	}
 	return reduceInto(dev, gs, t, g)

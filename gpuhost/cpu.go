@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/moehost/moehost/abi"
@@ -205,7 +206,7 @@ func (d *cpuDevice) Concat(ts []*Tensor) (*Tensor, error) {
 		if t.dt != ts[0].dt {
 			return nil, fmt.Errorf("%w: cpu: concat: tensor %d is %s, tensor 0 is %s", ErrArgument, i, t.desc(), ts[0].desc())
 		}
-		if !sameShape(t.shape[1:], ts[0].shape[1:]) {
+		if !slices.Equal(t.shape[1:], ts[0].shape[1:]) {
 			return nil, fmt.Errorf("%w: cpu: concat: tensor %d is %s, tensor 0 is %s", ErrShape, i, t.desc(), ts[0].desc())
 		}
 		rows += t.shape[0]

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/moehost/moehost/abi"
 )
@@ -138,23 +139,10 @@ func checkShape(dt abi.DType, shape []int) (int, error) {
 	return n, nil
 }
 
-// sameShape reports whether a and b have equal dims.
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // isSuffix reports whether small equals the trailing dims of big.
 func isSuffix(small, big []int) bool {
 	if len(small) > len(big) {
 		return false
 	}
-	return sameShape(small, big[len(big)-len(small):])
+	return slices.Equal(small, big[len(big)-len(small):])
 }

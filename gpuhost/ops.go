@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/moehost/moehost/abi"
 )
@@ -620,7 +621,7 @@ func prepareShapeOp(rec *record, attrs []float64) ([][]int, error) {
 		rec.sizes = make([]int, len(rec.args))
 		total := 0
 		for i, t := range rec.args {
-			if len(t.shape) != rank || !sameShape(t.shape[:axis], x.shape[:axis]) || !sameShape(t.shape[axis+1:], x.shape[axis+1:]) {
+			if len(t.shape) != rank || !slices.Equal(t.shape[:axis], x.shape[:axis]) || !slices.Equal(t.shape[axis+1:], x.shape[axis+1:]) {
 				return nil, fmt.Errorf("%w: concat: arg %d is %v, arg 0 is %v; they may differ only on axis %d", ErrShape, i, t.shape, x.shape, axis)
 			}
 			rec.sizes[i] = t.shape[axis]

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -149,7 +150,7 @@ func TestApplyMulti(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []float32{0, 1, 2, 0, 3, 4}
-	if got := mustFloats(t, dev, g[0]); !equal32(got, want) {
+	if got := mustFloats(t, dev, g[0]); !slices.Equal(got, want) {
 		t.Errorf("d/dx = %v, want %v", got, want)
 	}
 	if _, err := gpuhost.ApplyMulti(dev, nil, abi.OpSplit, []*gpuhost.Tensor{x}, []float64{1, 1, 1}); !errors.Is(err, gpuhost.ErrShape) {
@@ -186,20 +187,8 @@ func TestCrossEntropyAllIgnored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := mustFloats(t, dev, g[0]); !equal32(got, make([]float32, 6)) {
+		if got := mustFloats(t, dev, g[0]); !slices.Equal(got, make([]float32, 6)) {
 			t.Errorf("reduction %v: gradient %v, want zeros", red, got)
 		}
 	}
-}
-
-func equal32(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

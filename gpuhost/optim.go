@@ -3,6 +3,7 @@ package gpuhost
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/moehost/moehost/abi"
 )
@@ -30,7 +31,7 @@ func checkStep(params, grads []*Tensor) error {
 		if err := checkFloat(p.dev, grads[i]); err != nil {
 			return fmt.Errorf("%w: step: grad %d: %w", ErrArgument, i, err)
 		}
-		if !sameShape(p.shape, grads[i].shape) {
+		if !slices.Equal(p.shape, grads[i].shape) {
 			return fmt.Errorf("%w: step: param %d is %v but its grad is %v", ErrShape, i, p.shape, grads[i].shape)
 		}
 	}
@@ -121,7 +122,7 @@ func (o *adam) Step(params, grads []*Tensor) error {
 		return fmt.Errorf("%w: adam: %d params, earlier steps had %d", ErrArgument, len(params), len(o.state))
 	}
 	for i, p := range params {
-		if o.state != nil && (o.state[i].m.dev != p.dev || !sameShape(o.state[i].m.shape, p.shape)) {
+		if o.state != nil && (o.state[i].m.dev != p.dev || !slices.Equal(o.state[i].m.shape, p.shape)) {
 			return fmt.Errorf("%w: adam: param %d is %v, earlier steps had %v", ErrShape, i, p.shape, o.state[i].m.shape)
 		}
 	}

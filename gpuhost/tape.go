@@ -2,6 +2,7 @@ package gpuhost
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/moehost/moehost/abi"
 )
@@ -148,7 +149,7 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 		if err := checkFloat(dev, gradOutputs[i]); err != nil {
 			return nil, fmt.Errorf("%w: backward: output gradient %d: %w", ErrArgument, i, err)
 		}
-		if !sameShape(outputs[i].shape, gradOutputs[i].shape) {
+		if !slices.Equal(outputs[i].shape, gradOutputs[i].shape) {
 			return nil, fmt.Errorf("%w: backward: output %d is %v but its gradient is %v",
 				ErrShape, i, outputs[i].shape, gradOutputs[i].shape)
 		}
@@ -235,7 +236,7 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 // reduceInto adds gy, summed over the leading dims that t was broadcast
 // along, to t's gradient.
 func reduceInto(dev Device, gs *gradSet, t, gy *Tensor) error {
-	if sameShape(t.shape, gy.shape) {
+	if slices.Equal(t.shape, gy.shape) {
 		return gs.add(t, gy, false)
 	}
 	g, err := dev.Zeros(abi.DTypeFloat32, t.shape)

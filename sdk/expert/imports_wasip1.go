@@ -116,9 +116,7 @@ func moeABIVersion() int32 { return abi.Version }
 //go:wasmexport moe_init
 func moeInit() int32 {
 	if registered == nil {
-		p, n := strPtr("expert: no expert registered; call expert.Register in an init function")
-		hostFail(p, n)
-		return int32(abi.ErrInvalidArgument)
+		return failMsg("expert: no expert registered; call expert.Register in an init function")
 	}
 	if err := registered.Init(&InitContext{}); err != nil {
 		return failWith(err)
@@ -139,14 +137,19 @@ func moeForward() int32 {
 func RunBackward() int32 {
 	b, ok := registered.(Backwarder)
 	if !ok {
-		p, n := strPtr("expert: the module exports moe_backward but its expert has no Backward method")
-		hostFail(p, n)
-		return int32(abi.ErrInvalidArgument)
+		return failMsg("expert: the module exports moe_backward but its expert has no Backward method")
 	}
 	if err := b.Backward(&BackwardCall{}); err != nil {
 		return failWith(err)
 	}
 	return 0
+}
+
+// failMsg reports a misuse of the SDK to the host.
+func failMsg(msg string) int32 {
+	p, n := strPtr(msg)
+	hostFail(p, n)
+	return int32(abi.ErrInvalidArgument)
 }
 
 // failWith reports err to the host and returns its code.
