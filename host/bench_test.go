@@ -10,6 +10,7 @@ import (
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/gpuhost"
 )
 
 // BenchmarkForwardFFN measures Forward of ffn.0 (hidden 1024) at batch 64
@@ -26,4 +27,41 @@ func BenchmarkForwardFFN(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "samples/s")
+}
+
+// BenchmarkExpertBatch runs ffn.0's batches in-process, without RPC or
+// pools, and reports the bytes allocated per batch in the steady state.
+func BenchmarkExpertBatch(b *testing.B) {
+	const batch = 256
+	e := testServer.experts["ffn.0"]
+	dev := e.Device()
+	x, err := dev.FromFloat32([]int{batch, bigHidden}, make([]float32, batch*bigHidden))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("forward", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			outs, err := e.forward(ctx, []*gpuhost.Tensor{x})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dev.Release(outs...)
+		}
+	})
+	b.Run("backward", func(b *testing.B) {
+		gy, err := dev.FromFloat32([]int{batch, bigHidden}, make([]float32, batch*bigHidden))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			grads, err := e.backward(ctx, []*gpuhost.Tensor{x}, []*gpuhost.Tensor{gy})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dev.Release(grads...)
+		}
+	})
 }
