@@ -22,9 +22,10 @@ type cpuDevice struct {
 	// clear it to cover the portable kernel.
 	asm bool
 	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
-	sgemm func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
-	packs sync.Pool // *gemmBufs
-	free  bufPool   // released float32 storage
+	sgemm  func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
+	packMu sync.Mutex
+	packs  []*gemmBufs // idle GEMM packing buffers, kept across GCs
+	free   bufPool     // released float32 storage
 }
 
 // poolMaxBytes caps the float32 storage a CPU device keeps for reuse:

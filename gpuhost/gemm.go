@@ -39,11 +39,27 @@ func (g *gemmBufs) get(na, nb int) (a, b []float32) {
 
 // getBufs returns packing buffers from the device's pool, so that
 // concurrent calls never share scratch.
+// getBufs takes idle packing buffers, or new ones. A free list rather than
+// a sync.Pool: the GC empties a pool, and the buffers (up to a few MiB)
+// would be allocated again after every collection.
 func (d *cpuDevice) getBufs() *gemmBufs {
-	if g, ok := d.packs.Get().(*gemmBufs); ok {
+	d.packMu.Lock()
+	defer d.packMu.Unlock()
+	if n := len(d.packs); n > 0 {
+		g := d.packs[n-1]
+		d.packs = d.packs[:n-1]
 		return g
 	}
 	return new(gemmBufs)
+}
+
+// putBufs returns packing buffers; at most two per thread are kept.
+func (d *cpuDevice) putBufs(g *gemmBufs) {
+	d.packMu.Lock()
+	defer d.packMu.Unlock()
+	if len(d.packs) < 2*d.threads {
+		d.packs = append(d.packs, g)
+	}
 }
 
 // gemm implements kernels.gemm.
@@ -128,7 +144,7 @@ func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc boo
 // calling goroutine.
 func (d *cpuDevice) gemmSerial(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	bufs := d.getBufs()
-	defer d.packs.Put(bufs)
+	defer d.putBufs(bufs)
 	if d.asm {
 		gemmSerialAsm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc)
 		return
