@@ -37,6 +37,9 @@ type grad struct {
 type gradSet struct {
 	dev Device
 	m   map[*Tensor]*grad
+	// orphans are owned gradients dropped while other entries still
+	// shared them; they are released at the end unless still in use.
+	orphans []*Tensor
 }
 
 // add adds g to t's gradient.
@@ -99,9 +102,24 @@ func (s *gradSet) drop(t *Tensor) {
 		return
 	}
 	delete(s.m, t)
-	if e.owned && !s.shared(e.t) {
-		s.dev.Release(e.t)
+	if e.owned {
+		if s.shared(e.t) {
+			s.orphans = append(s.orphans, e.t)
+		} else {
+			s.dev.Release(e.t)
+		}
 	}
+}
+
+// releaseOrphans releases the orphans that no entry and no result holds.
+func (s *gradSet) releaseOrphans(results []*Tensor) {
+	for _, o := range s.orphans {
+		if s.shared(o) || slices.ContainsFunc(results, func(r *Tensor) bool { return sameStorage(r, o) }) {
+			continue
+		}
+		s.dev.Release(o)
+	}
+	s.orphans = nil
 }
 
 func (s *gradSet) clone(t *Tensor) (*Tensor, error) {
@@ -230,6 +248,7 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 		}
 		given[res[i]] = true
 	}
+	gs.releaseOrphans(res)
 	return res, nil
 }
 
