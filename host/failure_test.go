@@ -135,3 +135,28 @@ func TestOversizedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGuestLimits checks that the server's guest limits reach the sandbox:
+// an ffn needs 5 ops per call, so a budget of 3 fails every batch with a
+// message naming the budget, and a parameter budget below the ffn's size
+// refuses the expert at start.
+func TestGuestLimits(t *testing.T) {
+	srv := startTestServer(t, WithGuestLimits(GuestLimits{OpsPerCall: 3}),
+		WithExperts(ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}}))
+	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	x := tensor([]int64{1, smallHidden}, make([]float64, smallHidden))
+	_, err := c.Forward(context.Background(), connect.NewRequest(&moehostv1.ForwardRequest{Uid: "small.0", Inputs: []*moehostv1.Tensor{x}}))
+	if codeOf(err) != connect.CodeInternal || !strings.Contains(messageOf(err), "more than 3 ops") {
+		t.Fatalf("forward over the op budget: %v", err)
+	}
+
+	tight, err := New(WithListen("127.0.0.1:*"), WithDataDir(testDataDir), WithGuestLimits(GuestLimits{ParamBytes: 1024}),
+		WithExperts(ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tight.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "parameter budget") {
+		t.Errorf("start with a 1 KiB parameter budget: %v", err)
+	}
+	tight.Shutdown(context.Background())
+}

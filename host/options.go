@@ -58,6 +58,37 @@ func (b BatchLimits) internal() batch.Limits {
 	return batch.Limits{MaxBatchSize: b.MaxBatchSize, MinBatchSize: b.MinBatchSize, MaxWait: b.MaxWait, QueueSize: b.QueueSize}
 }
 
+// GuestLimits bound what each expert's Wasm instances may use. Zero
+// fields take the defaults.
+type GuestLimits struct {
+	// MemoryPages caps guest linear memory in 64 KiB pages. Default 4096
+	// (256 MiB); tensors live on the host, so guests need little.
+	MemoryPages uint32
+	// OpsPerCall caps the ops of one forward or backward call. Default
+	// 100000.
+	OpsPerCall int
+	// BytesPerCall caps the tensor bytes one call may create on the host.
+	// Default 8 GiB.
+	BytesPerCall int64
+	// ParamBytes caps one expert's parameters. Default 4 GiB.
+	ParamBytes int64
+	// InitTimeout bounds an instance's start-up (moe_init). Default 30s.
+	InitTimeout time.Duration
+	// CallTimeout bounds one forward or backward call; an instance past
+	// it is stopped and replaced. Default 5m.
+	CallTimeout time.Duration
+}
+
+// WithGuestLimits sets the limits of every expert's instances.
+func WithGuestLimits(l GuestLimits) Option {
+	return optionFunc(func(c *config) {
+		c.limits = sandbox.Limits{
+			MemoryPages: l.MemoryPages, OpsPerCall: l.OpsPerCall, BytesPerCall: l.BytesPerCall,
+			ParamBytes: l.ParamBytes, InitTimeout: l.InitTimeout, CallTimeout: l.CallTimeout,
+		}
+	})
+}
+
 // WithBatching sets the batch limits of every expert that does not set its
 // own.
 func WithBatching(b BatchLimits) Option {

@@ -43,6 +43,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		hiddenDim                                             int64
 		lr                                                    float64
 		batching                                              host.BatchLimits
+		guest                                                 host.GuestLimits
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -77,6 +78,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithExperts(experts...),
 				host.WithOptimizer(host.OptimizerConfig{Name: optimizer, LR: lr}),
 				host.WithBatching(batching),
+				host.WithGuestLimits(guest),
 			)
 			if err != nil {
 				return err
@@ -102,6 +104,8 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.IntVar(&batching.MaxBatchSize, "max-batch-size", 1024, "most rows in one batch; larger requests are split")
 	f.IntVar(&batching.MinBatchSize, "min-batch-size", 1, "fewest rows flushed before --max-wait")
 	f.DurationVar(&batching.MaxWait, "max-wait", 10*time.Millisecond, "longest a request waits for its batch to fill")
+	f.DurationVar(&guest.CallTimeout, "call-timeout", 5*time.Minute, "longest one batch may run in an expert before its instance is stopped and replaced")
+	f.IntVar(&guest.OpsPerCall, "ops-per-call", 100000, "most ops one batch may run in an expert")
 	f.IntVar(&batching.QueueSize, "queue-size", 1024, "most pending requests per expert and pool; more get ResourceExhausted")
 	return cmd
 }
