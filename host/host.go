@@ -210,7 +210,7 @@ func (s *Server) start(ctx context.Context) error {
 		if ec.Batching != nil {
 			lim = *ec.Batching
 		}
-		e.attachPools(lim.internal(), s.metrics, s.worker.Notify)
+		e.attachPools(lim, s.metrics, s.worker.Notify)
 		s.worker.Add(e.fwd)
 		s.worker.Add(e.bwd)
 		experts[ec.UID] = e

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/batch"
@@ -37,56 +36,16 @@ type config struct {
 
 // BatchLimits configure the batching of one expert's requests; each
 // expert has a forward pool and a backward pool with these limits. Zero
-// fields take the defaults.
-type BatchLimits struct {
-	// MaxBatchSize is the most rows in one batch; a larger request is
-	// split and its pieces joined back. Default 1024.
-	MaxBatchSize int
-	// MinBatchSize is the fewest rows flushed before MaxWait. Default 1:
-	// a free device takes what is queued, and batches grow while it is
-	// busy.
-	MinBatchSize int
-	// MaxWait is the longest a request waits for its batch to fill.
-	// Default 10ms.
-	MaxWait time.Duration
-	// QueueSize is the most pending requests (or pieces of split ones)
-	// per pool; more get ResourceExhausted at once. Default 1024.
-	QueueSize int
-}
-
-func (b BatchLimits) internal() batch.Limits {
-	return batch.Limits{MaxBatchSize: b.MaxBatchSize, MinBatchSize: b.MinBatchSize, MaxWait: b.MaxWait, QueueSize: b.QueueSize}
-}
+// fields take the defaults documented on the fields.
+type BatchLimits = batch.Limits
 
 // GuestLimits bound what each expert's Wasm instances may use. Zero
-// fields take the defaults.
-type GuestLimits struct {
-	// MemoryPages caps guest linear memory in 64 KiB pages. Default 4096
-	// (256 MiB); tensors live on the host, so guests need little.
-	MemoryPages uint32
-	// OpsPerCall caps the ops of one forward or backward call. Default
-	// 100000.
-	OpsPerCall int
-	// BytesPerCall caps the tensor bytes one call may create on the host.
-	// Default 8 GiB.
-	BytesPerCall int64
-	// ParamBytes caps one expert's parameters. Default 4 GiB.
-	ParamBytes int64
-	// InitTimeout bounds an instance's start-up (moe_init). Default 30s.
-	InitTimeout time.Duration
-	// CallTimeout bounds one forward or backward call; an instance past
-	// it is stopped and replaced. Default 5m.
-	CallTimeout time.Duration
-}
+// fields take the defaults documented on the fields.
+type GuestLimits = sandbox.Limits
 
 // WithGuestLimits sets the limits of every expert's instances.
 func WithGuestLimits(l GuestLimits) Option {
-	return optionFunc(func(c *config) {
-		c.limits = sandbox.Limits{
-			MemoryPages: l.MemoryPages, OpsPerCall: l.OpsPerCall, BytesPerCall: l.BytesPerCall,
-			ParamBytes: l.ParamBytes, InitTimeout: l.InitTimeout, CallTimeout: l.CallTimeout,
-		}
-	})
+	return optionFunc(func(c *config) { c.limits = l })
 }
 
 // WithBatching sets the batch limits of every expert that does not set its
@@ -219,7 +178,7 @@ func (c *config) validate() error {
 	if !(c.optimizer.LR >= 0) {
 		return fmt.Errorf("moehost: learning rate %g is negative", c.optimizer.LR)
 	}
-	if err := c.batching.internal().Validate(); err != nil {
+	if err := c.batching.Validate(); err != nil {
 		return fmt.Errorf("moehost: batching: %w", err)
 	}
 	seen := map[string]bool{}
@@ -240,7 +199,7 @@ func (c *config) validate() error {
 			}
 		}
 		if e.Batching != nil {
-			if err := e.Batching.internal().Validate(); err != nil {
+			if err := e.Batching.Validate(); err != nil {
 				return fmt.Errorf("moehost: expert %q: batching: %w", e.UID, err)
 			}
 		}
