@@ -16,13 +16,7 @@ func TestApplyErrors(t *testing.T) {
 	t.Parallel()
 	for _, d := range devices() {
 		dev := d.dev
-		f := func(shape ...int) *gpuhost.Tensor {
-			x, err := dev.Zeros(abi.DTypeFloat32, shape)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return x
-		}
+		f := func(shape ...int) *gpuhost.Tensor { return mustZeros(t, dev, abi.DTypeFloat32, shape...) }
 		ids, err := dev.Zeros(abi.DTypeInt64, []int{2, 3})
 		if err != nil {
 			t.Fatal(err)
@@ -277,4 +271,14 @@ func TestConcatSplit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustZeros makes a zero tensor or fails the test.
+func mustZeros(t testing.TB, dev gpuhost.Device, dt abi.DType, shape ...int) *gpuhost.Tensor {
+	t.Helper()
+	x, err := dev.Zeros(dt, shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
 }

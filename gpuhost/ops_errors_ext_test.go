@@ -17,13 +17,7 @@ import (
 func TestOpErrors(t *testing.T) {
 	t.Parallel()
 	dev := gpuhost.NewCPU(1)
-	f := func(shape ...int) *gpuhost.Tensor {
-		x, err := dev.Zeros(abi.DTypeFloat32, shape)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
+	f := func(shape ...int) *gpuhost.Tensor { return mustZeros(t, dev, abi.DTypeFloat32, shape...) }
 	ints := func(dt abi.DType, v ...int64) *gpuhost.Tensor {
 		b := make([]byte, len(v)*dt.Size())
 		for i, e := range v {

@@ -126,13 +126,7 @@ func TestAdam(t *testing.T) {
 func TestOptimizerErrors(t *testing.T) {
 	t.Parallel()
 	dev := gpuhost.NewCPU(1)
-	f := func(shape ...int) *gpuhost.Tensor {
-		x, err := dev.Zeros(abi.DTypeFloat32, shape)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
+	f := func(shape ...int) *gpuhost.Tensor { return mustZeros(t, dev, abi.DTypeFloat32, shape...) }
 	ids, _ := dev.Zeros(abi.DTypeInt32, []int{2})
 	tests := []struct {
 		name    string
