@@ -81,6 +81,10 @@ bench: examples ## Serving load test (batching vs none, 64 clients) and the Go b
 	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 
+.PHONY: measure-budget
+measure-budget: ## The zoo's per-call host memory at its default configs, against the default BytesPerCall
+	$(GO) test -run '^TestDefaultCallBudgetFitsZoo$$' -v ./host/sandbox/ -args -zoobudget
+
 .PHONY: bench-kernels
 bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (installs libopenblas-dev if missing)
 	@dpkg -s libopenblas-dev >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libopenblas-dev; }

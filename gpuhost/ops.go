@@ -130,7 +130,11 @@ type record struct {
 	// cross_entropy's log-sum-exp, attention's probabilities.
 	saved *Tensor
 	// loss is cross_entropy's per-row loss when it reduces.
-	loss      *Tensor
+	loss *Tensor
+	// scratch lists the internal tensors above that alloc makes, sized by
+	// prepare so that a caller can charge them first.
+	scratch   []scratchSpec
+	outShapes [][]int
 	reduction int
 	ignore    int64
 	count     int // cross_entropy: rows not ignored
@@ -161,11 +165,104 @@ func Apply(dev Device, tape *Tape, op abi.Op, args []*Tensor, attrs []float64) (
 // (abi.OpSplit); it returns the results in order, one for a single-result
 // op. The slice is new; the tensors are as Apply's.
 func ApplyMulti(dev Device, tape *Tape, op abi.Op, args []*Tensor, attrs []float64) ([]*Tensor, error) {
+	p, err := PlanOp(dev, op, args, attrs)
+	if err != nil {
+		return nil, err
+	}
+	return p.Run(dev, tape)
+}
+
+// Plan is an op whose args, attrs and shapes are checked and whose
+// allocations are sized, but not made: [PlanOp] touches no device memory,
+// so that a caller with a budget can charge [Plan.Bytes] and
+// [Plan.Tensors] before [Plan.Run] allocates them.
+type Plan struct {
+	rec  *record
+	done bool
+}
+
+// scratchSpec is an internal tensor of a record, allocated by alloc.
+type scratchSpec struct {
+	dst   **Tensor
+	dt    abi.DType
+	shape []int
+}
+
+// need asks alloc for an internal tensor of rec.
+func (r *record) need(dst **Tensor, dt abi.DType, shape []int) {
+	r.scratch = append(r.scratch, scratchSpec{dst: dst, dt: dt, shape: shape})
+}
+
+// PlanOp checks op as [ApplyMulti] does and sizes its results and
+// internal tensors (attention's probabilities, a norm's statistics…),
+// allocating nothing. Its errors are ApplyMulti's.
+func PlanOp(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*Plan, error) {
 	rec, err := prepare(dev, op, args, attrs)
 	if err != nil {
 		return nil, err
 	}
+	return &Plan{rec: rec}, nil
+}
+
+// Results returns the number of tensors Run returns.
+func (p *Plan) Results() int { return len(p.rec.outShapes) }
+
+// Bytes returns the bytes that Run allocates: the results and the internal
+// tensors, which a tape keeps until it is released.
+func (p *Plan) Bytes() int64 {
+	var n int64
+	for _, s := range p.rec.outShapes {
+		n += shapeBytes(abi.DTypeFloat32, s)
+	}
+	for _, s := range p.rec.scratch {
+		n += shapeBytes(s.dt, s.shape)
+	}
+	return n
+}
+
+// Tensors returns the number of tensors that Run allocates.
+func (p *Plan) Tensors() int { return len(p.rec.outShapes) + len(p.rec.scratch) }
+
+// BackwardBytes bounds the bytes that [Tape.Backward] allocates for this
+// op when it is recorded: a gradient for each arg, as many again for the
+// temporaries of broadcasts, clones and sums, and the size of the op's
+// results and internal tensors for its kernels' work. Charging it with the
+// forward means a backward never allocates what nobody paid for.
+func (p *Plan) BackwardBytes() int64 {
+	var n int64
+	for _, a := range p.rec.args {
+		n += 2 * shapeBytes(abi.DTypeFloat32, a.shape)
+	}
+	return n + p.Bytes()
+}
+
+// BackwardTensors bounds the number of tensors Tape.Backward allocates for
+// this op (see BackwardBytes).
+func (p *Plan) BackwardTensors() int { return 2*len(p.rec.args) + p.Tensors() }
+
+// shapeBytes returns the byte size of a checked shape.
+func shapeBytes(dt abi.DType, shape []int) int64 {
+	n := int64(dt.Size())
+	for _, d := range shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+// Run allocates the op's results and internal tensors and runs it, as
+// [ApplyMulti]. A Plan runs once.
+func (p *Plan) Run(dev Device, tape *Tape) ([]*Tensor, error) {
+	if p.done {
+		return nil, fmt.Errorf("%w: %s: plan already run", ErrArgument, p.rec.op)
+	}
+	p.done = true
+	rec, op := p.rec, p.rec.op
+	if err := rec.alloc(dev); err != nil {
+		return nil, err
+	}
 	if err := forward(dev, rec); err != nil {
+		dev.Release(rec.outs...)
+		dev.Release(rec.internal()...)
 		if errors.Is(err, ErrArgument) || errors.Is(err, ErrShape) {
 			return nil, err // kernels that check data name the op already
 		}
@@ -185,8 +282,32 @@ func (r *record) internal() []*Tensor {
 	return []*Tensor{r.mean, r.rstd, r.saved, r.loss}
 }
 
-// prepare validates an op's inputs, and returns its record with the outputs
-// allocated.
+// alloc allocates rec's results and internal tensors, as prepare sized
+// them.
+func (r *record) alloc(dev Device) error {
+	r.outs = make([]*Tensor, len(r.outShapes))
+	for i, s := range r.outShapes {
+		t, err := dev.Zeros(abi.DTypeFloat32, s)
+		if err != nil {
+			dev.Release(r.outs...)
+			return fmt.Errorf("%s: %w", r.op, err)
+		}
+		r.outs[i] = t
+	}
+	for _, s := range r.scratch {
+		t, err := dev.Zeros(s.dt, s.shape)
+		if err != nil {
+			dev.Release(r.outs...)
+			dev.Release(r.internal()...)
+			return fmt.Errorf("%s: %w", r.op, err)
+		}
+		*s.dst = t
+	}
+	return nil
+}
+
+// prepare validates an op's inputs and returns its record with the shapes
+// of its outputs and internal tensors, allocating nothing.
 func prepare(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*record, error) {
 	spec, ok := opSpecs[op]
 	if !ok {
@@ -215,12 +336,17 @@ func prepare(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*record, e
 	if err != nil {
 		return nil, err
 	}
-	rec.outs = make([]*Tensor, len(shapes))
-	for i, s := range shapes {
-		if rec.outs[i], err = dev.Zeros(abi.DTypeFloat32, s); err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
+	for _, s := range shapes {
+		if _, err := checkShape(abi.DTypeFloat32, s); err != nil {
+			return nil, fmt.Errorf("%s: result: %w", op, err)
 		}
 	}
+	for _, s := range rec.scratch {
+		if _, err := checkShape(s.dt, s.shape); err != nil {
+			return nil, fmt.Errorf("%s: internal tensor: %w", op, err)
+		}
+	}
+	rec.outShapes = shapes
 	return rec, nil
 }
 
@@ -310,12 +436,8 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 		if rec.p, err = epsAttr(op, attrs, defaultLayerNormEps); err != nil {
 			return nil, err
 		}
-		if rec.mean, err = dev.Zeros(abi.DTypeFloat32, []int{x.n / h}); err != nil {
-			return nil, fmt.Errorf("layer_norm: %w", err)
-		}
-		if rec.rstd, err = dev.Zeros(abi.DTypeFloat32, []int{x.n / h}); err != nil {
-			return nil, fmt.Errorf("layer_norm: %w", err)
-		}
+		rec.need(&rec.mean, abi.DTypeFloat32, []int{x.n / h})
+		rec.need(&rec.rstd, abi.DTypeFloat32, []int{x.n / h})
 		return one(x.shape)
 	case abi.OpRMSNorm:
 		x, w := args[0], args[1]
@@ -330,9 +452,7 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 		if rec.p, err = epsAttr(op, attrs, defaultRMSNormEps); err != nil {
 			return nil, err
 		}
-		if rec.rstd, err = dev.Zeros(abi.DTypeFloat32, []int{x.n / h}); err != nil {
-			return nil, fmt.Errorf("rms_norm: %w", err)
-		}
+		rec.need(&rec.rstd, abi.DTypeFloat32, []int{x.n / h})
 		return one(x.shape)
 	case abi.OpSoftmax, abi.OpLogSoftmax:
 		x := args[0]
@@ -426,6 +546,9 @@ func prepareReduce(rec *record, attrs []float64) ([][]int, error) {
 		shape = append(shape, 1)
 	}
 	shape = append(shape, x.shape[axis+1:]...)
+	if rec.op == abi.OpMax {
+		rec.need(&rec.saved, abi.DTypeInt32, shape) // arg-max indices
+	}
 	return [][]int{shape}, nil
 }
 
@@ -458,15 +581,11 @@ func prepareCrossEntropy(dev Device, rec *record, attrs []float64) ([][]int, err
 	}
 	rec.reduction, rec.ignore = red, int64(ign)
 	n := logits.shape[0]
-	if rec.saved, err = dev.Zeros(abi.DTypeFloat32, []int{n}); err != nil {
-		return nil, fmt.Errorf("cross_entropy: %w", err)
-	}
+	rec.need(&rec.saved, abi.DTypeFloat32, []int{n})
 	if red == 0 {
 		return [][]int{{n}}, nil
 	}
-	if rec.loss, err = dev.Zeros(abi.DTypeFloat32, []int{n}); err != nil {
-		return nil, fmt.Errorf("cross_entropy: %w", err)
-	}
+	rec.need(&rec.loss, abi.DTypeFloat32, []int{n})
 	return [][]int{{1}}, nil
 }
 
@@ -529,9 +648,7 @@ func prepareAttention(dev Device, rec *record, attrs []float64) ([][]int, error)
 		scale = 1 / math.Sqrt(float64(d))
 	}
 	rec.attn = attnDims{b: b, h: h, tq: tq, tk: tk, d: d, dv: dv, causal: causal, scale: scale}
-	if rec.saved, err = dev.Zeros(abi.DTypeFloat32, []int{b, h, tq, tk}); err != nil {
-		return nil, fmt.Errorf("attention: probabilities: %w", err)
-	}
+	rec.need(&rec.saved, abi.DTypeFloat32, []int{b, h, tq, tk})
 	return [][]int{{b, h, tq, dv}}, nil
 }
 
@@ -702,12 +819,6 @@ func forward(dev Device, rec *record) error {
 		return dev.binary(fn, out, a[0], a[1])
 	}
 	if fn, ok := reduceOps[rec.op]; ok {
-		if fn == reduceMax {
-			var err error
-			if rec.saved, err = dev.Zeros(abi.DTypeInt32, out.shape); err != nil {
-				return err
-			}
-		}
 		return dev.reduceAxis(fn, out, rec.saved, a[0], rec.outer, rec.dim, rec.inner)
 	}
 	switch rec.op {

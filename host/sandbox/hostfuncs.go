@@ -370,11 +370,14 @@ func tensorNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := st.countOp(); err != nil {
+		return 0, err
+	}
 	n, err := numElements(shape)
 	if err != nil {
 		return 0, err
 	}
-	if err := st.charge(n * int64(dt.Size())); err != nil {
+	if err := st.charge(abi.FuncTensorNew, n*int64(dt.Size()), 1); err != nil {
 		return 0, err
 	}
 	t, err := st.dev.Zeros(dt, shape)
@@ -401,8 +404,13 @@ func tensorWrite(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	if len(data) != e.t.ByteSize() {
 		return 0, errf(abi.ErrShapeMismatch, "wrote %d bytes to a tensor of %d bytes (%v%v)", len(data), e.t.ByteSize(), e.t.DType(), e.t.Shape())
 	}
-	t, err := st.dev.FromBytes(e.t.DType(), e.t.Shape(), data)
+	// Hand the old storage back first, so that the copy reuses it and a
+	// write allocates nothing the call has not paid for.
+	dt, shape := e.t.DType(), e.t.Shape()
+	st.dev.Release(e.t)
+	t, err := st.dev.FromBytes(dt, shape, data)
 	if err != nil {
+		e.used = true // released; never read again
 		return 0, errf(abi.ErrInternal, "%v", err)
 	}
 	e.t = t
@@ -507,10 +515,9 @@ func runOp(st *state, mem api.Memory, stack []uint64, fits func(int) error) ([]*
 	if err := needCall(st, abi.FuncOp); err != nil {
 		return nil, err
 	}
-	if st.ops >= st.limits.OpsPerCall {
-		return nil, errf(abi.ErrBudgetExceeded, "more than %d ops in one call", st.limits.OpsPerCall)
+	if err := st.countOp(); err != nil {
+		return nil, err
 	}
-	st.ops++
 	nargs, nattrs := argI32(stack, 2), argI32(stack, 4)
 	if nargs < 0 || nattrs < 0 {
 		return nil, errf(abi.ErrOutOfBounds, "%v: %d args and %d attrs; counts are not negative", code, nargs, nattrs)
@@ -540,19 +547,25 @@ func runOp(st *state, mem api.Memory, stack []uint64, fits func(int) error) ([]*
 	for i := range attrs {
 		attrs[i] = math.Float64frombits(binary.LittleEndian.Uint64(rawAttrs[8*i:]))
 	}
-	outs, err := gpuhost.ApplyMulti(st.dev, st.tape, code, args, attrs)
+	plan, err := gpuhost.PlanOp(st.dev, code, args, attrs)
 	if err != nil {
 		return nil, opError(code, err)
 	}
-	if err := fits(len(outs)); err != nil {
+	if err := fits(plan.Results()); err != nil {
 		return nil, err
 	}
-	var n int64
-	for _, t := range outs {
-		n += int64(t.ByteSize())
+	// Charge what the op allocates, and with a tape what its backward
+	// will, before a byte of it exists.
+	bytes, objects := plan.Bytes(), int64(plan.Tensors())
+	if st.tape != nil {
+		bytes, objects = bytes+plan.BackwardBytes(), objects+int64(plan.BackwardTensors())
 	}
-	if err := st.charge(n); err != nil {
+	if err := st.charge(code.String(), bytes, objects); err != nil {
 		return nil, err
+	}
+	outs, err := plan.Run(st.dev, st.tape)
+	if err != nil {
+		return nil, opError(code, err)
 	}
 	for _, e := range entries {
 		e.used = true

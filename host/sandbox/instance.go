@@ -151,6 +151,20 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 	return slices.Clone(st.callOutputs), nil
 }
 
+// CallStats is what the last moe_forward or moe_backward of an instance
+// used of its per-call budgets.
+type CallStats struct {
+	Ops   int   // op, op_multi and tensor_new calls
+	Bytes int64 // host memory charged: tensor bytes plus TensorOverhead each
+}
+
+// LastCall returns the budgets used by the last call, failed or not.
+func (inst *Instance) LastCall() CallStats {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	return CallStats{Ops: inst.st.ops, Bytes: inst.st.bytes}
+}
+
 // HasBackward reports whether the module brings its own backward
 // (moe_backward) instead of relying on the host's tape.
 func (inst *Instance) HasBackward() bool { return inst.backward != nil }

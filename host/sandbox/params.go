@@ -76,8 +76,9 @@ func (s *ParamStore) declare(name string, dt abi.DType, shape []int, init abi.In
 	if err != nil {
 		return nil, err
 	}
-	if s.maxBytes > 0 && s.bytes+4*n > s.maxBytes {
-		return nil, errf(abi.ErrBudgetExceeded, "param %q: %d bytes would exceed the expert's parameter budget of %d bytes", name, 4*n, s.maxBytes)
+	cost := 4*n + ParamOverhead
+	if s.maxBytes > 0 && s.bytes+cost > s.maxBytes {
+		return nil, errf(abi.ErrBudgetExceeded, "param %q: %d bytes (%d of data, %d of overhead) would bring the expert's parameters to %d bytes; the parameter budget is %d", name, cost, 4*n, ParamOverhead, s.bytes+cost, s.maxBytes)
 	}
 	vals, err := s.initValues(name, int(n), init, a, b)
 	if err != nil {
@@ -90,7 +91,7 @@ func (s *ParamStore) declare(name string, dt abi.DType, shape []int, init abi.In
 	t.Pin() // a batch's Release must never free a parameter
 	s.byName[name] = len(s.params)
 	s.params = append(s.params, Param{Name: name, Tensor: t})
-	s.bytes += 4 * n
+	s.bytes += cost
 	return t, nil
 }
 
@@ -128,6 +129,19 @@ func (s *ParamStore) initValues(name string, n int, init abi.Init, a, b float64)
 		return nil, errf(abi.ErrInvalidArgument, "param %q: unknown init %d", name, init)
 	}
 	return vals, nil
+}
+
+// ParamOverhead is the host memory one parameter costs beyond its data:
+// its tensor, name, store entries and handle in each instance. It was
+// measured at about 740 bytes and is rounded up, so that two million
+// one-element parameters cost what they really cost.
+const ParamOverhead = 1024
+
+// Bytes returns the parameter bytes charged so far, overhead included.
+func (s *ParamStore) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
 }
 
 // numElements multiplies dims, refusing sizes that overflow.

@@ -45,13 +45,17 @@ type Limits struct {
 	// MemoryPages caps guest linear memory, in 64 KiB pages. Default
 	// 4096 (256 MiB); tensors live on the host, so guests need little.
 	MemoryPages uint32
-	// OpsPerCall caps op and op_multi calls, failed ones included, in one
-	// export call. Default 100000.
+	// OpsPerCall caps op, op_multi and tensor_new calls, failed ones
+	// included, in one export call. Default 100000.
 	OpsPerCall int
-	// BytesPerCall caps host tensor bytes created in one export call.
-	// Default 8 GiB.
+	// BytesPerCall caps the host memory one export call may make:
+	// tensor bytes (with a tape, also what its backward will allocate)
+	// plus TensorOverhead per tensor. Default 2 GiB, which serves 1,024
+	// rows of ffn at hidden_dim 1024 eight times over and 16 rows of the
+	// transformer at its defaults (make measure-budget).
 	BytesPerCall int64
-	// ParamBytes caps the parameter bytes of one expert. Default 4 GiB.
+	// ParamBytes caps the parameter bytes of one expert, ParamOverhead
+	// per parameter included. Default 4 GiB.
 	ParamBytes int64
 	// InitTimeout bounds _initialize and moe_init together. Default 30s.
 	InitTimeout time.Duration
@@ -60,7 +64,8 @@ type Limits struct {
 	CallTimeout time.Duration
 }
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with its zero fields set to their defaults.
+func (l Limits) WithDefaults() Limits {
 	if l.MemoryPages == 0 {
 		l.MemoryPages = 4096
 	}
@@ -68,7 +73,7 @@ func (l Limits) withDefaults() Limits {
 		l.OpsPerCall = 100000
 	}
 	if l.BytesPerCall == 0 {
-		l.BytesPerCall = 8 << 30
+		l.BytesPerCall = 2 << 30
 	}
 	if l.ParamBytes == 0 {
 		l.ParamBytes = 4 << 30
@@ -93,7 +98,7 @@ type Runtime struct {
 // NewRuntime starts a wazero runtime with the ABI's host module. cacheDir,
 // when not empty, keeps compiled machine code across restarts.
 func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, error) {
-	limits = limits.withDefaults()
+	limits = limits.WithDefaults()
 	cfg := wazero.NewRuntimeConfig().
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(limits.MemoryPages)

@@ -1,0 +1,170 @@
+package sandbox_test
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/sandbox"
+)
+
+// hostileWasm holds one guest per finding of the review in issue 9: x[0]
+// picks the case.
+//
+// Rebuild: wat2wasm testdata/hostile.wat -o testdata/hostile.wasm
+//
+//go:embed testdata/hostile.wasm
+var hostileWasm []byte
+
+// hostileParamsWasm declares one-element parameters until refused.
+//
+// Rebuild: wat2wasm testdata/hostile_params.wat -o testdata/hostile_params.wasm
+//
+//go:embed testdata/hostile_params.wasm
+var hostileParamsWasm []byte
+
+// hostileBudget is the per-call budget of the hostile suite: small, so
+// that an allocation the host makes before charging it shows up as host
+// memory far past the budget.
+const hostileBudget = 32 << 20
+
+// allocatedDuring returns the bytes the process allocated while f ran. It
+// is an upper bound on what f allocated; the suite runs its cases one at a
+// time so that little else runs.
+func allocatedDuring(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestHostileGuests runs each hostile case against a budgeted instance and
+// checks its documented error, that the host allocated no more than the
+// budget (and a little slack for wazero and the host's bookkeeping), and
+// that another instance keeps answering right.
+func TestHostileGuests(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		limits sandbox.Limits
+		c      float32
+		code   abi.Errno
+		msg    string
+	}{
+		{"4 TiB matmul from 8 MiB of args", sandbox.Limits{BytesPerCall: hostileBudget}, 1, abi.ErrBudgetExceeded, "matmul would bring"},
+		{"attention's probabilities are charged", sandbox.Limits{BytesPerCall: hostileBudget}, 2, abi.ErrBudgetExceeded, "attention would bring"},
+		{"one-byte tensors pay their overhead", sandbox.Limits{BytesPerCall: hostileBudget}, 3, abi.ErrBudgetExceeded, "tensor_new would bring"},
+		{"tensor_new counts against ops", sandbox.Limits{BytesPerCall: 1 << 30, OpsPerCall: 1000}, 3, abi.ErrBudgetExceeded, "more than 1000 ops"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt, err := sandbox.NewRuntime(ctx, "", tt.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rt.Close(ctx)
+			m, err := rt.Compile(ctx, hostileWasm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad, good := newHostile(t, m), newHostile(t, m)
+			good.identity(t)
+			var callErr error
+			grew := allocatedDuring(func() { _, callErr = bad.call(tt.c, 0) })
+			var ge *sandbox.GuestError
+			if !errors.As(callErr, &ge) || ge.Code != tt.code || !strings.Contains(ge.Msg, tt.msg) {
+				t.Fatalf("got %v; want %v with a message containing %q", callErr, tt.code, tt.msg)
+			}
+			if limit := uint64(min(tt.limits.BytesPerCall, hostileBudget)) + 16<<20; grew > limit {
+				t.Errorf("the call allocated %d bytes of host memory; the budget is %d", grew, tt.limits.BytesPerCall)
+			}
+			if used := bad.inst.LastCall().Bytes; used > tt.limits.BytesPerCall {
+				t.Errorf("charged %d bytes past the budget of %d", used, tt.limits.BytesPerCall)
+			}
+			good.identity(t)
+			bad.identity(t) // a refused call leaves the instance usable
+		})
+	}
+}
+
+// TestHostileParams checks that parameters pay their per-object overhead:
+// one-element parameters run into ParamBytes after about ParamBytes/1 KiB
+// of them, and init fails with ErrInvalidModule naming the budget.
+func TestHostileParams(t *testing.T) {
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Compile(ctx, hostileParamsWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := gpuhost.NewCPU(1)
+	const budget = 16 << 20
+	ps := sandbox.NewParamStore(dev, []byte("p"), budget)
+	var instErr error
+	grew := allocatedDuring(func() {
+		_, instErr = m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: ps})
+	})
+	if !errors.Is(instErr, sandbox.ErrInvalidModule) || !strings.Contains(instErr.Error(), "parameter budget") {
+		t.Fatalf("got %v; want ErrInvalidModule naming the parameter budget", instErr)
+	}
+	n := len(ps.Params())
+	if want := budget / (4 + sandbox.ParamOverhead); n > want {
+		t.Errorf("%d one-element parameters fit a budget of %d bytes; at most %d should", n, budget, want)
+	}
+	if grew > 3*budget {
+		t.Errorf("declaring %d parameters allocated %d bytes for a budget of %d", n, grew, budget)
+	}
+}
+
+// hostile is an instance of hostile.wasm.
+type hostile struct {
+	dev  gpuhost.Device
+	inst *sandbox.Instance
+}
+
+func newHostile(t *testing.T, m *sandbox.Module) *hostile {
+	t.Helper()
+	dev := gpuhost.NewCPU(1)
+	inst, err := m.Instantiate(context.Background(), sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, []byte("hostile"), 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Close(context.Background()) })
+	return &hostile{dev: dev, inst: inst}
+}
+
+// call runs case c with argument arg and returns the output's values.
+func (h *hostile) call(c, arg float32) ([]float32, error) {
+	x, err := h.dev.FromFloat32([]int{1, 2}, []float32{c, arg})
+	if err != nil {
+		return nil, err
+	}
+	outs, err := h.inst.Forward(context.Background(), []*gpuhost.Tensor{x}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return h.dev.Float32s(outs[0])
+}
+
+// identity checks that case 0 returns its input.
+func (h *hostile) identity(t *testing.T) {
+	t.Helper()
+	got, err := h.call(0, 42)
+	if err != nil {
+		t.Fatalf("a valid call failed: %v", err)
+	}
+	if !slices.Equal(got, []float32{0, 42}) {
+		t.Fatalf("a valid call returned %v, want [0 42]", got)
+	}
+}

@@ -1,0 +1,74 @@
+;; hostile.wat: guests of the review of issue 9, one case each. moe_forward
+;; reads x:float32[1,2]; x[0] selects a case and x[1] is an argument. Case
+;; 0 is a valid identity call; every other case does what the review found
+;; and returns the code the host gave it (see hostile_test.go).
+(module
+  (import "moehost_v1" "input" (func $input (param i32) (result i32)))
+  (import "moehost_v1" "output" (func $output (param i32 i32) (result i32)))
+  (import "moehost_v1" "declare_input" (func $declare_input (param i32 i32 i32 i32 i32) (result i32)))
+  (import "moehost_v1" "declare_output" (func $declare_output (param i32 i32 i32 i32 i32) (result i32)))
+  (import "moehost_v1" "tensor_new" (func $tensor_new (param i32 i32 i32) (result i32)))
+  (import "moehost_v1" "tensor_read" (func $tensor_read (param i32 i32 i32) (result i32)))
+  (import "moehost_v1" "tensor_dtype" (func $tensor_dtype (param i32) (result i32)))
+  (import "moehost_v1" "op" (func $op (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  ;; 0 "x", 8 "y", 16 shape [-1 2], 48 shape [2^20 1], 64 shape [1 2^20],
+  ;; 80 shape [1 1 16384 1], 112 shape [1], 128 args, 1024 input data.
+  (data (i32.const 0) "x")
+  (data (i32.const 8) "y")
+  (data (i32.const 16) "\ff\ff\ff\ff\ff\ff\ff\ff\02\00\00\00\00\00\00\00")
+  (data (i32.const 48) "\00\00\10\00\00\00\00\00\01\00\00\00\00\00\00\00")
+  (data (i32.const 64) "\01\00\00\00\00\00\00\00\00\00\10\00\00\00\00\00")
+  (data (i32.const 80) "\01\00\00\00\00\00\00\00\01\00\00\00\00\00\00\00\00\40\00\00\00\00\00\00\01\00\00\00\00\00\00\00")
+  (data (i32.const 112) "\01\00\00\00\00\00\00\00")
+
+  (func (export "moe_abi_version") (result i32) (i32.const 1))
+
+  (func (export "moe_init") (result i32)
+    (local $r i32)
+    (local.set $r (call $declare_input (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 16) (i32.const 2)))
+    (if (i32.lt_s (local.get $r) (i32.const 0)) (then (return (local.get $r))))
+    (local.set $r (call $declare_output (i32.const 8) (i32.const 1) (i32.const 1) (i32.const 16) (i32.const 2)))
+    (if (i32.lt_s (local.get $r) (i32.const 0)) (then (return (local.get $r))))
+    (i32.const 0))
+
+  ;; $new makes a float32 tensor of the shape at ptr, rank rank.
+  (func $new (param $ptr i32) (param $rank i32) (result i32)
+    (call $tensor_new (i32.const 1) (local.get $ptr) (local.get $rank)))
+
+  (func (export "moe_forward") (result i32)
+    (local $x i32) (local $case i32) (local $arg i32) (local $h i32) (local $i i32)
+    (local.set $x (call $input (i32.const 0)))
+    (drop (call $tensor_read (local.get $x) (i32.const 1024) (i32.const 8)))
+    (local.set $case (i32.trunc_f32_s (f32.load (i32.const 1024))))
+    (local.set $arg (i32.trunc_f32_s (f32.load (i32.const 1028))))
+
+    ;; 0: valid identity.
+    (if (i32.eq (local.get $case) (i32.const 0)) (then
+      (return (call $output (i32.const 0) (local.get $x)))))
+    ;; 1: matmul [2^20,1]·[1,2^20]: 8 MiB of args ask for a 4 TiB result.
+    (if (i32.eq (local.get $case) (i32.const 1)) (then
+      (local.set $h (call $new (i32.const 48) (i32.const 2)))
+      (if (i32.lt_s (local.get $h) (i32.const 0)) (then (return (local.get $h))))
+      (i32.store (i32.const 128) (local.get $h))
+      (local.set $h (call $new (i32.const 64) (i32.const 2)))
+      (if (i32.lt_s (local.get $h) (i32.const 0)) (then (return (local.get $h))))
+      (i32.store (i32.const 132) (local.get $h))
+      (return (call $op (i32.const 1) (i32.const 128) (i32.const 2) (i32.const 0) (i32.const 0)))))
+    ;; 2: attention over 16384 keys of dim 1: 192 KiB of args, 64 KiB of
+    ;; result and 1 GiB of probabilities.
+    (if (i32.eq (local.get $case) (i32.const 2)) (then
+      (local.set $h (call $new (i32.const 80) (i32.const 4)))
+      (if (i32.lt_s (local.get $h) (i32.const 0)) (then (return (local.get $h))))
+      (i32.store (i32.const 128) (local.get $h))
+      (i32.store (i32.const 132) (local.get $h))
+      (i32.store (i32.const 136) (local.get $h))
+      (return (call $op (i32.const 36) (i32.const 128) (i32.const 3) (i32.const 0) (i32.const 0)))))
+    ;; 3: one-byte tensors until the host refuses (12M of them took 4 GB).
+    (if (i32.eq (local.get $case) (i32.const 3)) (then
+      (loop $more
+        (local.set $h (call $tensor_new (i32.const 6) (i32.const 112) (i32.const 1)))
+        (br_if $more (i32.ge_s (local.get $h) (i32.const 0))))
+      (return (local.get $h))))
+    (unreachable))
+)
