@@ -295,11 +295,13 @@ func paramNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	if st.paramHandles == nil {
-		st.paramHandles, st.paramNames = map[int32]*entry{}, map[string]bool{}
+	h, err := st.addParam(t)
+	if err != nil {
+		return 0, err
 	}
-	h := newHandle()
-	st.paramHandles[h] = &entry{t: t, kind: kindParam}
+	if st.paramNames == nil {
+		st.paramNames = map[string]bool{}
+	}
 	st.paramNames[name] = true
 	return h, nil
 }
@@ -384,8 +386,11 @@ func tensorNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	if err != nil {
 		return 0, errf(abi.ErrInvalidArgument, "%v", err)
 	}
-	h := newHandle()
-	st.calls[h] = &entry{t: t, kind: kindNew}
+	h, err := st.add(t, kindNew)
+	if err != nil {
+		st.dev.Release(t)
+		return 0, err
+	}
 	return h, nil
 }
 
@@ -478,7 +483,7 @@ func op(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	return st.addResult(outs[0]), nil
+	return st.addResult(outs[0])
 }
 
 func opMulti(st *state, mem api.Memory, stack []uint64) (int32, error) {
@@ -503,7 +508,11 @@ func opMulti(st *state, mem api.Memory, stack []uint64) (int32, error) {
 		return 0, err
 	}
 	for i, t := range outs {
-		binary.LittleEndian.PutUint32(buf[4*i:], uint32(st.addResult(t)))
+		h, err := st.addResult(t)
+		if err != nil {
+			return 0, err
+		}
+		binary.LittleEndian.PutUint32(buf[4*i:], uint32(h))
 	}
 	return int32(len(outs)), nil
 }

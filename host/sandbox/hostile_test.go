@@ -168,3 +168,30 @@ func (h *hostile) identity(t *testing.T) {
 		t.Fatalf("a valid call returned %v, want [0 42]", got)
 	}
 }
+
+// TestHostileHandleWrap runs a guest that makes handles until the host
+// refuses: at the end of its call handles the instance is retired with
+// ErrTrap instead of wrapping to numbers that earlier calls or parameters
+// had, and another instance is unaffected.
+func TestHostileHandleWrap(t *testing.T) {
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Compile(ctx, hostileWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, good := newHostile(t, m), newHostile(t, m)
+	bad.identity(t)
+	sandbox.SetNextCallHandle(bad.inst, sandbox.CallHandleEnd-1000)
+	if _, err := bad.call(3, 0); !errors.Is(err, sandbox.ErrTrap) || !strings.Contains(err.Error(), "call handles") {
+		t.Fatalf("got %v; want ErrTrap for spent call handles", err)
+	}
+	if !bad.inst.Closed() {
+		t.Error("a spent instance is still open")
+	}
+	good.identity(t)
+}

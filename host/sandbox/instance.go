@@ -69,6 +69,7 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		limits: m.rt.limits,
 		phase:  phaseStart,
 	}
+	st.nextCall, st.paramBase = newHandleState()
 	ictx, cancel := context.WithTimeout(withState(ctx, st), m.rt.limits.InitTimeout)
 	defer cancel()
 	mod, err := m.rt.r.InstantiateModule(ictx, m.compiled, cfg)
@@ -140,8 +141,8 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 	defer st.endCall()
 	ctx, cancel := context.WithTimeout(withState(ctx, st), st.limits.CallTimeout)
 	defer cancel()
-	if err := inst.call(ctx, inst.forward, abi.ExportForward); err != nil {
-		return nil, err
+	if err := inst.call(ctx, inst.forward, abi.ExportForward); err != nil || st.spent {
+		return nil, inst.retireIfSpent(err)
 	}
 	for i, out := range st.callOutputs {
 		if out == nil {
@@ -198,8 +199,8 @@ func (inst *Instance) Backward(ctx context.Context, inputs, gradOutputs []*gpuho
 	defer st.endCall()
 	ctx, cancel := context.WithTimeout(withState(ctx, st), st.limits.CallTimeout)
 	defer cancel()
-	if err := inst.call(ctx, inst.backward, abi.ExportBackward); err != nil {
-		return nil, nil, err
+	if err := inst.call(ctx, inst.backward, abi.ExportBackward); err != nil || st.spent {
+		return nil, nil, inst.retireIfSpent(err)
 	}
 	for i, g := range st.gradInputs {
 		if g == nil && st.inputs[i].DType == abi.DTypeFloat32 {
@@ -284,6 +285,20 @@ func (e *GuestError) Error() string {
 
 // Is makes errors.Is(err, ErrGuest) true.
 func (e *GuestError) Is(target error) bool { return target == ErrGuest }
+
+// retireIfSpent closes an instance that has given out all of its call
+// handles, so that the host replaces it instead of letting a handle
+// number come round again; otherwise it returns err.
+func (inst *Instance) retireIfSpent(err error) error {
+	if !inst.st.spent {
+		return err
+	}
+	if !inst.closed {
+		inst.closed = true
+		_ = inst.mod.Close(context.Background())
+	}
+	return fmt.Errorf("%w: the instance gave out all of its call handles and is retired (%v)", ErrTrap, err)
+}
 
 // trap closes the instance after a trap and describes the trap.
 func (inst *Instance) trap(name string, err error) error {

@@ -2,8 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost"
@@ -39,20 +39,26 @@ type entry struct {
 	used bool // read by an op or set as an output; no more writes
 }
 
-// lastHandle numbers handles across all instances of the process, so that
-// a handle from another instance or an earlier call is never found in the
-// current tables (until 2³¹ handles wrap, and then only by a collision with
-// a live handle of the same instance).
-var lastHandle atomic.Int32
+// Handles are per instance. Call handles are numbered from one counter of
+// the instance that never goes back: a call's handles are the contiguous
+// range [callBase, callBase+len(calls)), so a handle of an earlier call is
+// below the range and never resolves, and lookup is an index. Parameter
+// handles are paramBase+i in their own range above the call handles'. Both
+// start at a random offset, so that a handle's value tells the guest
+// nothing about other instances. When the call counter reaches
+// callHandleEnd, the instance is spent: the host function fails and the
+// instance is retired after the call (ErrTrap), rather than wrap.
+const (
+	callHandleEnd   = 1 << 30 // call handles are in [1, 2³⁰)
+	paramHandleBase = 1 << 30 // parameter handles are in [2³⁰, 2³¹)
+	// maxParams caps the parameters of one expert, so that its handles fit
+	// [paramBase, 2³¹).
+	maxParams = 1 << 20
+)
 
-func newHandle() int32 {
-	for {
-		h := lastHandle.Add(1)
-		if h > 0 {
-			return h
-		}
-		lastHandle.CompareAndSwap(h, 0)
-	}
+// newHandleState returns the random starts of an instance's handles.
+func newHandleState() (nextCall, paramBase int32) {
+	return 1 + rand.Int32N(1<<20), paramHandleBase + rand.Int32N(paramHandleBase-maxParams)
 }
 
 // state is one instance's side of the ABI: declarations, handle tables,
@@ -69,11 +75,18 @@ type state struct {
 	guestErr string // message from FuncFail
 
 	inputs, outputs []Spec
-	paramHandles    map[int32]*entry
+	paramEntries    []*entry // handle paramBase+i
 	paramNames      map[string]bool
+	paramBase       int32
+
+	// nextCall is the next call handle; spent is set when it reached
+	// callHandleEnd.
+	nextCall int32
+	spent    bool
 
 	// The current call.
-	calls       map[int32]*entry
+	callBase    int32
+	calls       []*entry // handle callBase+i
 	callInputs  []int32
 	callOutputs []*gpuhost.Tensor
 	batch       int
@@ -100,7 +113,8 @@ func stateFrom(ctx context.Context) *state {
 
 func (st *state) beginCall(ph phase, inputs, gradOutputs []*gpuhost.Tensor, batch int, tape *gpuhost.Tape) {
 	st.phase = ph
-	st.calls = make(map[int32]*entry, 64)
+	st.callBase = st.nextCall
+	st.calls = make([]*entry, 0, 64)
 	st.callInputs = st.addInputs(inputs)
 	st.callGradOutputs = st.addInputs(gradOutputs)
 	st.gradInputs = make([]*gpuhost.Tensor, len(inputs))
@@ -112,14 +126,27 @@ func (st *state) beginCall(ph phase, inputs, gradOutputs []*gpuhost.Tensor, batc
 	st.guestErr, st.lastErr = "", ""
 }
 
-// addInputs gives read-only call-lived handles to tensors.
+// addInputs gives read-only call-lived handles to tensors. Their handles
+// are 0 (never valid) when the instance is spent; the caller checks spent
+// first.
 func (st *state) addInputs(ts []*gpuhost.Tensor) []int32 {
 	hs := make([]int32, len(ts))
 	for i, t := range ts {
-		hs[i] = newHandle()
-		st.calls[hs[i]] = &entry{t: t, kind: kindInput}
+		hs[i], _ = st.add(t, kindInput)
 	}
 	return hs
+}
+
+// add gives t a call-lived handle.
+func (st *state) add(t *gpuhost.Tensor, kind handleKind) (int32, error) {
+	if st.nextCall >= callHandleEnd {
+		st.spent = true
+		return 0, errf(abi.ErrBudgetExceeded, "this instance has given out all of its %d call handles; it is retired after this call", callHandleEnd-1)
+	}
+	h := st.nextCall
+	st.nextCall++
+	st.calls = append(st.calls, &entry{t: t, kind: kind})
+	return h, nil
 }
 
 // endCall drops every call-lived handle, so that they go stale. Without a
@@ -150,11 +177,11 @@ func (st *state) endCall() {
 
 // lookup resolves a handle of the current call or a parameter handle.
 func (st *state) lookup(h int32) (*entry, error) {
-	if e, ok := st.calls[h]; ok {
-		return e, nil
+	if i := int64(h) - int64(st.callBase); h < callHandleEnd && i >= 0 && i < int64(len(st.calls)) {
+		return st.calls[i], nil
 	}
-	if e, ok := st.paramHandles[h]; ok {
-		return e, nil
+	if i := int64(h) - int64(st.paramBase); h >= paramHandleBase && i >= 0 && i < int64(len(st.paramEntries)) {
+		return st.paramEntries[i], nil
 	}
 	if h <= 0 {
 		return nil, errf(abi.ErrInvalidHandle, "handle %d: handles are positive", h)
@@ -163,10 +190,17 @@ func (st *state) lookup(h int32) (*entry, error) {
 }
 
 // addResult gives an op's result a call-lived handle.
-func (st *state) addResult(t *gpuhost.Tensor) int32 {
-	h := newHandle()
-	st.calls[h] = &entry{t: t, kind: kindResult}
-	return h
+func (st *state) addResult(t *gpuhost.Tensor) (int32, error) {
+	return st.add(t, kindResult)
+}
+
+// addParam gives a parameter an instance-lived handle.
+func (st *state) addParam(t *gpuhost.Tensor) (int32, error) {
+	if len(st.paramEntries) >= maxParams {
+		return 0, errf(abi.ErrBudgetExceeded, "more than %d parameters", maxParams)
+	}
+	st.paramEntries = append(st.paramEntries, &entry{t: t, kind: kindParam})
+	return st.paramBase + int32(len(st.paramEntries)-1), nil
 }
 
 // TensorOverhead is the host memory one tensor costs beyond its data: the
