@@ -82,7 +82,14 @@ func wrap(f hostFunc) api.GoModuleFunction {
 			stack[0] = api.EncodeI32(int32(abi.ErrWrongPhase))
 			return
 		}
-		r, err := safeCall(f, st, mod.Memory(), stack)
+		var r int32
+		var err error
+		if st.hostCalls >= st.limits.HostCallsPerCall {
+			err = errf(abi.ErrBudgetExceeded, "more than %d host calls in one call", st.limits.HostCallsPerCall)
+		} else {
+			st.hostCalls++
+			r, err = safeCall(f, st, mod.Memory(), stack)
+		}
 		if err != nil {
 			code := abi.ErrInternal
 			var ae *abiError
@@ -224,16 +231,21 @@ func configI64(st *state, mem api.Memory, stack []uint64) (int32, error) {
 }
 
 func declareInput(st *state, mem api.Memory, stack []uint64) (int32, error) {
-	return declare(st, mem, stack, &st.inputs, "input")
+	return declare(st, mem, stack, &st.inputs, &st.inputNames, st.limits.MaxInputs, "input")
 }
 
 func declareOutput(st *state, mem api.Memory, stack []uint64) (int32, error) {
-	return declare(st, mem, stack, &st.outputs, "output")
+	return declare(st, mem, stack, &st.outputs, &st.outputNames, st.limits.MaxOutputs, "output")
 }
 
-func declare(st *state, mem api.Memory, stack []uint64, specs *[]Spec, what string) (int32, error) {
+// declare appends a spec; names holds the names declared so far, so that
+// the duplicate check is one map lookup.
+func declare(st *state, mem api.Memory, stack []uint64, specs *[]Spec, names *map[string]bool, limit int, what string) (int32, error) {
 	if err := needPhase(st, phaseInit, "declare_"+what); err != nil {
 		return 0, err
+	}
+	if len(*specs) >= limit {
+		return 0, errf(abi.ErrBudgetExceeded, "more than %d %ss", limit, what)
 	}
 	name, err := readString(mem, argPtr(stack, 0), argI32(stack, 1), what+" name")
 	if err != nil {
@@ -256,11 +268,13 @@ func declare(st *state, mem api.Memory, stack []uint64, specs *[]Spec, what stri
 	if _, err := concreteShape(dims[1:]); err != nil {
 		return 0, err
 	}
-	for _, s := range *specs {
-		if s.Name == name {
-			return 0, errf(abi.ErrAlreadyExists, "%s %q declared twice", what, name)
-		}
+	if (*names)[name] {
+		return 0, errf(abi.ErrAlreadyExists, "%s %q declared twice", what, name)
 	}
+	if *names == nil {
+		*names = map[string]bool{}
+	}
+	(*names)[name] = true
 	*specs = append(*specs, Spec{Name: name, DType: dt, Shape: dims})
 	return int32(len(*specs) - 1), nil
 }
@@ -278,6 +292,9 @@ func paramNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	}
 	if st.paramNames[name] {
 		return 0, errf(abi.ErrAlreadyExists, "param %q declared twice", name)
+	}
+	if len(st.paramEntries) >= st.limits.MaxParams {
+		return 0, errf(abi.ErrBudgetExceeded, "more than %d params", st.limits.MaxParams)
 	}
 	dims, err := readShape(mem, argPtr(stack, 3), argI32(stack, 4))
 	if err != nil {

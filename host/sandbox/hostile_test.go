@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost"
@@ -22,12 +23,13 @@ import (
 //go:embed testdata/hostile.wasm
 var hostileWasm []byte
 
-// hostileParamsWasm declares one-element parameters until refused.
+// hostileInitWasm floods the host from moe_init: config "mode" picks
+// parameters, inputs, outputs or plain host calls.
 //
-// Rebuild: wat2wasm testdata/hostile_params.wat -o testdata/hostile_params.wasm
+// Rebuild: wat2wasm testdata/hostile_init.wat -o testdata/hostile_init.wasm
 //
-//go:embed testdata/hostile_params.wasm
-var hostileParamsWasm []byte
+//go:embed testdata/hostile_init.wasm
+var hostileInitWasm []byte
 
 // hostileBudget is the per-call budget of the hostile suite: small, so
 // that an allocation the host makes before charging it shows up as host
@@ -62,6 +64,7 @@ func TestHostileGuests(t *testing.T) {
 		{"attention's probabilities are charged", sandbox.Limits{BytesPerCall: hostileBudget}, 2, abi.ErrBudgetExceeded, "attention would bring"},
 		{"one-byte tensors pay their overhead", sandbox.Limits{BytesPerCall: hostileBudget}, 3, abi.ErrBudgetExceeded, "tensor_new would bring"},
 		{"tensor_new counts against ops", sandbox.Limits{BytesPerCall: 1 << 30, OpsPerCall: 1000}, 3, abi.ErrBudgetExceeded, "more than 1000 ops"},
+		{"every host function counts", sandbox.Limits{BytesPerCall: hostileBudget, HostCallsPerCall: 5000}, 4, abi.ErrBudgetExceeded, "more than 5000 host calls"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,7 +107,7 @@ func TestHostileParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close(ctx)
-	m, err := rt.Compile(ctx, hostileParamsWasm)
+	m, err := rt.Compile(ctx, hostileInitWasm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,4 +197,52 @@ func TestHostileHandleWrap(t *testing.T) {
 		t.Error("a spent instance is still open")
 	}
 	good.identity(t)
+}
+
+// TestHostileInit floods moe_init with declarations and host calls: each
+// stops at its documented limit with ErrInvalidModule naming it, and the
+// duplicate-name checks are linear (100k distinct inputs, which took the
+// whole 30 s init timeout when they were quadratic, take well under it).
+func TestHostileInit(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		limits sandbox.Limits
+		config map[string]int64
+		msg    string // in the error; "" means init succeeds
+	}{
+		{"inputs", sandbox.Limits{}, map[string]int64{"mode": 1}, "more than 64 inputs"},
+		{"outputs", sandbox.Limits{}, map[string]int64{"mode": 2}, "more than 64 outputs"},
+		{"params", sandbox.Limits{MaxParams: 100}, map[string]int64{"mode": 0}, "more than 100 params"},
+		{"host calls", sandbox.Limits{HostCallsPerCall: 10000}, map[string]int64{"mode": 3}, "more than 10000 host calls"},
+		{"100k inputs are linear", sandbox.Limits{MaxInputs: 200000, InitTimeout: 10 * time.Second}, map[string]int64{"mode": 1, "count": 100000}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt, err := sandbox.NewRuntime(ctx, "", tt.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rt.Close(ctx)
+			m, err := rt.Compile(ctx, hostileInitWasm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev := gpuhost.NewCPU(1)
+			inst, err := m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, nil, 0), Config: tt.config})
+			if tt.msg == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := len(inst.Inputs()); n != 100001 {
+					t.Errorf("%d inputs declared, want 100001", n)
+				}
+				inst.Close(ctx)
+				return
+			}
+			if !errors.Is(err, sandbox.ErrInvalidModule) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("got %v; want ErrInvalidModule with %q", err, tt.msg)
+			}
+		})
+	}
 }

@@ -155,15 +155,16 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 // CallStats is what the last moe_forward or moe_backward of an instance
 // used of its per-call budgets.
 type CallStats struct {
-	Ops   int   // op, op_multi and tensor_new calls
-	Bytes int64 // host memory charged: tensor bytes plus TensorOverhead each
+	Ops       int   // op, op_multi and tensor_new calls
+	HostCalls int   // calls of any host function
+	Bytes     int64 // host memory charged: tensor bytes plus TensorOverhead each
 }
 
 // LastCall returns the budgets used by the last call, failed or not.
 func (inst *Instance) LastCall() CallStats {
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
-	return CallStats{Ops: inst.st.ops, Bytes: inst.st.bytes}
+	return CallStats{Ops: inst.st.ops, HostCalls: inst.st.hostCalls, Bytes: inst.st.bytes}
 }
 
 // HasBackward reports whether the module brings its own backward

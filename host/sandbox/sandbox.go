@@ -62,6 +62,16 @@ type Limits struct {
 	// CallTimeout bounds one moe_forward call; a guest past it is
 	// stopped and its instance discarded. Default 5m.
 	CallTimeout time.Duration
+	// HostCallsPerCall caps the calls of host functions (every one of
+	// them, failed ones included) in one export call, moe_init included.
+	// Default 1000000: ten for each op of OpsPerCall's default.
+	HostCallsPerCall int
+	// MaxInputs and MaxOutputs cap the inputs and outputs moe_init may
+	// declare. Default 64 each.
+	MaxInputs, MaxOutputs int
+	// MaxParams caps the parameters moe_init may declare. Default 16384;
+	// at most 2²⁰.
+	MaxParams int
 }
 
 // WithDefaults returns l with its zero fields set to their defaults.
@@ -84,6 +94,19 @@ func (l Limits) WithDefaults() Limits {
 	if l.CallTimeout == 0 {
 		l.CallTimeout = 5 * time.Minute
 	}
+	if l.HostCallsPerCall == 0 {
+		l.HostCallsPerCall = 1000000
+	}
+	if l.MaxInputs == 0 {
+		l.MaxInputs = 64
+	}
+	if l.MaxOutputs == 0 {
+		l.MaxOutputs = 64
+	}
+	if l.MaxParams == 0 {
+		l.MaxParams = 16384
+	}
+	l.MaxParams = min(l.MaxParams, maxParams)
 	return l
 }
 

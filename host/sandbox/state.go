@@ -77,7 +77,11 @@ type state struct {
 	inputs, outputs []Spec
 	paramEntries    []*entry // handle paramBase+i
 	paramNames      map[string]bool
+	inputNames      map[string]bool
+	outputNames     map[string]bool
 	paramBase       int32
+	// hostCalls counts host function calls in the current export call.
+	hostCalls int
 
 	// nextCall is the next call handle; spent is set when it reached
 	// callHandleEnd.
@@ -122,7 +126,7 @@ func (st *state) beginCall(ph phase, inputs, gradOutputs []*gpuhost.Tensor, batc
 	st.callOutputs = make([]*gpuhost.Tensor, len(st.outputs))
 	st.batch = batch
 	st.tape = tape
-	st.ops, st.bytes = 0, 0
+	st.ops, st.bytes, st.hostCalls = 0, 0, 0
 	st.guestErr, st.lastErr = "", ""
 }
 

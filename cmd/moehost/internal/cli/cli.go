@@ -107,5 +107,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.DurationVar(&guest.CallTimeout, "call-timeout", 5*time.Minute, "longest one batch may run in an expert before its instance is stopped and replaced")
 	f.IntVar(&guest.OpsPerCall, "ops-per-call", 100000, "most ops one batch may run in an expert")
 	f.IntVar(&batching.QueueSize, "queue-size", 1024, "most pending requests per expert and pool; more get ResourceExhausted")
+	f.DurationVar(&guest.InitTimeout, "init-timeout", 30*time.Second, "longest an expert's instance may take to start (_initialize and moe_init)")
+	f.Int64Var(&guest.BytesPerCall, "bytes-per-call", 2<<30, "most host memory one batch may make in an expert (tensor bytes plus 512 per tensor)")
 	return cmd
 }
