@@ -27,7 +27,17 @@ func (m *Module) Digest() string { return m.digest }
 // lack a required export.
 func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	digest := modules.Digest(wasm)
-	if err := precheck(wasm); err != nil {
+	if len(wasm) > rt.limits.Module.Bytes {
+		return nil, fmt.Errorf("%w %s: module bytes: %d, the limit is %d", ErrInvalidModule, digest, len(wasm), rt.limits.Module.Bytes)
+	}
+	shape, err := inspect(wasm)
+	if err == nil {
+		err = shape.check(rt.limits.Module)
+	}
+	if err == nil {
+		err = shape.checkImports()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
 	}
 	cm, err := rt.r.CompileModule(ctx, wasm)
@@ -79,43 +89,3 @@ func validate(cm wazero.CompiledModule) error {
 
 // Close releases the compiled code.
 func (m *Module) Close(ctx context.Context) error { return m.compiled.Close(ctx) }
-
-// precheck walks the module's sections and refuses a vector whose count
-// exceeds the bytes of its section. wazero's decoder trusts such counts and
-// spends minutes on a few hostile bytes (found by FuzzCompile); every
-// element takes at least one byte, so no valid module is refused.
-func precheck(wasm []byte) error {
-	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
-		return fmt.Errorf("not a WebAssembly binary")
-	}
-	b := wasm[8:]
-	for len(b) > 0 {
-		id := b[0]
-		size, n := uleb(b[1:])
-		if n == 0 || size > uint64(len(b)-1-n) {
-			return fmt.Errorf("section %d: size runs past the end of the module", id)
-		}
-		body := b[1+n : 1+n+int(size)]
-		b = b[1+n+int(size):]
-		switch id {
-		case 1, 2, 3, 4, 5, 6, 7, 9, 10, 11: // sections that start with a vector
-			count, m := uleb(body)
-			if m == 0 || count > uint64(len(body)-m) {
-				return fmt.Errorf("section %d: %d entries cannot fit in %d bytes", id, count, len(body))
-			}
-		}
-	}
-	return nil
-}
-
-// uleb decodes an unsigned LEB128 of at most 5 bytes; n is 0 when b holds
-// none.
-func uleb(b []byte) (v uint64, n int) {
-	for i := 0; i < len(b) && i < 5; i++ {
-		v |= uint64(b[i]&0x7f) << (7 * i)
-		if b[i]&0x80 == 0 {
-			return v, i + 1
-		}
-	}
-	return 0, 0
-}

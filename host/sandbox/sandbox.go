@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/moehost/moehost/abi"
@@ -72,6 +73,8 @@ type Limits struct {
 	// MaxParams caps the parameters moe_init may declare. Default 16384;
 	// at most 2²⁰.
 	MaxParams int
+	// Module bounds what a module may declare (see ModuleLimits).
+	Module ModuleLimits
 }
 
 // WithDefaults returns l with its zero fields set to their defaults.
@@ -107,6 +110,7 @@ func (l Limits) WithDefaults() Limits {
 		l.MaxParams = 16384
 	}
 	l.MaxParams = min(l.MaxParams, maxParams)
+	l.Module = l.Module.withDefaults()
 	return l
 }
 
@@ -123,6 +127,9 @@ type Runtime struct {
 func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, error) {
 	limits = limits.WithDefaults()
 	cfg := wazero.NewRuntimeConfig().
+		// Reference types bring table.grow and many tables, whose
+		// host memory the limits would not see; no guest needs them.
+		WithCoreFeatures(api.CoreFeaturesV2 &^ api.CoreFeatureReferenceTypes).
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(limits.MemoryPages)
 	var cache wazero.CompilationCache
