@@ -36,6 +36,10 @@
   (func $new (param $ptr i32) (param $rank i32) (result i32)
     (call $tensor_new (i32.const 1) (local.get $ptr) (local.get $rank)))
 
+  ;; $deep calls itself forever.
+  (func $deep (param $n i32) (result i32)
+    (i32.add (call $deep (i32.add (local.get $n) (i32.const 1))) (i32.const 1)))
+
   (func (export "moe_forward") (result i32)
     (local $x i32) (local $case i32) (local $arg i32) (local $h i32) (local $i i32)
     (local.set $x (call $input (i32.const 0)))
@@ -70,6 +74,11 @@
         (local.set $h (call $tensor_new (i32.const 6) (i32.const 112) (i32.const 1)))
         (br_if $more (i32.ge_s (local.get $h) (i32.const 0))))
       (return (local.get $h))))
+    ;; 5: recursion with no end, until the guest's stack overflows.
+    (if (i32.eq (local.get $case) (i32.const 5)) (then
+      (return (call $deep (i32.const 0)))))
+    ;; 99: a trap.
+    (if (i32.eq (local.get $case) (i32.const 99)) (then (unreachable)))
     ;; 4: host calls that make nothing, until the host refuses.
     (if (i32.eq (local.get $case) (i32.const 4)) (then
       (loop $more
