@@ -81,6 +81,11 @@ bench: examples ## Serving load test (batching vs none, 64 clients) and the Go b
 	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 
+.PHONY: fuzz-sandbox
+fuzz-sandbox: ## Fuzz the sandbox: op sequences against a budgeted instance, then the module decoder (FUZZTIME each, default 5m)
+	$(GO) test -run '^$$' -fuzz '^FuzzOpSequence$$' -fuzztime $(or $(FUZZTIME),5m) ./host/sandbox/
+	$(GO) test -run '^$$' -fuzz '^FuzzInspect$$' -fuzztime $(or $(FUZZTIME),5m) ./host/sandbox/
+
 .PHONY: measure-budget
 measure-budget: ## The zoo's per-call host memory at its default configs, against the default BytesPerCall
 	$(GO) test -run '^TestDefaultCallBudgetFitsZoo$$' -v ./host/sandbox/ -args -zoobudget
