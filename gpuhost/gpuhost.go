@@ -127,6 +127,12 @@ type Device interface {
 	Reserve(n int64) error
 	// Unreserve gives back n bytes that Reserve charged.
 	Unreserve(n int64)
+	// Admit is admission control for new work, such as a request's
+	// tensors, before they are allocated: it returns ErrOutOfMemory if
+	// n more bytes would take the live bytes past [AdmitFraction] of
+	// the ceiling, so that the work already admitted keeps the rest for
+	// its activations. It charges nothing.
+	Admit(n int64) error
 	// MemStats returns the device's live, peak and pooled tensor bytes
 	// and its pool's hits and misses.
 	MemStats() MemStats

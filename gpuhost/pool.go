@@ -64,6 +64,17 @@ func (c *Ceiling) charge(n int64) bool {
 	}
 }
 
+// AdmitFraction is the share of a ceiling up to which [Device.Admit]
+// lets new work in; the rest is kept for the activations of the work
+// already admitted.
+const AdmitFraction = 0.75
+
+// admit reports whether n more bytes of new work fit under
+// AdmitFraction of the limit.
+func (c *Ceiling) admit(n int64) bool {
+	return c == nil || c.limit == 0 || float64(c.used.Load()+n) <= AdmitFraction*float64(c.limit)
+}
+
 // refund gives back n bytes that charge took.
 func (c *Ceiling) refund(n int64) {
 	if c != nil {
