@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,57 +26,23 @@ type cpuDevice struct {
 	sgemm  func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
 	packMu sync.Mutex
 	packs  []*gemmBufs // idle GEMM packing buffers, kept across GCs
-	free   bufPool     // released float32 storage
-}
-
-// poolMaxBytes caps the float32 storage a CPU device keeps for reuse:
-// enough for the tensors of a few batches of a large expert.
-const poolMaxBytes = 1 << 30
-
-// bufPool keeps released float32 buffers by length, up to poolMaxBytes in
-// all; past that, releases are left to the garbage collector.
-type bufPool struct {
-	mu    sync.Mutex
-	free  map[int][][]float32
-	bytes int
-}
-
-// get returns a released buffer of n floats, with stale contents, or nil.
-func (p *bufPool) get(n int) []float32 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l := p.free[n]
-	if len(l) == 0 {
-		return nil
-	}
-	b := l[len(l)-1]
-	l[len(l)-1] = nil
-	p.free[n] = l[:len(l)-1]
-	p.bytes -= 4 * n
-	return b
-}
-
-// put keeps b for reuse unless the pool is full.
-func (p *bufPool) put(b []float32) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.bytes+4*len(b) > poolMaxBytes {
-		return
-	}
-	if p.free == nil {
-		p.free = map[int][][]float32{}
-	}
-	p.free[len(b)] = append(p.free[len(b)], b)
-	p.bytes += 4 * len(b)
+	mem    memory      // live-byte accounting and released float32 storage
 }
 
 // NewCPU returns the pure-Go CPU device. Kernels split large work across up
 // to threads goroutines; threads <= 0 means runtime.GOMAXPROCS(0).
-func NewCPU(threads int) Device {
+func NewCPU(threads int, opts ...DeviceOption) Device {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &cpuDevice{threads: threads, minWork: gemmMinWork, asm: gemmHaveAsm}
+	var cfg deviceConfig
+	for _, o := range opts {
+		o.applyDevice(&cfg)
+	}
+	d := &cpuDevice{threads: threads, minWork: gemmMinWork, asm: gemmHaveAsm}
+	d.mem.ceiling = cfg.ceiling
+	d.mem.exact = cfg.exactPool || os.Getenv(ExactPoolEnv) == "1"
+	return d
 }
 
 // Name returns "cpu", or "cpu-openblas" for [NewOpenBLAS]'s device.
@@ -98,7 +65,9 @@ func (d *cpuDevice) allocDirty(dt abi.DType, shape []int) (*Tensor, error) {
 }
 
 // allocate returns a tensor, with float32 storage from the pool when it
-// has a buffer of the size, cleared if zero is set.
+// has a buffer of the size class, cleared if zero is set. The storage is
+// charged against the ceiling first, so a refusal (ErrOutOfMemory)
+// allocates nothing.
 func (d *cpuDevice) allocate(dt abi.DType, shape []int, zero bool) (*Tensor, error) {
 	n, err := checkShape(dt, shape)
 	if err != nil {
@@ -106,17 +75,23 @@ func (d *cpuDevice) allocate(dt abi.DType, shape []int, zero bool) (*Tensor, err
 	}
 	t := &Tensor{dt: dt, shape: append([]int{}, shape...), n: n, dev: d}
 	if dt == abi.DTypeFloat32 {
-		if b := d.free.get(n); b != nil {
-			if zero {
-				clear(b)
-			}
-			t.mem = b
-		} else {
-			t.mem = make([]float32, n)
+		b, err := d.mem.getFloats(n)
+		if err != nil {
+			return nil, err
 		}
+		if zero {
+			clear(b)
+		}
+		t.mem, t.charged = b, 4*int64(cap(b))
 	} else {
-		t.mem = make([]byte, n*dt.Size())
+		t.charged = int64(n * dt.Size())
+		if err := d.mem.chargeOther(t.charged); err != nil {
+			return nil, err
+		}
+		t.mem = make([]byte, t.charged)
 	}
+	// A tensor nobody releases still stops counting once it is collected.
+	t.cleanup = runtime.AddCleanup(t, d.mem.collected, t.charged)
 	return t, nil
 }
 
@@ -267,14 +242,51 @@ func (d *cpuDevice) Release(ts ...*Tensor) {
 		if t == nil || t.pinned || t.dev != Device(d) {
 			continue
 		}
+		if t.mem == nil {
+			continue // released before
+		}
+		t.cleanup.Stop()
 		if f := t.f32(); f != nil {
-			d.free.put(f)
+			d.mem.putFloats(f)
+		} else {
+			d.mem.unchargeOther(t.charged)
 		}
-		if t.mem != nil {
-			t.mem = nil
-		}
+		t.mem = nil
 	}
 }
+
+// Reserve implements Device.Reserve.
+func (d *cpuDevice) Reserve(n int64) error {
+	if n < 0 {
+		return fmt.Errorf("%w: cpu: reserve: %d bytes", ErrArgument, n)
+	}
+	if err := d.mem.chargeOther(n); err != nil {
+		return fmt.Errorf("cpu: reserve: %w", err)
+	}
+	return nil
+}
+
+// Admit implements Device.Admit.
+func (d *cpuDevice) Admit(n int64) error {
+	if d.mem.ceiling.admit(n) {
+		return nil
+	}
+	d.mem.mu.Lock()
+	d.mem.refused++
+	d.mem.mu.Unlock()
+	c := d.mem.ceiling
+	return fmt.Errorf("%w: cpu: admitting %d bytes of new work: %d of the ceiling's %d bytes are in use, and new work may take %.0f%%", ErrOutOfMemory, n, c.Used(), c.Limit(), 100*AdmitFraction)
+}
+
+// Unreserve implements Device.Unreserve.
+func (d *cpuDevice) Unreserve(n int64) {
+	if n > 0 {
+		d.mem.unchargeOther(n)
+	}
+}
+
+// MemStats implements Device.MemStats.
+func (d *cpuDevice) MemStats() MemStats { return d.mem.stats() }
 
 // own checks that t is a tensor of this device.
 func (d *cpuDevice) own(t *Tensor, what string) error {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
 	"slices"
 
 	"github.com/moehost/moehost/abi"
@@ -49,6 +50,11 @@ type Tensor struct {
 	mem any
 	// pinned tensors are long-lived (parameters): Release ignores them.
 	pinned bool
+	// charged is the storage's bytes as the device accounts them (the
+	// size class for float32), and cleanup uncharges them if the
+	// tensor is collected without a Release.
+	charged int64
+	cleanup runtime.Cleanup
 }
 
 // Pin marks t as long-lived, such as a parameter: [Device.Release] leaves
@@ -105,12 +111,31 @@ type Device interface {
 	// must add up to t's first dim. It is the inverse of Concat.
 	Split(t *Tensor, rows []int) ([]*Tensor, error)
 	// Release hands the storage of tensors that nobody uses any more back
-	// to the device, which reuses it for later tensors of the same size,
-	// so that a steady stream of batches allocates nothing. A released
+	// to the device, which reuses it for later tensors of the same size
+	// class, so that a steady stream of batches allocates nothing. A released
 	// tensor must not be used again. Nil, pinned, already released and
 	// other devices' tensors are skipped, so releasing everything a batch
 	// touched is safe as long as nothing still reads it.
 	Release(ts ...*Tensor)
+	// Reserve charges n bytes against the device's ceiling on live
+	// tensor bytes (see [WithCeiling]) for memory that the caller is
+	// about to allocate itself because of tensors on this device (e.g.
+	// per-tensor bookkeeping), or returns ErrOutOfMemory and charges
+	// nothing. Every allocation the device makes checks the same ceiling
+	// before touching memory; Reserve lets callers do so for theirs.
+	// Give the bytes back with Unreserve.
+	Reserve(n int64) error
+	// Unreserve gives back n bytes that Reserve charged.
+	Unreserve(n int64)
+	// Admit is admission control for new work, such as a request's
+	// tensors, before they are allocated: it returns ErrOutOfMemory if
+	// n more bytes would take the live bytes past [AdmitFraction] of
+	// the ceiling, so that the work already admitted keeps the rest for
+	// its activations. It charges nothing.
+	Admit(n int64) error
+	// MemStats returns the device's live, peak and pooled tensor bytes
+	// and its pool's hits and misses.
+	MemStats() MemStats
 
 	kernels
 }

@@ -112,6 +112,8 @@ func poolError(uid string, err error) error {
 		return fmt.Errorf("%w: expert %q: %w", rpc.ErrResourceExhausted, uid, err)
 	case errors.Is(err, batch.ErrClosed):
 		return fmt.Errorf("%w: expert %q: %w", rpc.ErrUnavailable, uid, err)
+	case limited(err) && !errors.Is(err, rpc.ErrResourceExhausted):
+		return fmt.Errorf("%w: expert %q: %w", rpc.ErrResourceExhausted, uid, err)
 	}
 	return err
 }
@@ -240,6 +242,11 @@ func (e *expert) customGradients(ctx context.Context, inst *sandbox.Instance, in
 
 // fail counts a failed batch and maps err for the RPC layer.
 func (e *expert) fail(err error) error {
+	if limited(err) {
+		// The memory limit is not the expert's fault: the batch is
+		// refused, and the expert stays healthy.
+		return fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
+	}
 	e.failures.Add(1)
 	switch {
 	case errors.Is(err, sandbox.ErrInvalidInput):
@@ -253,6 +260,14 @@ func (e *expert) fail(err error) error {
 }
 
 func (e *expert) succeed() { e.failures.Store(0) }
+
+// limited tells whether err comes from a limit on memory: the host's
+// (gpuhost.ErrOutOfMemory) or the call's byte budget, which a guest
+// reports by returning abi.ErrBudgetExceeded.
+func limited(err error) bool {
+	var ge *sandbox.GuestError
+	return errOutOfMemory(err) || (errors.As(err, &ge) && ge.Code == abi.ErrBudgetExceeded)
+}
 
 func (e *expert) Info() *moehostv1.ExpertInfo {
 	return &moehostv1.ExpertInfo{

@@ -61,6 +61,7 @@ type Server struct {
 	rt       *sandbox.Runtime
 	experts  map[string]*expert
 	sorted   []rpc.Expert
+	devices  []gpuhost.Device
 	ln       net.Listener
 	addr     string // ln's address, kept after Shutdown
 	httpSrv  *http.Server
@@ -176,7 +177,10 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dev := gpuhost.NewCPU(0)
+	dev, err := s.newDevice()
+	if err != nil {
+		return err
+	}
 	compiled := map[string]*sandbox.Module{} // by digest, so shared modules compile once
 	experts := map[string]*expert{}
 	for _, ec := range s.cfg.experts {

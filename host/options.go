@@ -32,6 +32,7 @@ type config struct {
 	limits          sandbox.Limits
 	batching        BatchLimits
 	maxRequestBytes int
+	memoryLimit     int64 // 0: DefaultMemoryLimit; < 0: none
 }
 
 // BatchLimits configure the batching of one expert's requests; each
@@ -205,4 +206,16 @@ func (c *config) validate() error {
 		}
 	}
 	return nil
+}
+
+// WithMemoryLimit sets the server's memory limit in bytes. It is the Go
+// runtime's soft limit (debug.SetMemoryLimit, set at Start and process
+// wide) and the ceiling on live tensor bytes across the server's devices:
+// an allocation that would pass it is refused before it happens, and the
+// request that needed it gets ResourceExhausted while the server carries
+// on. A negative n means no limit (the runtime's is left alone).
+// Default: [DefaultMemoryLimit], DefaultMemoryFraction of the smaller of
+// the cgroup's memory.max and the machine's MemTotal.
+func WithMemoryLimit(n int64) Option {
+	return optionFunc(func(c *config) { c.memoryLimit = n })
 }

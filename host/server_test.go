@@ -48,6 +48,9 @@ var testServer *Server
 var testDataDir string
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(memChildEnv); dir != "" {
+		os.Exit(runMemoryChild(dir)) // TestMemoryLimitFlood's server
+	}
 	dir, err := os.MkdirTemp("", "moehost-test-")
 	if err != nil {
 		panic(err)

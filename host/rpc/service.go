@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -100,6 +101,16 @@ func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.
 	if len(pbs) != len(schema) {
 		return nil, 0, fmt.Errorf("%w: got %d %ss, want %d: %s", ErrInvalidArgument, len(pbs), what, len(schema), SchemaString(schema))
 	}
+	// Admission: a request whose tensors would leave too little of the
+	// memory limit for the work already running is refused whole,
+	// before anything is decoded.
+	var total int64
+	for _, pb := range pbs {
+		total += int64(len(pb.GetData()))
+	}
+	if err := dev.Admit(total); err != nil {
+		return nil, 0, fmt.Errorf("%w: %ss: %w", ErrResourceExhausted, what, err)
+	}
 	ts := make([]*gpuhost.Tensor, len(pbs))
 	for i, pb := range pbs {
 		w, err := DecodeTensor(pb, schema[i], batch)
@@ -109,6 +120,10 @@ func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.
 		batch = w.Shape[0]
 		t, err := dev.FromBytes(w.DType, w.Shape, w.Data)
 		if err != nil {
+			dev.Release(ts[:i]...)
+			if errors.Is(err, gpuhost.ErrOutOfMemory) {
+				return nil, 0, fmt.Errorf("%w: %s %d: %w", ErrResourceExhausted, what, i, err)
+			}
 			return nil, 0, fmt.Errorf("%w: %s %d: %w", ErrInvalidArgument, what, i, err)
 		}
 		ts[i] = t

@@ -608,6 +608,8 @@ func opError(code abi.Op, err error) error {
 		return errf(abi.ErrShapeMismatch, "%v", err)
 	case errors.Is(err, gpuhost.ErrArgument):
 		return errf(abi.ErrInvalidArgument, "%v", err)
+	case errors.Is(err, gpuhost.ErrOutOfMemory): // the host's memory limit
+		return errf(abi.ErrBudgetExceeded, "%v", err)
 	}
 	return errf(abi.ErrInternal, "%v: %v", code, err)
 }

@@ -44,6 +44,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		lr                                                    float64
 		batching                                              host.BatchLimits
 		guest                                                 host.GuestLimits
+		memoryLimit                                           string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -71,6 +72,10 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 			for i, uid := range uids {
 				experts[i] = host.ExpertConfig{UID: uid, Module: src, Config: map[string]int64{"hidden_dim": hiddenDim}}
 			}
+			memLimit, err := host.ParseMemoryLimit(memoryLimit)
+			if err != nil {
+				return fmt.Errorf("--memory-limit: %w", err)
+			}
 			srv, err := host.New(
 				host.WithListen(listen),
 				host.WithDataDir(dataDir),
@@ -79,6 +84,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithOptimizer(host.OptimizerConfig{Name: optimizer, LR: lr}),
 				host.WithBatching(batching),
 				host.WithGuestLimits(guest),
+				host.WithMemoryLimit(memLimit),
 			)
 			if err != nil {
 				return err
@@ -109,5 +115,6 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.IntVar(&batching.QueueSize, "queue-size", 1024, "most pending requests per expert and pool; more get ResourceExhausted")
 	f.DurationVar(&guest.InitTimeout, "init-timeout", 30*time.Second, "longest an expert's instance may take to start (_initialize and moe_init)")
 	f.Int64Var(&guest.BytesPerCall, "bytes-per-call", 2<<30, "most host memory one batch may make in an expert (tensor bytes plus 512 per tensor)")
+	f.StringVar(&memoryLimit, "memory-limit", "75%", `memory limit: the Go runtime's soft limit and the ceiling on live tensor bytes, past which new work gets ResourceExhausted; bytes with a unit (2GiB, 1500MB), a percentage of the cgroup's or machine's memory, or "none"`)
 	return cmd
 }

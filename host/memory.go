@@ -1,0 +1,219 @@
+package host
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/moehost/moehost/gpuhost"
+)
+
+// DefaultMemoryFraction is the share of the memory available to the
+// process (the smaller of the cgroup's memory.max and the machine's
+// MemTotal) that the memory limit takes when none is set.
+const DefaultMemoryFraction = 0.75
+
+// DefaultMemoryLimit returns DefaultMemoryFraction of the memory available
+// to the process, or 0 (no limit) where neither the cgroup nor
+// /proc/meminfo says how much that is.
+func DefaultMemoryLimit() int64 {
+	avail := availableMemory()
+	if avail <= 0 {
+		return 0
+	}
+	return int64(float64(avail) * DefaultMemoryFraction)
+}
+
+// availableMemory returns the smaller of the cgroup's memory limit (v2
+// memory.max or v1 memory.limit_in_bytes) and MemTotal, or 0 if neither
+// is known.
+func availableMemory() int64 {
+	var total int64
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			// MemTotal:       24684184 kB
+			fields := strings.Fields(sc.Text())
+			if len(fields) == 3 && fields[0] == "MemTotal:" && fields[2] == "kB" {
+				if kb, err := strconv.ParseInt(fields[1], 10, 64); err == nil && kb > 0 && kb < math.MaxInt64/1024 {
+					total = kb * 1024
+				}
+			}
+		}
+		f.Close()
+	}
+	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// "max" (v2) or a huge number (v1) mean no limit.
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && (total == 0 || n < total) {
+			total = n
+		}
+		break
+	}
+	return total
+}
+
+// ParseMemoryLimit parses a memory limit as `moehost serve --memory-limit`
+// takes it: a byte count with an optional unit (B, KB, MB, GB, TB in
+// powers of 1000; KiB, MiB, GiB, TiB in powers of 1024), a percentage of
+// the memory available to the process ("75%"), or "none" (no limit,
+// returned as -1, for WithMemoryLimit).
+func ParseMemoryLimit(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "none") {
+		return -1, nil
+	}
+	if pct, ok := strings.CutSuffix(s, "%"); ok {
+		p, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if err != nil || !(p > 0 && p <= 100) {
+			return 0, fmt.Errorf("memory limit %q: want a percentage in (0, 100]", s)
+		}
+		avail := availableMemory()
+		if avail <= 0 {
+			return 0, fmt.Errorf("memory limit %q: the memory available to the process is unknown; give bytes", s)
+		}
+		return int64(float64(avail) * p / 100), nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+	}
+	num, mult := s, 1.0
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || !(v > 0) || v*mult >= math.MaxInt64 {
+		return 0, fmt.Errorf("memory limit %q: want a positive size such as 2GiB or 1500MB, a percentage, or none", s)
+	}
+	return int64(v * mult), nil
+}
+
+// DeviceMemory is the tensor memory of one device.
+type DeviceMemory struct {
+	// Device names the device ("cpu").
+	Device string
+	gpuhost.MemStats
+}
+
+// MemoryStats returns the tensor memory of each device the server runs
+// experts on: live, peak and pooled bytes and the pool's hits. It is
+// empty before Start.
+func (s *Server) MemoryStats() []DeviceMemory {
+	s.mu.Lock()
+	devs := s.devices
+	s.mu.Unlock()
+	out := make([]DeviceMemory, len(devs))
+	for i, d := range devs {
+		out[i] = DeviceMemory{Device: d.Name(), MemStats: d.MemStats()}
+	}
+	return out
+}
+
+// MemoryLimit returns the limit the server runs under, in bytes: the
+// Go runtime's soft limit and the ceiling on live tensor bytes. 0 means
+// none.
+func (s *Server) MemoryLimit() int64 { return s.cfg.memoryLimitBytes() }
+
+// newDevice builds the server's device under its memory limit, sets the
+// Go runtime's soft limit to the same number, and exports the device's
+// memory to /metrics.
+func (s *Server) newDevice() (gpuhost.Device, error) {
+	limit := s.cfg.memoryLimitBytes()
+	if limit > 0 {
+		debug.SetMemoryLimit(limit)
+	}
+	dev := gpuhost.NewCPU(0, gpuhost.WithCeiling(gpuhost.NewCeiling(limit)))
+	s.mu.Lock()
+	s.devices = append(s.devices, dev)
+	s.mu.Unlock()
+	if err := s.metrics.reg.Register(newMemCollector(s.MemoryStats)); err != nil {
+		return nil, fmt.Errorf("registering memory metrics: %w", err)
+	}
+	s.log.Info("memory limit", "bytes", limit)
+	return dev, nil
+}
+
+// memoryLimitBytes resolves the WithMemoryLimit setting.
+func (c *config) memoryLimitBytes() int64 {
+	switch {
+	case c.memoryLimit < 0:
+		return 0
+	case c.memoryLimit == 0:
+		return DefaultMemoryLimit()
+	}
+	return c.memoryLimit
+}
+
+// memCollector exports the devices' MemStats to Prometheus at scrape
+// time.
+type memCollector struct {
+	devices                   func() []DeviceMemory
+	live, peak, pool, hitRate *prometheus.Desc
+	hits, misses, refused     *prometheus.Desc
+	limit                     *prometheus.Desc
+}
+
+func newMemCollector(devices func() []DeviceMemory) *memCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("moehost_device_"+name, help, []string{"device"}, nil)
+	}
+	return &memCollector{
+		devices: devices,
+		live:    d("live_tensor_bytes", "Bytes held by live tensors (at their size class) and reservations."),
+		peak:    d("peak_tensor_bytes", "Recent high-water mark of live tensor bytes; it bounds live plus pool bytes."),
+		pool:    d("pool_bytes", "Released tensor storage kept for reuse."),
+		hitRate: d("pool_hit_rate", "Share of float32 allocations served from the pool."),
+		hits:    d("pool_hits_total", "Float32 allocations served from the pool."),
+		misses:  d("pool_misses_total", "Float32 allocations served from fresh memory."),
+		refused: d("refused_allocations_total", "Allocations refused because they would pass the memory limit."),
+		limit:   d("memory_limit_bytes", "Ceiling on live tensor bytes (shared by all devices; 0: none)."),
+	}
+}
+
+func (c *memCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.live, c.peak, c.pool, c.hitRate, c.hits, c.misses, c.refused, c.limit} {
+		ch <- d
+	}
+}
+
+func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.devices() {
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, m.Device)
+		}
+		n := func(d *prometheus.Desc, v int64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), m.Device)
+		}
+		g(c.live, float64(m.LiveBytes))
+		g(c.peak, float64(m.PeakBytes))
+		g(c.pool, float64(m.PoolBytes))
+		g(c.hitRate, m.HitRate())
+		g(c.limit, float64(m.Limit))
+		n(c.hits, m.PoolHits)
+		n(c.misses, m.PoolMisses)
+		n(c.refused, m.Refused)
+	}
+}
+
+// errOutOfMemory tells whether err comes from the memory limit, so that
+// the work that met it gets ResourceExhausted.
+func errOutOfMemory(err error) bool { return errors.Is(err, gpuhost.ErrOutOfMemory) }
+
+var _ prometheus.Collector = (*memCollector)(nil)
