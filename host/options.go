@@ -142,27 +142,52 @@ func (m ModuleSource) load(store *modules.Store) ([]byte, error) {
 	return nil, errors.New("no module given")
 }
 
-// OptimizerConfig selects the optimizer applied after each backward batch.
+// OptimizerConfig selects the optimizer applied after each backward batch,
+// with the options of hivemind's run_server. Zero fields take torch's
+// defaults for the algorithm.
 type OptimizerConfig struct {
-	// Name is "adam" (default) or "sgd".
+	// Name is "adam" (default), "adamw", "sgd" or "none".
 	Name string
-	// LR is the learning rate; 0 means the optimizer's default (Adam
-	// 1e-3, SGD 1e-2).
+	// LR is the base learning rate; 0 means the optimizer's default
+	// (adam and adamw 1e-3, sgd 1e-2).
 	LR float64
+	// Momentum is SGD's momentum. Default 0.
+	Momentum float64
+	// WeightDecay is L2 on the gradient (adam, sgd) or decoupled
+	// (adamw). Default 0; adamw 1e-2.
+	WeightDecay float64
+	// ClipGradNorm, when positive, caps the global L2 norm of each
+	// step's gradients.
+	ClipGradNorm float64
+	// Scheduler is "none" (default) or "linear" (warmup, then linear
+	// decay to 0 at NumTrainingSteps).
+	Scheduler string
+	// NumWarmupSteps and NumTrainingSteps shape the linear schedule.
+	NumWarmupSteps, NumTrainingSteps int64
+}
+
+// device returns the kernels' form of o.
+func (o OptimizerConfig) device() gpuhost.OptimizerConfig {
+	return gpuhost.OptimizerConfig{
+		Algorithm: o.Name, LR: o.LR, Momentum: o.Momentum, WeightDecay: o.WeightDecay,
+		ClipGradNorm: o.ClipGradNorm, Schedule: o.Scheduler,
+		WarmupSteps: o.NumWarmupSteps, TrainingSteps: o.NumTrainingSteps,
+	}.WithDefaults()
 }
 
 func (o OptimizerConfig) build() (gpuhost.Optimizer, error) {
-	switch strings.ToLower(o.Name) {
-	case "", "adam":
-		return gpuhost.NewAdam(gpuhost.AdamConfig{LR: o.LR}), nil
-	case "sgd":
-		lr := o.LR
-		if lr == 0 {
-			lr = 1e-2
-		}
-		return gpuhost.NewSGD(lr), nil
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("unknown optimizer %q; want adam or sgd", o.Name)
+	return gpuhost.NewOptimizer(o.device()), nil
+}
+
+// validate reports a bad setting without the kernels' error prefix.
+func (o OptimizerConfig) validate() error {
+	if err := o.device().Validate(); err != nil {
+		return fmt.Errorf("optimizer: %s", strings.TrimPrefix(err.Error(), gpuhost.ErrArgument.Error()+": "))
+	}
+	return nil
 }
 
 func (c *config) validate() error {
@@ -172,11 +197,8 @@ func (c *config) validate() error {
 	if c.dataDir == "" {
 		return errors.New("moehost: data dir is empty")
 	}
-	if _, err := c.optimizer.build(); err != nil {
+	if err := c.optimizer.validate(); err != nil {
 		return fmt.Errorf("moehost: %w", err)
-	}
-	if !(c.optimizer.LR >= 0) {
-		return fmt.Errorf("moehost: learning rate %g is negative", c.optimizer.LR)
 	}
 	if err := c.batching.Validate(); err != nil {
 		return fmt.Errorf("moehost: batching: %w", err)
