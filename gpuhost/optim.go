@@ -429,3 +429,27 @@ func (o *optimizer) SetState(params []*Tensor, st OptimizerState) error {
 }
 
 var _ Optimizer = (*optimizer)(nil)
+
+// Assign overwrites the float32 tensor dst with vals in place, on dst's
+// device, so that a restored parameter stays the tensor that instances
+// already hold.
+func Assign(dst *Tensor, vals []float32) error {
+	if dst == nil || dst.dev == nil {
+		return fmt.Errorf("%w: assign: not a device tensor", ErrArgument)
+	}
+	if err := checkFloat(dst.dev, dst); err != nil {
+		return fmt.Errorf("%w: assign: %w", ErrArgument, err)
+	}
+	if len(vals) != dst.n {
+		return fmt.Errorf("%w: assign: %d values for %v", ErrShape, len(vals), dst.shape)
+	}
+	src, err := dst.dev.FromFloat32(dst.shape, vals)
+	if err != nil {
+		return fmt.Errorf("assign: %w", err)
+	}
+	defer dst.dev.Release(src)
+	if err := dst.dev.copy(dst, src); err != nil {
+		return fmt.Errorf("assign: %w", err)
+	}
+	return nil
+}
