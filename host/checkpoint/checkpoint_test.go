@@ -173,7 +173,7 @@ func FuzzDecode(f *testing.F) {
 
 func ckpt(uid string, step int64) *checkpoint.Checkpoint {
 	return &checkpoint.Checkpoint{
-		Meta: checkpoint.Meta{UID: uid, ModuleDigest: "sha256:ab", Step: step, Examples: 10 * step, Config: map[string]int64{"hidden_dim": 4}, Optimizer: `{"name":"adam"}`},
+		Meta:   checkpoint.Meta{UID: uid, ModuleDigest: "sha256:ab", Step: step, Examples: 10 * step, Config: map[string]int64{"hidden_dim": 4}, Optimizer: `{"name":"adam"}`},
 		Params: []checkpoint.Tensor{{Name: "w", Shape: []int{2}, Data: []float32{float32(step), 1}}},
 		Optim:  []checkpoint.Tensor{{Name: "w.exp_avg", Shape: []int{2}, Data: []float32{0.5, 0.5}}},
 	}
