@@ -65,6 +65,9 @@ type Server struct {
 	addr     string // ln's address, kept after Shutdown
 	httpSrv  *http.Server
 	serveErr chan error
+	ckpt     *checkpointer // nil without WithCheckpoints
+	stopSave chan struct{} // closed to stop the periodic saver
+	saveDone chan struct{} // closed when it has stopped
 
 	// lifeMu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
@@ -84,6 +87,8 @@ func New(opts ...Option) (*Server, error) {
 		listen:  DefaultListen,
 		dataDir: DefaultDataDir,
 		logger:  slog.New(slog.DiscardHandler),
+
+		updatePeriod: DefaultUpdatePeriod,
 	}
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -176,6 +181,10 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ckpt, err := s.openCheckpoints()
+	if err != nil {
+		return err
+	}
 	dev := gpuhost.NewCPU(0)
 	compiled := map[string]*sandbox.Module{} // by digest, so shared modules compile once
 	experts := map[string]*expert{}
@@ -198,13 +207,23 @@ func (s *Server) start(ctx context.Context) error {
 			}
 			compiled[key] = m
 		}
-		opt, err := s.cfg.optimizer.build()
+		optCfg := s.cfg.optimizer
+		if ec.Optimizer != nil {
+			optCfg = *ec.Optimizer
+		}
+		opt, err := optCfg.build()
 		if err != nil {
 			return err
 		}
 		e, err := newExpert(ctx, ec.UID, m, dev, ec.Config, opt, rt.Limits().ParamBytes)
 		if err != nil {
 			return err
+		}
+		e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
+		if ckpt != nil {
+			if err := ckpt.restore(e); err != nil {
+				return errors.Join(err, e.close(context.WithoutCancel(ctx)))
+			}
 		}
 		lim := s.cfg.batching
 		if ec.Batching != nil {
@@ -225,6 +244,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Unlock()
 
 	s.worker.Start(ctx)
+	s.startSaving()
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
@@ -304,6 +324,7 @@ func (s *Server) release(ctx context.Context) error {
 		}
 	}
 	s.worker.Close(ctx)
+	s.stopSaving(ctx, experts)
 	var errs []error
 	if httpSrv != nil {
 		if err := httpSrv.Shutdown(ctx); err != nil {

@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/batch"
+	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/sandbox"
 	"github.com/moehost/moehost/modules"
 )
@@ -32,6 +34,11 @@ type config struct {
 	limits          sandbox.Limits
 	batching        BatchLimits
 	maxRequestBytes int
+
+	// Training state (checkpoints).
+	checkpoints  *CheckpointConfig
+	updatePeriod time.Duration
+	adminToken   string
 }
 
 // BatchLimits configure the batching of one expert's requests; each
@@ -102,6 +109,8 @@ type ExpertConfig struct {
 	Config map[string]int64
 	// Batching overrides the server's batch limits for this expert.
 	Batching *BatchLimits
+	// Optimizer overrides the server's optimizer for this expert.
+	Optimizer *OptimizerConfig
 }
 
 // ModuleSource is where a module's bytes come from. Every module a server
@@ -200,6 +209,9 @@ func (c *config) validate() error {
 	if err := c.optimizer.validate(); err != nil {
 		return fmt.Errorf("moehost: %w", err)
 	}
+	if c.updatePeriod <= 0 {
+		return fmt.Errorf("moehost: update period %v is not positive", c.updatePeriod)
+	}
 	if err := c.batching.Validate(); err != nil {
 		return fmt.Errorf("moehost: batching: %w", err)
 	}
@@ -225,6 +237,54 @@ func (c *config) validate() error {
 				return fmt.Errorf("moehost: expert %q: batching: %w", e.UID, err)
 			}
 		}
+		if e.Optimizer != nil {
+			if err := e.Optimizer.validate(); err != nil {
+				return fmt.Errorf("moehost: expert %q: %w", e.UID, err)
+			}
+		}
+		if c.checkpoints != nil {
+			if err := checkpoint.CheckUID(e.UID); err != nil {
+				return fmt.Errorf("moehost: %w", err)
+			}
+		}
 	}
 	return nil
+}
+
+// DefaultUpdatePeriod is how often checkpoints are saved (and, with the
+// DHT, experts announced): hivemind's update_period.
+const DefaultUpdatePeriod = 30 * time.Second
+
+// WithUpdatePeriod sets how often the server saves the checkpoints of
+// experts that trained since the last save (and re-announces its experts).
+// Default 30s.
+func WithUpdatePeriod(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.updatePeriod = d })
+}
+
+// CheckpointConfig configures [WithCheckpoints].
+type CheckpointConfig struct {
+	// Dir holds the checkpoints, one directory per expert. Default
+	// "<data dir>/checkpoints".
+	Dir string
+	// Keep is how many checkpoints per expert are kept; older ones are
+	// pruned. Default 3; negative keeps all.
+	Keep int
+	// AllowModuleChange restores a checkpoint saved by another module
+	// digest, as long as the parameters' names and shapes match.
+	AllowModuleChange bool
+}
+
+// WithCheckpoints makes the server restore each expert's newest valid
+// checkpoint before it is ready, save every update period (when the
+// expert's step changed) and on Shutdown. Without it, nothing is saved.
+func WithCheckpoints(cfg CheckpointConfig) Option {
+	return optionFunc(func(c *config) { c.checkpoints = &cfg })
+}
+
+// WithAdminToken lets callers that send "Authorization: Bearer <token>"
+// use the CheckpointService from any address. Without a token, it is
+// served to loopback clients only.
+func WithAdminToken(token string) Option {
+	return optionFunc(func(c *config) { c.adminToken = token })
 }
