@@ -273,13 +273,21 @@ type CheckpointConfig struct {
 	// AllowModuleChange restores a checkpoint saved by another module
 	// digest, as long as the parameters' names and shapes match.
 	AllowModuleChange bool
+	// Disabled turns checkpoints off, as if WithCheckpoints were not
+	// given (serve's --no-checkpoints).
+	Disabled bool
 }
 
 // WithCheckpoints makes the server restore each expert's newest valid
 // checkpoint before it is ready, save every update period (when the
 // expert's step changed) and on Shutdown. Without it, nothing is saved.
 func WithCheckpoints(cfg CheckpointConfig) Option {
-	return optionFunc(func(c *config) { c.checkpoints = &cfg })
+	return optionFunc(func(c *config) {
+		c.checkpoints = &cfg
+		if cfg.Disabled {
+			c.checkpoints = nil
+		}
+	})
 }
 
 // WithAdminToken lets callers that send "Authorization: Bearer <token>"

@@ -44,6 +44,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		lr                                                    float64
 		batching                                              host.BatchLimits
 		guest                                                 host.GuestLimits
+		train                                                 trainFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -76,9 +77,12 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithDataDir(dataDir),
 				host.WithLogger(log),
 				host.WithExperts(experts...),
-				host.WithOptimizer(host.OptimizerConfig{Name: optimizer, LR: lr}),
+				host.WithOptimizer(train.optimizer(optimizer, lr)),
 				host.WithBatching(batching),
 				host.WithGuestLimits(guest),
+				host.WithUpdatePeriod(train.updatePeriod),
+				host.WithAdminToken(train.adminToken),
+				train.checkpoints(),
 			)
 			if err != nil {
 				return err
@@ -98,7 +102,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
 	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example (ffn, ffn-c, nop, det_dropout, transformer, ste_relu)")
 	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value`)
-	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam or sgd")
+	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam, adamw, sgd or none")
 	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.IntVar(&batching.MaxBatchSize, "max-batch-size", 1024, "most rows in one batch; larger requests are split")
@@ -107,5 +111,6 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.DurationVar(&guest.CallTimeout, "call-timeout", 5*time.Minute, "longest one batch may run in an expert before its instance is stopped and replaced")
 	f.IntVar(&guest.OpsPerCall, "ops-per-call", 100000, "most ops one batch may run in an expert")
 	f.IntVar(&batching.QueueSize, "queue-size", 1024, "most pending requests per expert and pool; more get ResourceExhausted")
+	train.register(f)
 	return cmd
 }
