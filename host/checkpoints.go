@@ -2,16 +2,23 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/rpc"
@@ -159,12 +166,8 @@ func (c *checkpointer) restore(e *expert) error {
 	}
 	// Each file is at most the expert's parameters (or their optimizer
 	// buffers, two per parameter) plus a header.
-	maxBytes := int64(0)
-	if pb := c.srv.rt.Limits().ParamBytes; pb > 0 {
-		maxBytes = 2*pb + 1<<20
-	}
 	for _, in := range infos {
-		ck, err := c.store.Load(e.uid, in.Step, maxBytes)
+		ck, err := c.store.Load(e.uid, in.Step, c.maxBytes())
 		if err != nil {
 			c.srv.log.Warn("skipping a checkpoint that does not load", "uid", e.uid, "step", in.Step, "err", err)
 			continue
@@ -179,6 +182,18 @@ func (c *checkpointer) restore(e *expert) error {
 		return nil
 	}
 	return nil
+}
+
+// maxBytes bounds a checkpoint file: the expert's parameters (or their
+// optimizer buffers, two per parameter) plus a header.
+func (c *checkpointer) maxBytes() int64 {
+	c.srv.mu.Lock()
+	rt := c.srv.rt
+	c.srv.mu.Unlock()
+	if rt == nil || rt.Limits().ParamBytes <= 0 {
+		return 0
+	}
+	return 2*rt.Limits().ParamBytes + 1<<20
 }
 
 // save snapshots e on the device worker (or directly when onWorker is
@@ -320,8 +335,7 @@ func (s *Server) openCheckpoints() (*checkpointer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &checkpointer{store: store, cfg: cfg, srv: s, pool: &taskPool{notify: s.worker.Notify}, saved: map[string]int64{}}
-	s.worker.Add(c.pool)
+	c := &checkpointer{store: store, cfg: cfg, srv: s, pool: s.tasks, saved: map[string]int64{}}
 	s.mu.Lock()
 	s.ckpt = c
 	s.mu.Unlock()
@@ -369,3 +383,167 @@ func (s *Server) expertList() []*expert {
 	}
 	return out
 }
+
+// ckptService is the server's CheckpointService backend.
+type ckptService Server
+
+func (cs *ckptService) expert(uid string) (*expert, error) {
+	t := (*table)(cs)
+	e, ok := t.Expert(uid)
+	if !ok {
+		return nil, fmt.Errorf("%w: no expert %q on this server", rpc.ErrNotFound, uid)
+	}
+	return e.(*expert), nil
+}
+
+func (cs *ckptService) checkpointer() (*checkpointer, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.ckpt == nil {
+		return nil, fmt.Errorf("%w: checkpoints are off on this server", rpc.ErrFailedPrecondition)
+	}
+	return cs.ckpt, nil
+}
+
+func infoPB(in checkpoint.Info) *moehostv1.CheckpointInfo {
+	return &moehostv1.CheckpointInfo{Uid: in.UID, Step: in.Step, SizeBytes: in.Bytes, CreateTime: timestamppb.New(in.Time)}
+}
+
+func (cs *ckptService) find(c *checkpointer, uid string, step int64) (*moehostv1.CheckpointInfo, error) {
+	infos, err := c.store.List(uid)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range infos {
+		if in.Step == step {
+			return infoPB(in), nil
+		}
+	}
+	return &moehostv1.CheckpointInfo{Uid: uid, Step: step}, nil
+}
+
+func (cs *ckptService) Save(ctx context.Context, uid string) (*moehostv1.CheckpointInfo, error) {
+	e, err := cs.expert(uid)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cs.checkpointer()
+	if err != nil {
+		return nil, err
+	}
+	step, _, err := c.save(ctx, e, true, true)
+	if err != nil {
+		return nil, err
+	}
+	return cs.find(c, uid, step)
+}
+
+func (cs *ckptService) List(_ context.Context, uid string) ([]*moehostv1.CheckpointInfo, error) {
+	if _, err := cs.expert(uid); err != nil {
+		return nil, err
+	}
+	c, err := cs.checkpointer()
+	if err != nil {
+		return nil, err
+	}
+	infos, err := c.store.List(uid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*moehostv1.CheckpointInfo, len(infos))
+	for i, in := range infos {
+		out[i] = infoPB(in)
+	}
+	return out, nil
+}
+
+func (cs *ckptService) Restore(ctx context.Context, uid string, step *int64) (*moehostv1.CheckpointInfo, error) {
+	e, err := cs.expert(uid)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cs.checkpointer()
+	if err != nil {
+		return nil, err
+	}
+	infos, err := c.store.List(uid)
+	if err != nil {
+		return nil, err
+	}
+	var pick *checkpoint.Info
+	for i, in := range infos {
+		if step == nil || in.Step == *step {
+			pick = &infos[i]
+			break
+		}
+	}
+	if pick == nil {
+		if step == nil {
+			return nil, fmt.Errorf("%w: expert %q has no checkpoint", rpc.ErrNotFound, uid)
+		}
+		return nil, fmt.Errorf("%w: expert %q has no checkpoint at step %d", rpc.ErrNotFound, uid, *step)
+	}
+	ck, err := c.store.Load(uid, pick.Step, c.maxBytes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", rpc.ErrFailedPrecondition, err)
+	}
+	var restoreErr error
+	if err := c.pool.run(ctx, func() { restoreErr = e.restoreFrom(ck, c.cfg.AllowModuleChange, cs.log.Warn) }); err != nil {
+		return nil, err
+	}
+	if restoreErr != nil {
+		if errors.Is(restoreErr, ErrCheckpointMismatch) {
+			return nil, fmt.Errorf("%w: %w", rpc.ErrFailedPrecondition, restoreErr)
+		}
+		return nil, restoreErr
+	}
+	c.mu.Lock()
+	c.saved[uid] = ck.Step
+	c.mu.Unlock()
+	cs.log.Info("restored checkpoint on request", "uid", uid, "step", ck.Step)
+	return infoPB(*pick), nil
+}
+
+func (cs *ckptService) Parameters(ctx context.Context, uid string) (int64, []*moehostv1.NamedTensor, error) {
+	e, err := cs.expert(uid)
+	if err != nil {
+		return 0, nil, err
+	}
+	var (
+		snap    *snapshot
+		snapErr error
+	)
+	if err := cs.tasks.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
+		return 0, nil, err
+	}
+	if snapErr != nil {
+		return 0, nil, snapErr
+	}
+	out := make([]*moehostv1.NamedTensor, len(snap.Params))
+	for i, p := range snap.Params {
+		shape := make([]int64, len(p.Shape))
+		for j, d := range p.Shape {
+			shape[j] = int64(d)
+		}
+		data := make([]byte, 0, 4*len(p.Data))
+		for _, v := range p.Data {
+			data = binary.LittleEndian.AppendUint32(data, math.Float32bits(v))
+		}
+		out[i] = &moehostv1.NamedTensor{Name: p.Name, Tensor: &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: shape, Data: data}}
+	}
+	return snap.Step, out, nil
+}
+
+// checkpointHandler mounts the CheckpointService when the listener is on
+// loopback or an admin token is set.
+func (s *Server) checkpointHandler(ln net.Listener) (string, http.Handler, bool) {
+	addr, ok := ln.Addr().(*net.TCPAddr)
+	if s.cfg.adminToken == "" && (!ok || !addr.IP.IsLoopback()) {
+		s.log.Info("the checkpoint service is off: the server does not listen on loopback and has no admin token")
+		return "", nil, false
+	}
+	path, h := rpc.NewCheckpointHandler((*ckptService)(s), s.cfg.adminToken)
+	return path, h, true
+}
+
+var _ rpc.Checkpoints = (*ckptService)(nil)

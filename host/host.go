@@ -65,6 +65,7 @@ type Server struct {
 	addr     string // ln's address, kept after Shutdown
 	httpSrv  *http.Server
 	serveErr chan error
+	tasks    *taskPool     // runs snapshots and restores on the worker
 	ckpt     *checkpointer // nil without WithCheckpoints
 	stopSave chan struct{} // closed to stop the periodic saver
 	saveDone chan struct{} // closed when it has stopped
@@ -181,6 +182,10 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.tasks = &taskPool{notify: s.worker.Notify}
+	s.mu.Unlock()
+	s.worker.Add(s.tasks)
 	ckpt, err := s.openCheckpoints()
 	if err != nil {
 		return err
@@ -248,6 +253,9 @@ func (s *Server) start(ctx context.Context) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	if path, h, ok := s.checkpointHandler(ln); ok {
+		mux.Handle(path, h)
+	}
 	mux.Handle("/", rpc.NewHandler((*table)(s), rpc.Options{MaxRequestBytes: s.cfg.maxRequestBytes}))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)

@@ -30,6 +30,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
+	root.AddCommand(checkpointCmd(stdout))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(stderr, "moehost:", err)
 		return 1
