@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,14 +20,31 @@ import (
 	"github.com/moehost/moehost/sdk/client"
 )
 
-// buildMoehost builds the binary into dir.
-func buildMoehost(t *testing.T, dir string) string {
+// The moehost binary, built once for the tests that run it.
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+// buildMoehost returns the binary, building it on first use. TestMain
+// removes it.
+func buildMoehost(t *testing.T, _ string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "moehost")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/moehost").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "moehost-bin-"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "moehost")
+		if out, err := exec.Command("go", "build", "-o", binPath, "../cmd/moehost").CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
 	}
-	return bin
+	return binPath
 }
 
 // startServe starts `moehost serve` with args and returns it with its
