@@ -266,29 +266,51 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 	return nil
 }
 
-// sgdStep implements kernels.sgdStep. The explicit conversion keeps the
+// sgdStep implements kernels.sgdStep. The explicit conversions keep each
 // product rounded to float32 on every architecture (no fused multiply-add),
 // so the step is reproducible bit for bit.
-func (d *cpuDevice) sgdStep(p, g *Tensor, lr float64) error {
+func (d *cpuDevice) sgdStep(p, g, buf *Tensor, c sgdCoeffs) error {
 	pp, gg := p.f32(), g.f32()
-	l := float32(lr)
+	var bb []float32
+	if buf != nil {
+		bb = buf.f32()
+	}
+	l := float32(c.lr)
+	wd := float32(c.weightDecay)
+	mom := float32(c.momentum)
+	scale := float32(c.gradScale)
 	d.parallelFor(len(pp), grainCheap, func(lo, hi int) {
 		ps, gs := pp[lo:hi], gg[lo:hi]
 		gs = gs[:len(ps)]
-		for i := range ps {
-			ps[i] -= float32(l * gs[i])
+		for i, pv := range ps {
+			gv := gs[i]
+			if scale != 1 {
+				gv = float32(gv * scale)
+			}
+			if wd != 0 {
+				gv += float32(wd * pv)
+			}
+			if bb != nil {
+				b := float32(mom*bb[lo+i]) + gv
+				bb[lo+i] = b
+				gv = b
+			}
+			ps[i] = pv - float32(l*gv)
 		}
 	})
 	return nil
 }
 
 // adamStep implements kernels.adamStep in the order of torch's
-// single-tensor Adam: g += wd·p; m = lerp(m, g, 1−β1); v = β2·v + (1−β2)·g²;
+// single-tensor Adam: g += wd·p (AdamW: p *= 1 − lr·wd instead);
+// m = lerp(m, g, 1−β1); v = β2·v + (1−β2)·g²;
 // p −= lr/bc1 · m / (√v/√bc2 + eps). Scalars are float64 as in torch;
 // element math is float32 like torch's float32 tensors.
 func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 	pp, gg, mm, vv := p.f32(), g.f32(), m.f32(), v.f32()
 	wd := float32(c.weightDecay)
+	decay := 1 - c.lr*c.weightDecay // float64: see RATIONALE, AdamW's decay
+	scale := float32(c.gradScale)
 	w1 := float32(1 - c.beta1)
 	b2 := float32(c.beta2)
 	w2 := float32(1 - c.beta2)
@@ -300,8 +322,15 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 		gs, ms, vs = gs[:len(ps)], ms[:len(ps)], vs[:len(ps)]
 		for i, pv := range ps {
 			gv := gs[i]
+			if scale != 1 {
+				gv = float32(gv * scale)
+			}
 			if wd != 0 {
-				gv += float32(wd * pv)
+				if c.decoupled {
+					pv = float32(float64(pv) * decay)
+				} else {
+					gv += float32(wd * pv)
+				}
 			}
 			mv := ms[i] + float32(w1*(gv-ms[i]))
 			vv := float32(b2*vs[i]) + float32(float32(w2*gv)*gv)
@@ -311,6 +340,15 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 		}
 	})
 	return nil
+}
+
+// sumSquares implements kernels.sumSquares.
+func (d *cpuDevice) sumSquares(x *Tensor) (float64, error) {
+	var s float64
+	for _, v := range x.f32() {
+		s += float64(v) * float64(v)
+	}
+	return s, nil
 }
 
 var _ Device = (*cpuDevice)(nil)

@@ -39,12 +39,20 @@ type kernels interface {
 	// forward's mean and rstd. A nil gx, gw or gb is not computed.
 	layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) error
 
-	// sgdStep sets p -= lr·g.
-	sgdStep(p, g *Tensor, lr float64) error
+	// sgdStep applies one step of torch.optim.SGD without dampening or
+	// Nesterov to p, with g scaled by c.gradScale first: g += wd·p;
+	// buf = momentum·buf + g; p −= lr·buf. buf is nil without momentum,
+	// and then p −= lr·g.
+	sgdStep(p, g, buf *Tensor, c sgdCoeffs) error
 
-	// adamStep applies one step of torch.optim.Adam to p with moments m
-	// and v; bc1 and bc2 are the bias corrections 1−β1ᵗ and 1−β2ᵗ.
+	// adamStep applies one step of torch.optim.Adam (or AdamW, when
+	// c.decoupled) to p with moments m and v, with g scaled by
+	// c.gradScale first; bc1 and bc2 are the bias corrections 1−β1ᵗ and
+	// 1−β2ᵗ.
 	adamStep(p, g, m, v *Tensor, c adamCoeffs) error
+
+	// sumSquares returns Σ x², accumulated in float64.
+	sumSquares(x *Tensor) (float64, error)
 
 	opKernels
 }
@@ -53,6 +61,17 @@ type kernels interface {
 type adamCoeffs struct {
 	lr, beta1, beta2, eps, weightDecay float64
 	bc1, bc2                           float64
+	// decoupled applies the weight decay to p (AdamW), not to g.
+	decoupled bool
+	// gradScale multiplies g first (gradient clipping); 1 leaves it.
+	gradScale float64
+}
+
+// sgdCoeffs are the scalars of one SGD step.
+type sgdCoeffs struct {
+	lr, momentum, weightDecay float64
+	// gradScale multiplies g first (gradient clipping); 1 leaves it.
+	gradScale float64
 }
 
 // unaryFn names an elementwise function of one tensor for the unary

@@ -27,7 +27,9 @@ type expert struct {
 	uid     string
 	module  *sandbox.Module
 	binding sandbox.Binding
-	opt     gpuhost.Optimizer
+	opt     gpuhost.Optimizer // replaced by a restore, under mu
+	optCfg  OptimizerConfig
+	optJSON string // optCfg, for checkpoints' metadata
 	inputs  []*moehostv1.TensorSchema
 	outputs []*moehostv1.TensorSchema
 

@@ -66,6 +66,10 @@ type Server struct {
 	addr     string // ln's address, kept after Shutdown
 	httpSrv  *http.Server
 	serveErr chan error
+	tasks    *taskPool     // runs snapshots and restores on the worker
+	ckpt     *checkpointer // nil without WithCheckpoints
+	stopSave chan struct{} // closed to stop the periodic saver
+	saveDone chan struct{} // closed when it has stopped
 
 	// lifeMu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
@@ -85,6 +89,8 @@ func New(opts ...Option) (*Server, error) {
 		listen:  DefaultListen,
 		dataDir: DefaultDataDir,
 		logger:  slog.New(slog.DiscardHandler),
+
+		updatePeriod: DefaultUpdatePeriod,
 	}
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -177,6 +183,14 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.tasks = &taskPool{notify: s.worker.Notify}
+	s.mu.Unlock()
+	s.worker.Add(s.tasks)
+	ckpt, err := s.openCheckpoints()
+	if err != nil {
+		return err
+	}
 	dev, err := s.newDevice()
 	if err != nil {
 		return err
@@ -202,13 +216,23 @@ func (s *Server) start(ctx context.Context) error {
 			}
 			compiled[key] = m
 		}
-		opt, err := s.cfg.optimizer.build()
+		optCfg := s.cfg.optimizer
+		if ec.Optimizer != nil {
+			optCfg = *ec.Optimizer
+		}
+		opt, err := optCfg.build()
 		if err != nil {
 			return err
 		}
 		e, err := newExpert(ctx, ec.UID, m, dev, ec.Config, opt, rt.Limits().ParamBytes)
 		if err != nil {
 			return err
+		}
+		e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
+		if ckpt != nil {
+			if err := ckpt.restore(e); err != nil {
+				return errors.Join(err, e.close(context.WithoutCancel(ctx)))
+			}
 		}
 		lim := s.cfg.batching
 		if ec.Batching != nil {
@@ -229,9 +253,13 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Unlock()
 
 	s.worker.Start(ctx)
+	s.startSaving()
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	if path, h, ok := s.checkpointHandler(ln); ok {
+		mux.Handle(path, h)
+	}
 	mux.Handle("/", rpc.NewHandler((*table)(s), rpc.Options{MaxRequestBytes: s.cfg.maxRequestBytes}))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -308,6 +336,7 @@ func (s *Server) release(ctx context.Context) error {
 		}
 	}
 	s.worker.Close(ctx)
+	s.stopSaving(ctx, experts)
 	var errs []error
 	if httpSrv != nil {
 		if err := httpSrv.Shutdown(ctx); err != nil {

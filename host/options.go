@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/batch"
+	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/sandbox"
 	"github.com/moehost/moehost/modules"
 )
@@ -33,6 +35,11 @@ type config struct {
 	batching        BatchLimits
 	maxRequestBytes int
 	memoryLimit     int64 // 0: DefaultMemoryLimit; < 0: none
+
+	// Training state (checkpoints).
+	checkpoints  *CheckpointConfig
+	updatePeriod time.Duration
+	adminToken   string
 }
 
 // BatchLimits configure the batching of one expert's requests; each
@@ -103,6 +110,8 @@ type ExpertConfig struct {
 	Config map[string]int64
 	// Batching overrides the server's batch limits for this expert.
 	Batching *BatchLimits
+	// Optimizer overrides the server's optimizer for this expert.
+	Optimizer *OptimizerConfig
 }
 
 // ModuleSource is where a module's bytes come from. Every module a server
@@ -143,27 +152,52 @@ func (m ModuleSource) load(store *modules.Store) ([]byte, error) {
 	return nil, errors.New("no module given")
 }
 
-// OptimizerConfig selects the optimizer applied after each backward batch.
+// OptimizerConfig selects the optimizer applied after each backward batch,
+// with the options of hivemind's run_server. Zero fields take torch's
+// defaults for the algorithm.
 type OptimizerConfig struct {
-	// Name is "adam" (default) or "sgd".
+	// Name is "adam" (default), "adamw", "sgd" or "none".
 	Name string
-	// LR is the learning rate; 0 means the optimizer's default (Adam
-	// 1e-3, SGD 1e-2).
+	// LR is the base learning rate; 0 means the optimizer's default
+	// (adam and adamw 1e-3, sgd 1e-2).
 	LR float64
+	// Momentum is SGD's momentum. Default 0.
+	Momentum float64
+	// WeightDecay is L2 on the gradient (adam, sgd) or decoupled
+	// (adamw). Default 0; adamw 1e-2.
+	WeightDecay float64
+	// ClipGradNorm, when positive, caps the global L2 norm of each
+	// step's gradients.
+	ClipGradNorm float64
+	// Scheduler is "none" (default) or "linear" (warmup, then linear
+	// decay to 0 at NumTrainingSteps).
+	Scheduler string
+	// NumWarmupSteps and NumTrainingSteps shape the linear schedule.
+	NumWarmupSteps, NumTrainingSteps int64
+}
+
+// device returns the kernels' form of o.
+func (o OptimizerConfig) device() gpuhost.OptimizerConfig {
+	return gpuhost.OptimizerConfig{
+		Algorithm: o.Name, LR: o.LR, Momentum: o.Momentum, WeightDecay: o.WeightDecay,
+		ClipGradNorm: o.ClipGradNorm, Schedule: o.Scheduler,
+		WarmupSteps: o.NumWarmupSteps, TrainingSteps: o.NumTrainingSteps,
+	}.WithDefaults()
 }
 
 func (o OptimizerConfig) build() (gpuhost.Optimizer, error) {
-	switch strings.ToLower(o.Name) {
-	case "", "adam":
-		return gpuhost.NewAdam(gpuhost.AdamConfig{LR: o.LR}), nil
-	case "sgd":
-		lr := o.LR
-		if lr == 0 {
-			lr = 1e-2
-		}
-		return gpuhost.NewSGD(lr), nil
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("unknown optimizer %q; want adam or sgd", o.Name)
+	return gpuhost.NewOptimizer(o.device()), nil
+}
+
+// validate reports a bad setting without the kernels' error prefix.
+func (o OptimizerConfig) validate() error {
+	if err := o.device().Validate(); err != nil {
+		return fmt.Errorf("optimizer: %s", strings.TrimPrefix(err.Error(), gpuhost.ErrArgument.Error()+": "))
+	}
+	return nil
 }
 
 func (c *config) validate() error {
@@ -173,11 +207,11 @@ func (c *config) validate() error {
 	if c.dataDir == "" {
 		return errors.New("moehost: data dir is empty")
 	}
-	if _, err := c.optimizer.build(); err != nil {
+	if err := c.optimizer.validate(); err != nil {
 		return fmt.Errorf("moehost: %w", err)
 	}
-	if !(c.optimizer.LR >= 0) {
-		return fmt.Errorf("moehost: learning rate %g is negative", c.optimizer.LR)
+	if c.updatePeriod <= 0 {
+		return fmt.Errorf("moehost: update period %v is not positive", c.updatePeriod)
 	}
 	if err := c.batching.Validate(); err != nil {
 		return fmt.Errorf("moehost: batching: %w", err)
@@ -204,6 +238,16 @@ func (c *config) validate() error {
 				return fmt.Errorf("moehost: expert %q: batching: %w", e.UID, err)
 			}
 		}
+		if e.Optimizer != nil {
+			if err := e.Optimizer.validate(); err != nil {
+				return fmt.Errorf("moehost: expert %q: %w", e.UID, err)
+			}
+		}
+		if c.checkpoints != nil {
+			if err := checkpoint.CheckUID(e.UID); err != nil {
+				return fmt.Errorf("moehost: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -218,4 +262,50 @@ func (c *config) validate() error {
 // the cgroup's memory.max and the machine's MemTotal.
 func WithMemoryLimit(n int64) Option {
 	return optionFunc(func(c *config) { c.memoryLimit = n })
+}
+
+// DefaultUpdatePeriod is how often checkpoints are saved (and, with the
+// DHT, experts announced): hivemind's update_period.
+const DefaultUpdatePeriod = 30 * time.Second
+
+// WithUpdatePeriod sets how often the server saves the checkpoints of
+// experts that trained since the last save (and re-announces its experts).
+// Default 30s.
+func WithUpdatePeriod(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.updatePeriod = d })
+}
+
+// CheckpointConfig configures [WithCheckpoints].
+type CheckpointConfig struct {
+	// Dir holds the checkpoints, one directory per expert. Default
+	// "<data dir>/checkpoints".
+	Dir string
+	// Keep is how many checkpoints per expert are kept; older ones are
+	// pruned. Default 3; negative keeps all.
+	Keep int
+	// AllowModuleChange restores a checkpoint saved by another module
+	// digest, as long as the parameters' names and shapes match.
+	AllowModuleChange bool
+	// Disabled turns checkpoints off, as if WithCheckpoints were not
+	// given (serve's --no-checkpoints).
+	Disabled bool
+}
+
+// WithCheckpoints makes the server restore each expert's newest valid
+// checkpoint before it is ready, save every update period (when the
+// expert's step changed) and on Shutdown. Without it, nothing is saved.
+func WithCheckpoints(cfg CheckpointConfig) Option {
+	return optionFunc(func(c *config) {
+		c.checkpoints = &cfg
+		if cfg.Disabled {
+			c.checkpoints = nil
+		}
+	})
+}
+
+// WithAdminToken lets callers that send "Authorization: Bearer <token>"
+// use the CheckpointService from any address. Without a token, it is
+// served to loopback clients only.
+func WithAdminToken(token string) Option {
+	return optionFunc(func(c *config) { c.adminToken = token })
 }

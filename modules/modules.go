@@ -67,7 +67,7 @@ func (s *Store) Put(wasm []byte) (string, error) {
 	if _, err := os.Stat(dst); err == nil {
 		return d, nil
 	}
-	if err := writeAtomic(dst, wasm); err != nil {
+	if err := WriteFileAtomic(dst, wasm); err != nil {
 		return "", fmt.Errorf("storing module %s: %w", d, err)
 	}
 	return d, nil
@@ -93,9 +93,10 @@ func (s *Store) Get(d string) ([]byte, error) {
 	return b, nil
 }
 
-// writeAtomic writes data to path so that readers see the old file or the
-// whole new one, even across a crash.
-func writeAtomic(path string, data []byte) (err error) {
+// WriteFileAtomic writes data to path so that readers see the old file or
+// the whole new one, even across a crash: a temp file in the same
+// directory, fsync, rename, fsync of the directory. Checkpoints use it too.
+func WriteFileAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {

@@ -25,6 +25,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/runtime", nil},
 		{"host/sandbox", []string{"abi", "gpuhost", "modules"}},
 		{"host/rpc", []string{"abi", "gpuhost", "gen/"}},
+		{"host/checkpoint", []string{"modules"}},
 		{"host", []string{"abi", "gpuhost", "gen/", "host/", "modules"}},
 	}
 	for _, tt := range tests {

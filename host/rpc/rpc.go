@@ -26,11 +26,12 @@ import (
 // Errors an Experts implementation wraps its errors with, so that the
 // handler can choose the Connect code. Unwrapped errors become Internal.
 var (
-	ErrNotFound          = errors.New("not found")
-	ErrInvalidArgument   = errors.New("invalid argument")
-	ErrResourceExhausted = errors.New("resource exhausted")
-	ErrUnavailable       = errors.New("unavailable")
-	ErrInternal          = errors.New("internal error")
+	ErrNotFound           = errors.New("not found")
+	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrResourceExhausted  = errors.New("resource exhausted")
+	ErrUnavailable        = errors.New("unavailable")
+	ErrInternal           = errors.New("internal error")
+	ErrFailedPrecondition = errors.New("failed precondition")
 )
 
 // Expert is one hosted expert as the RPC layer sees it.
@@ -99,6 +100,8 @@ func CodeOf(err error) connect.Code {
 		return connect.CodeResourceExhausted
 	case errors.Is(err, ErrUnavailable):
 		return connect.CodeUnavailable
+	case errors.Is(err, ErrFailedPrecondition):
+		return connect.CodeFailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.CodeDeadlineExceeded
 	case errors.Is(err, context.Canceled):

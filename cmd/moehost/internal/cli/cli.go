@@ -30,6 +30,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
+	root.AddCommand(checkpointCmd(stdout))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(stderr, "moehost:", err)
 		return 1
@@ -45,6 +46,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		batching                                              host.BatchLimits
 		guest                                                 host.GuestLimits
 		memoryLimit                                           string
+		train                                                 trainFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -81,10 +83,13 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithDataDir(dataDir),
 				host.WithLogger(log),
 				host.WithExperts(experts...),
-				host.WithOptimizer(host.OptimizerConfig{Name: optimizer, LR: lr}),
+				host.WithOptimizer(train.optimizer(optimizer, lr)),
 				host.WithBatching(batching),
 				host.WithGuestLimits(guest),
 				host.WithMemoryLimit(memLimit),
+				host.WithUpdatePeriod(train.updatePeriod),
+				host.WithAdminToken(train.adminToken),
+				train.checkpoints(),
 			)
 			if err != nil {
 				return err
@@ -104,7 +109,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
 	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example (ffn, ffn-c, nop, det_dropout, transformer, ste_relu)")
 	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value`)
-	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam or sgd")
+	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam, adamw, sgd or none")
 	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.IntVar(&batching.MaxBatchSize, "max-batch-size", 1024, "most rows in one batch; larger requests are split")
@@ -116,5 +121,6 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.DurationVar(&guest.InitTimeout, "init-timeout", 30*time.Second, "longest an expert's instance may take to start (_initialize and moe_init)")
 	f.Int64Var(&guest.BytesPerCall, "bytes-per-call", 2<<30, "most host memory one batch may make in an expert (tensor bytes plus 512 per tensor)")
 	f.StringVar(&memoryLimit, "memory-limit", "75%", `memory limit: the Go runtime's soft limit and the ceiling on live tensor bytes, past which new work gets ResourceExhausted; bytes with a unit (2GiB, 1500MB), a percentage of the cgroup's or machine's memory, or "none"`)
+	train.register(f)
 	return cmd
 }

@@ -1,0 +1,299 @@
+// Package checkpoint keeps experts' training state on disk: parameters and
+// optimizer state in safetensors files, one pair per saved step,
+//
+//	<dir>/<uid>/<step>.safetensors        the parameters, named as the
+//	                                      module declares them (a PyTorch
+//	                                      state_dict)
+//	<dir>/<uid>/<step>.optim.safetensors  the optimizer's buffers
+//
+// written atomically (the optimizer file first, so a step whose parameter
+// file exists is whole), with the newest few kept. It knows nothing of
+// experts or devices; package host converts.
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moehost/moehost/modules"
+)
+
+// ErrNotFound is returned when an expert has no checkpoint (at the step
+// asked for).
+var ErrNotFound = errors.New("checkpoint not found")
+
+// Metadata keys in both files' __metadata__.
+const (
+	keyFormat    = "format" // "pt", as torch's safetensors writer puts it
+	keyUID       = "uid"
+	keyDigest    = "module_digest"
+	keyStep      = "step"
+	keyExamples  = "examples_processed"
+	keyConfig    = "config"
+	keyOptimizer = "optimizer"
+)
+
+// Meta describes a checkpoint.
+type Meta struct {
+	UID          string
+	ModuleDigest string
+	// Step is the number of optimizer steps (updates) taken.
+	Step int64
+	// Examples is the number of examples trained on.
+	Examples int64
+	// Config is the expert's config, as moe_init read it.
+	Config map[string]int64
+	// Optimizer is the optimizer's settings and schedule, as JSON.
+	Optimizer string
+}
+
+func (m Meta) encode() (map[string]string, error) {
+	cfg, err := json.Marshal(m.Config)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{
+		keyFormat:    "pt",
+		keyUID:       m.UID,
+		keyDigest:    m.ModuleDigest,
+		keyStep:      strconv.FormatInt(m.Step, 10),
+		keyExamples:  strconv.FormatInt(m.Examples, 10),
+		keyConfig:    string(cfg),
+		keyOptimizer: m.Optimizer,
+	}, nil
+}
+
+func decodeMeta(md map[string]string) (Meta, error) {
+	m := Meta{UID: md[keyUID], ModuleDigest: md[keyDigest], Optimizer: md[keyOptimizer]}
+	var err error
+	if m.Step, err = strconv.ParseInt(md[keyStep], 10, 64); err != nil || m.Step < 0 {
+		return Meta{}, fmt.Errorf("%w: metadata step %q", ErrCorrupt, md[keyStep])
+	}
+	if m.Examples, err = strconv.ParseInt(md[keyExamples], 10, 64); err != nil || m.Examples < 0 {
+		return Meta{}, fmt.Errorf("%w: metadata examples %q", ErrCorrupt, md[keyExamples])
+	}
+	if c := md[keyConfig]; c != "" && c != "null" {
+		if err := json.Unmarshal([]byte(c), &m.Config); err != nil {
+			return Meta{}, fmt.Errorf("%w: metadata config: %w", ErrCorrupt, err)
+		}
+	}
+	return m, nil
+}
+
+// Checkpoint is one saved step of one expert.
+type Checkpoint struct {
+	Meta
+	// Params are the parameters in declaration order.
+	Params []Tensor
+	// Optim are the optimizer's buffers, named "<param>.<buffer>" with
+	// torch's buffer names ("exp_avg", "momentum_buffer").
+	Optim []Tensor
+}
+
+// Info lists one checkpoint on disk.
+type Info struct {
+	UID   string
+	Step  int64
+	Bytes int64 // both files together
+	Time  time.Time
+}
+
+// Store is a directory of checkpoints.
+type Store struct {
+	dir  string
+	keep int
+}
+
+// Open returns the store in dir, creating dir, and removes the temp files
+// a crash mid-write left behind. keep is how many checkpoints per expert
+// Save leaves; keep < 1 keeps all.
+func Open(dir string, keep int) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating checkpoint dir: %w", err)
+	}
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*", ".tmp-*"))
+	for _, t := range tmps {
+		os.Remove(t)
+	}
+	return &Store{dir: dir, keep: keep}, nil
+}
+
+// CheckUID refuses a uid that cannot be a directory name of its own.
+func CheckUID(uid string) error {
+	if uid == "" || uid == "." || uid == ".." || strings.HasPrefix(uid, ".") || strings.ContainsAny(uid, `/\`+"\x00") {
+		return fmt.Errorf("uid %q cannot name a checkpoint directory", uid)
+	}
+	return nil
+}
+
+func (s *Store) paths(uid string, step int64) (params, optim string) {
+	base := filepath.Join(s.dir, uid, strconv.FormatInt(step, 10))
+	return base + ".safetensors", base + ".optim.safetensors"
+}
+
+// Save writes c atomically, the optimizer file first, then prunes the
+// expert's older checkpoints beyond the store's keep.
+func (s *Store) Save(c *Checkpoint) error {
+	if err := CheckUID(c.UID); err != nil {
+		return err
+	}
+	md, err := c.Meta.encode()
+	if err != nil {
+		return fmt.Errorf("saving %q: %w", c.UID, err)
+	}
+	params, err := Encode(c.Params, md)
+	if err != nil {
+		return fmt.Errorf("saving %q: params: %w", c.UID, err)
+	}
+	optim, err := Encode(c.Optim, md)
+	if err != nil {
+		return fmt.Errorf("saving %q: optimizer: %w", c.UID, err)
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, c.UID), 0o755); err != nil {
+		return fmt.Errorf("saving %q: %w", c.UID, err)
+	}
+	pp, op := s.paths(c.UID, c.Step)
+	if err := modules.WriteFileAtomic(op, optim); err != nil {
+		return fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
+	}
+	if err := modules.WriteFileAtomic(pp, params); err != nil {
+		return fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
+	}
+	return s.prune(c.UID)
+}
+
+// steps returns the expert's saved steps (those with a parameter file),
+// newest first.
+func (s *Store) steps(uid string) ([]int64, error) {
+	ents, err := os.ReadDir(filepath.Join(s.dir, uid))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing checkpoints of %q: %w", uid, err)
+	}
+	var steps []int64
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".safetensors")
+		if !ok || strings.HasSuffix(name, ".optim") {
+			continue
+		}
+		if n, err := strconv.ParseInt(name, 10, 64); err == nil && n >= 0 {
+			steps = append(steps, n)
+		}
+	}
+	slices.Sort(steps)
+	slices.Reverse(steps)
+	return steps, nil
+}
+
+// prune removes all but the newest keep checkpoints, and optimizer files
+// whose parameter file is gone or was never written.
+func (s *Store) prune(uid string) error {
+	if s.keep < 1 {
+		return nil
+	}
+	steps, err := s.steps(uid)
+	if err != nil {
+		return err
+	}
+	kept := map[string]bool{}
+	for i, st := range steps {
+		pp, op := s.paths(uid, st)
+		if i < s.keep {
+			kept[filepath.Base(op)] = true
+			continue
+		}
+		if err := os.Remove(pp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("pruning %q: %w", uid, err)
+		}
+		os.Remove(op)
+	}
+	optims, _ := filepath.Glob(filepath.Join(s.dir, uid, "*.optim.safetensors"))
+	for _, o := range optims {
+		if !kept[filepath.Base(o)] {
+			os.Remove(o)
+		}
+	}
+	return nil
+}
+
+// List returns the expert's checkpoints, newest first.
+func (s *Store) List(uid string) ([]Info, error) {
+	if err := CheckUID(uid); err != nil {
+		return nil, err
+	}
+	steps, err := s.steps(uid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(steps))
+	for _, st := range steps {
+		pp, op := s.paths(uid, st)
+		pi, err := os.Stat(pp)
+		if err != nil {
+			continue // pruned meanwhile
+		}
+		in := Info{UID: uid, Step: st, Bytes: pi.Size(), Time: pi.ModTime()}
+		if oi, err := os.Stat(op); err == nil {
+			in.Bytes += oi.Size()
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Load reads and checks the expert's checkpoint at step. maxBytes bounds
+// each file's size before it is read (<= 0: no bound), so that a file
+// larger than the expert could ever be costs nothing.
+func (s *Store) Load(uid string, step int64, maxBytes int64) (*Checkpoint, error) {
+	if err := CheckUID(uid); err != nil {
+		return nil, err
+	}
+	pp, op := s.paths(uid, step)
+	read := func(path string) ([]Tensor, Meta, error) {
+		fi, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, Meta{}, fmt.Errorf("%w: %s", ErrNotFound, filepath.Base(path))
+		}
+		if err != nil {
+			return nil, Meta{}, err
+		}
+		if maxBytes > 0 && fi.Size() > maxBytes {
+			return nil, Meta{}, fmt.Errorf("%w: %s is %d bytes, more than the expert's %d", ErrCorrupt, filepath.Base(path), fi.Size(), maxBytes)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, Meta{}, err
+		}
+		ts, md, err := Decode(b)
+		if err != nil {
+			return nil, Meta{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
+		}
+		m, err := decodeMeta(md)
+		if err != nil {
+			return nil, Meta{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
+		}
+		return ts, m, nil
+	}
+	params, meta, err := read(pp)
+	if err != nil {
+		return nil, fmt.Errorf("loading %q step %d: %w", uid, step, err)
+	}
+	optim, ometa, err := read(op)
+	if err != nil {
+		return nil, fmt.Errorf("loading %q step %d: %w", uid, step, err)
+	}
+	if meta.UID != uid || meta.Step != step || ometa.UID != uid || ometa.Step != step || ometa.ModuleDigest != meta.ModuleDigest {
+		return nil, fmt.Errorf("loading %q step %d: %w: the files' metadata name %q step %d and %q step %d", uid, step, ErrCorrupt, meta.UID, meta.Step, ometa.UID, ometa.Step)
+	}
+	return &Checkpoint{Meta: meta, Params: params, Optim: optim}, nil
+}

@@ -1,0 +1,168 @@
+package checkpoint
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// ErrCorrupt is returned for bytes that are not a valid safetensors file
+// of float32 tensors.
+var ErrCorrupt = errors.New("corrupt safetensors file")
+
+// maxHeaderBytes bounds the JSON header, as the safetensors crate does
+// (100 MB), so that a forged length cannot make the reader allocate.
+const maxHeaderBytes = 100 << 20
+
+// Tensor is one named float32 tensor, row-major.
+type Tensor struct {
+	Name  string
+	Shape []int
+	Data  []float32
+}
+
+// headerEntry is one tensor's entry in the safetensors header.
+type headerEntry struct {
+	DType   string   `json:"dtype"`
+	Shape   []int    `json:"shape"`
+	Offsets [2]int64 `json:"data_offsets"`
+}
+
+// Encode writes tensors and metadata in the safetensors format: an 8-byte
+// little-endian header length, a JSON header, then the tensors' raw
+// little-endian bytes, in the order given and without gaps.
+func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	header := make(map[string]any, len(tensors)+1)
+	if len(metadata) > 0 {
+		header["__metadata__"] = metadata
+	}
+	var off int64
+	for _, t := range tensors {
+		if t.Name == "" || t.Name == "__metadata__" {
+			return nil, fmt.Errorf("encoding: tensor name %q is reserved", t.Name)
+		}
+		if _, dup := header[t.Name]; dup {
+			return nil, fmt.Errorf("encoding: tensor %q is listed twice", t.Name)
+		}
+		n, ok := numel(t.Shape)
+		if !ok || n != int64(len(t.Data)) {
+			return nil, fmt.Errorf("encoding: tensor %q has %d values for shape %v", t.Name, len(t.Data), t.Shape)
+		}
+		shape := t.Shape
+		if shape == nil {
+			shape = []int{}
+		}
+		header[t.Name] = headerEntry{DType: "F32", Shape: shape, Offsets: [2]int64{off, off + 4*n}}
+		off += 4 * n
+	}
+	js, err := json.Marshal(header)
+	if err != nil {
+		return nil, fmt.Errorf("encoding header: %w", err)
+	}
+	// Pad the header with spaces to a multiple of 8, as the reference
+	// writer does, so that the data is aligned.
+	if pad := (8 - len(js)%8) % 8; pad > 0 {
+		js = append(js, strings.Repeat(" ", pad)...)
+	}
+	out := make([]byte, 8, 8+int64(len(js))+off)
+	binary.LittleEndian.PutUint64(out, uint64(len(js)))
+	out = append(out, js...)
+	for _, t := range tensors {
+		for _, v := range t.Data {
+			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+		}
+	}
+	return out, nil
+}
+
+// Decode parses a safetensors file of float32 tensors. It checks
+// everything before it allocates the tensors: the header length against
+// the file, every dtype, every shape against its byte range, and that the
+// ranges tile the data without gaps or overlaps. Tensors come back in the
+// order of their data.
+func Decode(data []byte) ([]Tensor, map[string]string, error) {
+	if len(data) < 8 {
+		return nil, nil, fmt.Errorf("%w: %d bytes is shorter than the header length", ErrCorrupt, len(data))
+	}
+	hl := binary.LittleEndian.Uint64(data)
+	if hl > maxHeaderBytes || hl > uint64(len(data)-8) {
+		return nil, nil, fmt.Errorf("%w: header length %d does not fit the %d-byte file", ErrCorrupt, hl, len(data))
+	}
+	body := data[8+hl:]
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data[8:8+hl], &raw); err != nil {
+		return nil, nil, fmt.Errorf("%w: header: %w", ErrCorrupt, err)
+	}
+	var meta map[string]string
+	if m, ok := raw["__metadata__"]; ok {
+		if err := json.Unmarshal(m, &meta); err != nil {
+			return nil, nil, fmt.Errorf("%w: metadata: %w", ErrCorrupt, err)
+		}
+		delete(raw, "__metadata__")
+	}
+	type entry struct {
+		name string
+		headerEntry
+	}
+	entries := make([]entry, 0, len(raw))
+	for name, r := range raw {
+		var e headerEntry
+		if err := json.Unmarshal(r, &e); err != nil {
+			return nil, nil, fmt.Errorf("%w: tensor %q: %w", ErrCorrupt, name, err)
+		}
+		if e.DType != "F32" {
+			return nil, nil, fmt.Errorf("%w: tensor %q has dtype %q; checkpoints hold F32", ErrCorrupt, name, e.DType)
+		}
+		n, ok := numel(e.Shape)
+		if !ok || e.Offsets[0] < 0 || e.Offsets[1]-e.Offsets[0] != 4*n {
+			return nil, nil, fmt.Errorf("%w: tensor %q: shape %v does not match bytes [%d, %d)", ErrCorrupt, name, e.Shape, e.Offsets[0], e.Offsets[1])
+		}
+		entries = append(entries, entry{name, e})
+	}
+	slices.SortFunc(entries, func(a, b entry) int {
+		if c := a.Offsets[0] - b.Offsets[0]; c != 0 {
+			if c < 0 {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	var end int64
+	for _, e := range entries {
+		if e.Offsets[0] != end {
+			return nil, nil, fmt.Errorf("%w: tensor %q starts at byte %d, not %d", ErrCorrupt, e.name, e.Offsets[0], end)
+		}
+		end = e.Offsets[1]
+	}
+	if end != int64(len(body)) {
+		return nil, nil, fmt.Errorf("%w: the tensors cover %d of %d data bytes", ErrCorrupt, end, len(body))
+	}
+	out := make([]Tensor, len(entries))
+	for i, e := range entries {
+		b := body[e.Offsets[0]:e.Offsets[1]]
+		vals := make([]float32, len(b)/4)
+		for j := range vals {
+			vals[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
+		}
+		out[i] = Tensor{Name: e.name, Shape: e.Shape, Data: vals}
+	}
+	return out, meta, nil
+}
+
+// numel multiplies dims; ok is false for a negative dim or an overflow
+// past 2^40 elements.
+func numel(shape []int) (int64, bool) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 || (d > 0 && n > (1<<40)/int64(d)) {
+			return 0, false
+		}
+		n *= int64(d)
+	}
+	return n, true
+}

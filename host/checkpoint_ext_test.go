@@ -1,0 +1,229 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/host/checkpoint"
+	"github.com/moehost/moehost/sdk/client"
+)
+
+// ckptServer starts a server with checkpoints in dir hosting uid from
+// module with hidden_dim h.
+func ckptServer(t *testing.T, dir string, wasm []byte, h int64, ck host.CheckpointConfig, extra ...host.Option) (*host.Server, error) {
+	t.Helper()
+	ck.Dir = dir
+	opts := append([]host.Option{
+		host.WithListen("127.0.0.1:*"),
+		host.WithDataDir(host.SharedTestDataDir()),
+		host.WithOptimizer(host.OptimizerConfig{Name: "adam", LR: 0.01}),
+		host.WithExperts(host.ExpertConfig{UID: "ffn.0", Module: host.ModuleBytes(wasm), Config: map[string]int64{"hidden_dim": h}}),
+		host.WithCheckpoints(ck),
+		host.WithUpdatePeriod(time.Hour),
+	}, extra...)
+	srv, err := host.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+func train(t *testing.T, c *client.Client, h int, steps int, rng *rand.Rand) {
+	t.Helper()
+	for range steps {
+		x := make([]float32, 2*h)
+		g := make([]float32, 2*h)
+		for i := range x {
+			x[i], g[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+		}
+		if _, err := c.Expert("ffn.0").Backward(context.Background(), []client.Tensor{client.Float32([]int64{2, int64(h)}, x)}, []client.Tensor{client.Float32([]int64{2, int64(h)}, g)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func forward(t *testing.T, c *client.Client, h int) []float32 {
+	t.Helper()
+	x := make([]float32, h)
+	for i := range x {
+		x[i] = float32(i%5) - 2
+	}
+	out, err := c.Expert("ffn.0").Forward(context.Background(), client.Float32([]int64{1, int64(h)}, x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := out[0].Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestCheckpointRestoreResumes trains, shuts down (which saves), and
+// checks that a new server restores the parameters, the counters and the
+// optimizer state: 3 more steps after the restart land where 3 more steps
+// without it do.
+func TestCheckpointRestoreResumes(t *testing.T) {
+	t.Parallel()
+	const h = 8
+	ctx := context.Background()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	// A: 5 steps, restart, 3 steps. B: 8 steps in one run.
+	a, err := ckptServer(t, dirA, wasmexperts.FFN, h, host.CheckpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := client.New(a.Addr())
+	defer ca.Close()
+	train(t, ca, h, 5, rand.New(rand.NewPCG(1, 2)))
+	before := forward(t, ca, h)
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dirA, "ffn.0", "*"))
+	if want := []string{"5.optim.safetensors", "5.safetensors"}; len(files) != 2 || filepath.Base(files[0]) != want[0] || filepath.Base(files[1]) != want[1] {
+		t.Fatalf("after shutdown: %v, want %v", files, want)
+	}
+	a2, err := ckptServer(t, dirA, wasmexperts.FFN, h, host.CheckpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Shutdown(ctx)
+	ca2 := client.New(a2.Addr())
+	defer ca2.Close()
+	if after := forward(t, ca2, h); !slices.Equal(after, before) {
+		t.Fatalf("restored forward %v, before the restart %v", after, before)
+	}
+	info, err := ca2.Expert("ffn.0").Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.GetStats().GetBackwardBatches(); got != 5 {
+		t.Errorf("restored backward batches %d, want 5", got)
+	}
+	if got := info.GetStats().GetBackwardExamples(); got != 10 {
+		t.Errorf("restored examples %d, want 10", got)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	b, err := ckptServer(t, dirB, wasmexperts.FFN, h, host.CheckpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown(ctx)
+	cb := client.New(b.Addr())
+	defer cb.Close()
+	train(t, cb, h, 5, rng)
+	train(t, cb, h, 3, rng)
+	rngA := rand.New(rand.NewPCG(1, 2))
+	for range 5 { // skip the 5 steps A took before the restart
+		for range 4 * h {
+			rngA.NormFloat64()
+		}
+	}
+	train(t, ca2, h, 3, rngA)
+	if fa, fb := forward(t, ca2, h), forward(t, cb, h); !slices.Equal(fa, fb) {
+		t.Fatalf("resumed run %v, uninterrupted run %v", fa, fb)
+	}
+}
+
+// TestCheckpointRefusals checks that a checkpoint of another module or of
+// other shapes is refused, naming what differs, and that a corrupt newest
+// checkpoint falls back to the one before with a warning.
+func TestCheckpointRefusals(t *testing.T) {
+	t.Parallel()
+	const h = 8
+	ctx := context.Background()
+	dir := t.TempDir()
+	srv, err := ckptServer(t, dir, wasmexperts.FFN, h, host.CheckpointConfig{Keep: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(srv.Addr())
+	train(t, c, h, 2, rand.New(rand.NewPCG(3, 4)))
+	want := forward(t, c, h)
+	c.Close()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("digest", func(t *testing.T) {
+		_, err := ckptServer(t, dir, wasmexperts.FFNC, h, host.CheckpointConfig{})
+		if !errors.Is(err, host.ErrCheckpointMismatch) || !strings.Contains(err.Error(), "module sha256:") || !strings.Contains(err.Error(), "--allow-module-change") {
+			t.Fatalf("start with another module: %v", err)
+		}
+	})
+	t.Run("allow-module-change", func(t *testing.T) {
+		srv, err := ckptServer(t, dir, wasmexperts.FFNC, h, host.CheckpointConfig{AllowModuleChange: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Shutdown(ctx)
+		c := client.New(srv.Addr())
+		defer c.Close()
+		got := forward(t, c, h)
+		for i := range want {
+			if d := got[i] - want[i]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("ffn-c with ffn's checkpoint: %v, want %v", got, want)
+			}
+		}
+	})
+	t.Run("shape", func(t *testing.T) {
+		_, err := ckptServer(t, dir, wasmexperts.FFN, 2*h, host.CheckpointConfig{})
+		if !errors.Is(err, host.ErrCheckpointMismatch) || !strings.Contains(err.Error(), "[32 8] in the checkpoint but [64 16] in the module") {
+			t.Fatalf("start with other shapes: %v", err)
+		}
+	})
+	t.Run("corrupt-newest-falls-back", func(t *testing.T) {
+		// Step 2 is newest; truncate it. Step 1 does not exist (the
+		// shutdown saved only step 2), so write one by copying step 2's
+		// optimizer and parameters under a new store.
+		d2 := t.TempDir()
+		st, _ := checkpoint.Open(d2, -1)
+		good, err := checkpoint.Open(dir, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ck, err := good.Load("ffn.0", 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Save(ck); err != nil {
+			t.Fatal(err)
+		}
+		ck.Step = 3
+		ck.Params[0].Data[0] += 1
+		if err := st.Save(ck); err != nil {
+			t.Fatal(err)
+		}
+		p3 := filepath.Join(d2, "ffn.0", "3.safetensors")
+		b, _ := os.ReadFile(p3)
+		os.WriteFile(p3, b[:len(b)/2], 0o644)
+		var logs strings.Builder
+		srv, err := ckptServer(t, d2, wasmexperts.FFN, h, host.CheckpointConfig{}, host.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Shutdown(ctx)
+		c := client.New(srv.Addr())
+		defer c.Close()
+		if got := forward(t, c, h); !slices.Equal(got, want) {
+			t.Fatalf("fell back to %v, want step 2's %v", got, want)
+		}
+		if !strings.Contains(logs.String(), "skipping a checkpoint") || !strings.Contains(logs.String(), "step=3") {
+			t.Errorf("no warning about step 3 in the log:\n%s", logs.String())
+		}
+	})
+}

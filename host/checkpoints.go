@@ -1,0 +1,549 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/checkpoint"
+	"github.com/moehost/moehost/host/rpc"
+)
+
+// ErrCheckpointMismatch is returned by Start (and Restore) for a
+// checkpoint that belongs to another module or other parameter shapes.
+var ErrCheckpointMismatch = errors.New("checkpoint does not match the expert")
+
+// snapshot is an expert's training state, copied off the device.
+type snapshot = checkpoint.Checkpoint
+
+// takeSnapshot copies e's parameters, optimizer state and counters. It
+// holds e.mu, so it sees the state between two batches; called on the
+// device worker (or once it has stopped), it waits for nothing.
+func (e *expert) takeSnapshot() (*snapshot, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st, err := e.opt.State()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot of %q: %w", e.uid, err)
+	}
+	ps := e.binding.Params.Params()
+	s := &snapshot{Meta: checkpoint.Meta{
+		UID:          e.uid,
+		ModuleDigest: e.module.Digest(),
+		Step:         st.Steps,
+		Examples:     e.backwardExamples.Load(),
+		Config:       e.binding.Config,
+		Optimizer:    e.optJSON,
+	}}
+	dev := e.Device()
+	for _, p := range ps {
+		vals, err := dev.Float32s(p.Tensor)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot of %q: param %q: %w", e.uid, p.Name, err)
+		}
+		s.Params = append(s.Params, checkpoint.Tensor{Name: p.Name, Shape: slices.Clone(p.Tensor.Shape()), Data: vals})
+	}
+	for _, slot := range slices.Sorted(maps.Keys(st.Slots)) {
+		for i, vals := range st.Slots[slot] {
+			s.Optim = append(s.Optim, checkpoint.Tensor{Name: ps[i].Name + "." + slot, Shape: slices.Clone(ps[i].Tensor.Shape()), Data: vals})
+		}
+	}
+	return s, nil
+}
+
+// restoreFrom loads c into e: parameters in place, optimizer state and
+// counters. It checks the module digest (unless allowChange) and every
+// parameter's name and shape first, and changes nothing on a mismatch.
+// An optimizer state that does not fit the optimizer now configured (it
+// was changed) is dropped with a warning, keeping the step count.
+func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string, args ...any)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c.ModuleDigest != e.module.Digest() && !allowChange {
+		return fmt.Errorf("%w: %q step %d was saved by module %s, but the expert runs %s (allow a rebuilt module with the same parameters with --allow-module-change)",
+			ErrCheckpointMismatch, e.uid, c.Step, c.ModuleDigest, e.module.Digest())
+	}
+	ps := e.binding.Params.Params()
+	byName := map[string]checkpoint.Tensor{}
+	values := map[string][]float32{}
+	for _, t := range c.Params {
+		byName[t.Name] = t
+		values[t.Name] = t.Data
+	}
+	for _, p := range ps {
+		t, ok := byName[p.Name]
+		if !ok {
+			return fmt.Errorf("%w: %q step %d has no parameter %q", ErrCheckpointMismatch, e.uid, c.Step, p.Name)
+		}
+		if !slices.Equal(t.Shape, p.Tensor.Shape()) {
+			return fmt.Errorf("%w: %q step %d: parameter %q is %v in the checkpoint but %v in the module", ErrCheckpointMismatch, e.uid, c.Step, p.Name, t.Shape, p.Tensor.Shape())
+		}
+		delete(byName, p.Name)
+	}
+	if len(byName) > 0 {
+		extra := slices.Sorted(maps.Keys(byName))
+		return fmt.Errorf("%w: %q step %d has parameters the module does not declare: %s", ErrCheckpointMismatch, e.uid, c.Step, strings.Join(extra, ", "))
+	}
+	tensors := make([]*gpuhost.Tensor, len(ps))
+	st := gpuhost.OptimizerState{Steps: c.Step, Slots: map[string][][]float32{}}
+	for i, p := range ps {
+		tensors[i] = p.Tensor
+	}
+	index := map[string]int{}
+	for i, p := range ps {
+		index[p.Name] = i
+	}
+	optOK := true
+	for _, t := range c.Optim {
+		cut := strings.LastIndexByte(t.Name, '.')
+		i, ok := index[t.Name[:max(cut, 0)]]
+		if cut < 0 || !ok {
+			optOK = false
+			break
+		}
+		slot := t.Name[cut+1:]
+		if st.Slots[slot] == nil {
+			st.Slots[slot] = make([][]float32, len(ps))
+		}
+		st.Slots[slot][i] = t.Data
+	}
+	opt, err := e.optCfg.build()
+	if err != nil {
+		return err
+	}
+	if optOK {
+		err = opt.SetState(tensors, st)
+	}
+	if !optOK || err != nil {
+		warn("checkpoint's optimizer state does not fit the configured optimizer; starting its buffers afresh", "uid", e.uid, "step", c.Step, "err", err)
+		if err := opt.SetState(tensors, gpuhost.OptimizerState{Steps: c.Step}); err != nil {
+			return fmt.Errorf("restoring %q: %w", e.uid, err)
+		}
+	}
+	for i, p := range ps {
+		if err := gpuhost.Assign(p.Tensor, values[p.Name]); err != nil {
+			return fmt.Errorf("restoring %q: param %d: %w", e.uid, i, err)
+		}
+	}
+	e.opt = opt
+	e.backwardBatches.Store(c.Step)
+	e.backwardExamples.Store(c.Examples)
+	return nil
+}
+
+// checkpointer saves and restores the experts of a server.
+type checkpointer struct {
+	store *checkpoint.Store
+	cfg   CheckpointConfig
+	srv   *Server
+	pool  *taskPool
+
+	mu    sync.Mutex       // serialises writes
+	saved map[string]int64 // last step written, by uid
+}
+
+// restore loads the newest checkpoint of e that validates. A corrupt one
+// is skipped with a warning; a mismatch (digest, shapes) is an error.
+func (c *checkpointer) restore(e *expert) error {
+	infos, err := c.store.List(e.uid)
+	if err != nil {
+		return err
+	}
+	// Each file is at most the expert's parameters (or their optimizer
+	// buffers, two per parameter) plus a header.
+	for _, in := range infos {
+		ck, err := c.store.Load(e.uid, in.Step, c.maxBytes())
+		if err != nil {
+			c.srv.log.Warn("skipping a checkpoint that does not load", "uid", e.uid, "step", in.Step, "err", err)
+			continue
+		}
+		if err := e.restoreFrom(ck, c.cfg.AllowModuleChange, c.srv.log.Warn); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.saved[e.uid] = ck.Step
+		c.mu.Unlock()
+		c.srv.log.Info("restored checkpoint", "uid", e.uid, "step", ck.Step, "examples", ck.Examples)
+		return nil
+	}
+	return nil
+}
+
+// maxBytes bounds a checkpoint file: the expert's parameters (or their
+// optimizer buffers, two per parameter) plus a header.
+func (c *checkpointer) maxBytes() int64 {
+	c.srv.mu.Lock()
+	rt := c.srv.rt
+	c.srv.mu.Unlock()
+	if rt == nil || rt.Limits().ParamBytes <= 0 {
+		return 0
+	}
+	return 2*rt.Limits().ParamBytes + 1<<20
+}
+
+// save snapshots e on the device worker (or directly when onWorker is
+// false, once the worker has stopped) and writes it, unless its step was
+// saved already and force is false. It returns the step written.
+func (c *checkpointer) save(ctx context.Context, e *expert, onWorker, force bool) (int64, bool, error) {
+	var (
+		snap    *snapshot
+		snapErr error
+	)
+	if onWorker {
+		if err := c.pool.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
+			return 0, false, err
+		}
+	} else {
+		snap, snapErr = e.takeSnapshot()
+	}
+	if snapErr != nil {
+		return 0, false, snapErr
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if last, ok := c.saved[e.uid]; ok && last == snap.Step && !force {
+		return snap.Step, false, nil
+	}
+	if err := c.store.Save(snap); err != nil {
+		return 0, false, err
+	}
+	c.saved[e.uid] = snap.Step
+	return snap.Step, true, nil
+}
+
+// saveAll saves every expert whose step changed; errors are logged.
+func (c *checkpointer) saveAll(ctx context.Context, experts []*expert, onWorker bool) {
+	for _, e := range experts {
+		step, wrote, err := c.save(ctx, e, onWorker, false)
+		switch {
+		case err != nil:
+			c.srv.log.Error("saving checkpoint", "uid", e.uid, "err", err)
+		case wrote:
+			c.srv.log.Debug("saved checkpoint", "uid", e.uid, "step", step)
+		}
+	}
+}
+
+// loop saves every period until stop is closed.
+func (c *checkpointer) loop(stop <-chan struct{}, period time.Duration, experts func() []*expert) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			c.saveAll(ctx, experts(), true)
+		}
+	}
+}
+
+// taskPool runs functions on the device worker between batches, oldest
+// first, as a pool of its own among the experts' pools.
+type taskPool struct {
+	notify func()
+	mu     sync.Mutex
+	tasks  []task
+}
+
+type task struct {
+	at   time.Time
+	fn   func()
+	done chan struct{}
+}
+
+func (p *taskPool) Poll() (oldest, readyAt time.Time, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.tasks) == 0 {
+		return time.Time{}, time.Time{}, false
+	}
+	return p.tasks[0].at, p.tasks[0].at, true
+}
+
+func (p *taskPool) RunBatch(context.Context) {
+	p.mu.Lock()
+	if len(p.tasks) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	t := p.tasks[0]
+	p.tasks = p.tasks[1:]
+	p.mu.Unlock()
+	t.fn()
+	close(t.done)
+}
+
+// run queues fn and waits until the worker has run it, or ctx ends (then
+// fn may still run later, so it must only write what the caller reads
+// after a nil return).
+func (p *taskPool) run(ctx context.Context, fn func()) error {
+	t := task{at: time.Now(), fn: fn, done: make(chan struct{})}
+	p.mu.Lock()
+	p.tasks = append(p.tasks, t)
+	p.mu.Unlock()
+	p.notify()
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for the device worker: %w", rpc.ErrUnavailable, ctx.Err())
+	}
+}
+
+// optimizerJSON records the optimizer settings in checkpoints' metadata.
+func optimizerJSON(o OptimizerConfig) string {
+	b, _ := json.Marshal(o.device())
+	return string(b)
+}
+
+// openCheckpoints opens the checkpoint store when WithCheckpoints asked
+// for one, and adds its task pool to the device worker.
+func (s *Server) openCheckpoints() (*checkpointer, error) {
+	if s.cfg.checkpoints == nil {
+		return nil, nil
+	}
+	cfg := *s.cfg.checkpoints
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(s.cfg.dataDir, "checkpoints")
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = 3
+	}
+	store, err := checkpoint.Open(cfg.Dir, cfg.Keep)
+	if err != nil {
+		return nil, err
+	}
+	c := &checkpointer{store: store, cfg: cfg, srv: s, pool: s.tasks, saved: map[string]int64{}}
+	s.mu.Lock()
+	s.ckpt = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// startSaving starts the periodic saver.
+func (s *Server) startSaving() {
+	if s.ckpt == nil {
+		return
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	s.mu.Lock()
+	s.stopSave, s.saveDone = stop, done
+	s.mu.Unlock()
+	go func() {
+		defer close(done)
+		s.ckpt.loop(stop, s.cfg.updatePeriod, s.expertList)
+	}()
+}
+
+// stopSaving stops the periodic saver and, once the worker has stopped and
+// the server had been ready, saves every expert that trained since its
+// last save.
+func (s *Server) stopSaving(ctx context.Context, experts []*expert) {
+	s.mu.Lock()
+	stop, done, c := s.stopSave, s.saveDone, s.ckpt
+	s.stopSave = nil
+	s.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	close(stop)
+	<-done
+	c.saveAll(ctx, experts, false)
+}
+
+// expertList returns the experts in uid order.
+func (s *Server) expertList() []*expert {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*expert, 0, len(s.sorted))
+	for _, e := range s.sorted {
+		out = append(out, e.(*expert))
+	}
+	return out
+}
+
+// ckptService is the server's CheckpointService backend.
+type ckptService Server
+
+func (cs *ckptService) expert(uid string) (*expert, error) {
+	t := (*table)(cs)
+	e, ok := t.Expert(uid)
+	if !ok {
+		return nil, fmt.Errorf("%w: no expert %q on this server", rpc.ErrNotFound, uid)
+	}
+	return e.(*expert), nil
+}
+
+func (cs *ckptService) checkpointer() (*checkpointer, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.ckpt == nil {
+		return nil, fmt.Errorf("%w: checkpoints are off on this server", rpc.ErrFailedPrecondition)
+	}
+	return cs.ckpt, nil
+}
+
+func infoPB(in checkpoint.Info) *moehostv1.CheckpointInfo {
+	return &moehostv1.CheckpointInfo{Uid: in.UID, Step: in.Step, SizeBytes: in.Bytes, CreateTime: timestamppb.New(in.Time)}
+}
+
+func (cs *ckptService) find(c *checkpointer, uid string, step int64) (*moehostv1.CheckpointInfo, error) {
+	infos, err := c.store.List(uid)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range infos {
+		if in.Step == step {
+			return infoPB(in), nil
+		}
+	}
+	return &moehostv1.CheckpointInfo{Uid: uid, Step: step}, nil
+}
+
+func (cs *ckptService) Save(ctx context.Context, uid string) (*moehostv1.CheckpointInfo, error) {
+	e, err := cs.expert(uid)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cs.checkpointer()
+	if err != nil {
+		return nil, err
+	}
+	step, _, err := c.save(ctx, e, true, true)
+	if err != nil {
+		return nil, err
+	}
+	return cs.find(c, uid, step)
+}
+
+func (cs *ckptService) List(_ context.Context, uid string) ([]*moehostv1.CheckpointInfo, error) {
+	if _, err := cs.expert(uid); err != nil {
+		return nil, err
+	}
+	c, err := cs.checkpointer()
+	if err != nil {
+		return nil, err
+	}
+	infos, err := c.store.List(uid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*moehostv1.CheckpointInfo, len(infos))
+	for i, in := range infos {
+		out[i] = infoPB(in)
+	}
+	return out, nil
+}
+
+func (cs *ckptService) Restore(ctx context.Context, uid string, step *int64) (*moehostv1.CheckpointInfo, error) {
+	e, err := cs.expert(uid)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cs.checkpointer()
+	if err != nil {
+		return nil, err
+	}
+	infos, err := c.store.List(uid)
+	if err != nil {
+		return nil, err
+	}
+	var pick *checkpoint.Info
+	for i, in := range infos {
+		if step == nil || in.Step == *step {
+			pick = &infos[i]
+			break
+		}
+	}
+	if pick == nil {
+		if step == nil {
+			return nil, fmt.Errorf("%w: expert %q has no checkpoint", rpc.ErrNotFound, uid)
+		}
+		return nil, fmt.Errorf("%w: expert %q has no checkpoint at step %d", rpc.ErrNotFound, uid, *step)
+	}
+	ck, err := c.store.Load(uid, pick.Step, c.maxBytes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", rpc.ErrFailedPrecondition, err)
+	}
+	var restoreErr error
+	if err := c.pool.run(ctx, func() { restoreErr = e.restoreFrom(ck, c.cfg.AllowModuleChange, cs.log.Warn) }); err != nil {
+		return nil, err
+	}
+	if restoreErr != nil {
+		if errors.Is(restoreErr, ErrCheckpointMismatch) {
+			return nil, fmt.Errorf("%w: %w", rpc.ErrFailedPrecondition, restoreErr)
+		}
+		return nil, restoreErr
+	}
+	c.mu.Lock()
+	c.saved[uid] = ck.Step
+	c.mu.Unlock()
+	cs.log.Info("restored checkpoint on request", "uid", uid, "step", ck.Step)
+	return infoPB(*pick), nil
+}
+
+func (cs *ckptService) Parameters(ctx context.Context, uid string) (int64, []*moehostv1.NamedTensor, error) {
+	e, err := cs.expert(uid)
+	if err != nil {
+		return 0, nil, err
+	}
+	var (
+		snap    *snapshot
+		snapErr error
+	)
+	if err := cs.tasks.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
+		return 0, nil, err
+	}
+	if snapErr != nil {
+		return 0, nil, snapErr
+	}
+	out := make([]*moehostv1.NamedTensor, len(snap.Params))
+	for i, p := range snap.Params {
+		shape := make([]int64, len(p.Shape))
+		for j, d := range p.Shape {
+			shape[j] = int64(d)
+		}
+		data := make([]byte, 0, 4*len(p.Data))
+		for _, v := range p.Data {
+			data = binary.LittleEndian.AppendUint32(data, math.Float32bits(v))
+		}
+		out[i] = &moehostv1.NamedTensor{Name: p.Name, Tensor: &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: shape, Data: data}}
+	}
+	return snap.Step, out, nil
+}
+
+// checkpointHandler mounts the CheckpointService when the listener is on
+// loopback or an admin token is set.
+func (s *Server) checkpointHandler(ln net.Listener) (string, http.Handler, bool) {
+	addr, ok := ln.Addr().(*net.TCPAddr)
+	if s.cfg.adminToken == "" && (!ok || !addr.IP.IsLoopback()) {
+		s.log.Info("the checkpoint service is off: the server does not listen on loopback and has no admin token")
+		return "", nil, false
+	}
+	path, h := rpc.NewCheckpointHandler((*ckptService)(s), s.cfg.adminToken)
+	return path, h, true
+}
+
+var _ rpc.Checkpoints = (*ckptService)(nil)
