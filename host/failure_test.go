@@ -146,7 +146,7 @@ func TestGuestLimits(t *testing.T) {
 	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
 	x := tensor([]int64{1, smallHidden}, make([]float64, smallHidden))
 	_, err := c.Forward(context.Background(), connect.NewRequest(&moehostv1.ForwardRequest{Uid: "small.0", Inputs: []*moehostv1.Tensor{x}}))
-	if codeOf(err) != connect.CodeInternal || !strings.Contains(messageOf(err), "more than 3 ops") {
+	if codeOf(err) != connect.CodeResourceExhausted || !strings.Contains(messageOf(err), "more than 3 ops") {
 		t.Fatalf("forward over the op budget: %v", err)
 	}
 
