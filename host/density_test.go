@@ -66,7 +66,9 @@ func measureDensity(t *testing.T, n int, load time.Duration, opts ...Option) den
 	}
 	before := rss(t)
 	start := time.Now()
-	srv := startTestServer(t, append(opts, WithExperts(experts...))...)
+	// A generous init timeout: a loaded 2-core box starts 1,024 Go
+	// runtimes slowly in the baseline.
+	srv := startTestServer(t, append(opts, WithGuestLimits(GuestLimits{InitTimeout: 10 * time.Minute}), WithExperts(experts...))...)
 	r := densityRun{ready: time.Since(start), experts: n}
 	r.rss = rss(t) - before
 	slots := map[*instanceSlot]bool{}

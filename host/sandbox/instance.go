@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/moehost/moehost/abi"
@@ -71,6 +72,9 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 	}
 	st.nextCall, st.paramBase = newHandleState()
 	ictx, cancel := context.WithTimeout(withState(ctx, st), m.rt.limits.InitTimeout)
+	if mmapAllocator != nil {
+		ictx = experimental.WithMemoryAllocator(ictx, mmapAllocator)
+	}
 	defer cancel()
 	mod, err := m.rt.r.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
