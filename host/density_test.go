@@ -68,7 +68,16 @@ func measureDensity(t *testing.T, n int, load time.Duration, opts ...Option) den
 	start := time.Now()
 	// A generous init timeout: a loaded 2-core box starts 1,024 Go
 	// runtimes slowly in the baseline.
-	srv := startTestServer(t, append(opts, WithGuestLimits(GuestLimits{InitTimeout: 10 * time.Minute}), WithExperts(experts...))...)
+	srv, err := New(append([]Option{WithListen("127.0.0.1:*"), WithDataDir(testDataDir),
+		WithGuestLimits(GuestLimits{InitTimeout: 10 * time.Minute}), WithExperts(experts...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startCtx, cancelStart := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancelStart()
+	if err := srv.Start(startCtx); err != nil {
+		t.Fatal(err)
+	}
 	r := densityRun{ready: time.Since(start), experts: n}
 	r.rss = rss(t) - before
 	slots := map[*instanceSlot]bool{}
