@@ -402,6 +402,9 @@ func tensorNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 		return 0, err
 	}
 	t, err := st.dev.Zeros(dt, shape)
+	if errors.Is(err, gpuhost.ErrOutOfMemory) { // the host's memory limit
+		return 0, errf(abi.ErrBudgetExceeded, "%v", err)
+	}
 	if err != nil {
 		return 0, errf(abi.ErrInvalidArgument, "%v", err)
 	}
