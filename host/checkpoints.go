@@ -32,11 +32,11 @@ var ErrCheckpointMismatch = errors.New("checkpoint does not match the expert")
 type snapshot = checkpoint.Checkpoint
 
 // takeSnapshot copies e's parameters, optimizer state and counters. It
-// holds e.mu, so it sees the state between two batches; called on the
+// holds e.slot.mu, so it sees the state between two batches; called on the
 // device worker (or once it has stopped), it waits for nothing.
 func (e *expert) takeSnapshot() (*snapshot, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.slot.mu.Lock()
+	defer e.slot.mu.Unlock()
 	st, err := e.opt.State()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot of %q: %w", e.uid, err)
@@ -72,8 +72,8 @@ func (e *expert) takeSnapshot() (*snapshot, error) {
 // An optimizer state that does not fit the optimizer now configured (it
 // was changed) is dropped with a warning, keeping the step count.
 func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string, args ...any)) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.slot.mu.Lock()
+	defer e.slot.mu.Unlock()
 	if c.ModuleDigest != e.module.Digest() && !allowChange {
 		return fmt.Errorf("%w: %q step %d was saved by module %s, but the expert runs %s (allow a rebuilt module with the same parameters with --allow-module-change)",
 			ErrCheckpointMismatch, e.uid, c.Step, c.ModuleDigest, e.module.Digest())

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/moehost/moehost/abi"
@@ -33,8 +32,7 @@ type expert struct {
 	inputs  []*moehostv1.TensorSchema
 	outputs []*moehostv1.TensorSchema
 
-	mu   sync.Mutex // one batch at a time; guards inst
-	inst *sandbox.Instance
+	slot *instanceSlot // the instance, maybe shared with other experts (share.go)
 
 	fwd                *batch.Pool[fwdReq, []*gpuhost.Tensor]
 	bwd                *batch.Pool[bwdReq, []*gpuhost.Tensor]
@@ -63,7 +61,7 @@ func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuh
 		opt:     opt,
 		inputs:  schemaOf(inst.Inputs()),
 		outputs: schemaOf(inst.Outputs()),
-		inst:    inst,
+		slot:    &instanceSlot{inst: inst, users: 1},
 	}, nil
 }
 
@@ -75,18 +73,20 @@ func schemaOf(specs []sandbox.Spec) []*moehostv1.TensorSchema {
 	return out
 }
 
-// instance returns a live instance, replacing one that trapped. Call with
-// e.mu held.
+// instance returns a live instance bound to the expert's parameters,
+// replacing one that trapped. Call with e.slot.mu held.
 func (e *expert) instance(ctx context.Context) (*sandbox.Instance, error) {
-	if e.inst != nil && !e.inst.Closed() {
-		return e.inst, nil
+	if e.slot.inst == nil || e.slot.inst.Closed() {
+		inst, err := e.module.Instantiate(ctx, e.binding)
+		if err != nil {
+			return nil, fmt.Errorf("%w: replacing the instance of %q: %w", rpc.ErrUnavailable, e.uid, err)
+		}
+		e.slot.inst = inst
 	}
-	inst, err := e.module.Instantiate(ctx, e.binding)
-	if err != nil {
-		return nil, fmt.Errorf("%w: replacing the instance of %q: %w", rpc.ErrUnavailable, e.uid, err)
+	if err := e.slot.inst.Bind(e.binding.Params); err != nil {
+		return nil, fmt.Errorf("%w: binding the parameters of %q: %w", rpc.ErrInternal, e.uid, err)
 	}
-	e.inst = inst
-	return inst, nil
+	return e.slot.inst, nil
 }
 
 func (e *expert) Device() gpuhost.Device { return e.binding.Device }
@@ -122,8 +122,8 @@ func poolError(uid string, err error) error {
 
 // forward runs one batch. Called by the device worker.
 func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.slot.mu.Lock()
+	defer e.slot.mu.Unlock()
 	inst, err := e.instance(ctx)
 	if err != nil {
 		return nil, err
@@ -141,8 +141,8 @@ func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 // backward runs one batch and takes one optimizer step. Called by the
 // device worker.
 func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.slot.mu.Lock()
+	defer e.slot.mu.Unlock()
 	gradInputs, gradParams, params, err := e.gradients(ctx, inputs, gradOutputs)
 	if err != nil {
 		return nil, err
@@ -162,7 +162,7 @@ func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 
 // gradients runs hivemind's stateless recompute: the guest's forward with
 // the tape on, then the tape backward from gradOutputs. It returns the
-// gradients of the inputs and of the parameters. Call with e.mu held.
+// gradients of the inputs and of the parameters. Call with e.slot.mu held.
 func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) (gradInputs, gradParams, params []*gpuhost.Tensor, err error) {
 	inst, err := e.instance(ctx)
 	if err != nil {
@@ -292,14 +292,7 @@ func (e *expert) Info() *moehostv1.ExpertInfo {
 	}
 }
 
-// close releases the expert's instance.
-func (e *expert) close(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.inst == nil {
-		return nil
-	}
-	return e.inst.Close(ctx)
-}
+// close releases the expert's instance, once no other expert shares it.
+func (e *expert) close(ctx context.Context) error { return e.slot.close(ctx) }
 
 var _ rpc.Expert = (*expert)(nil)

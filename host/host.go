@@ -197,6 +197,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	compiled := map[string]*sandbox.Module{} // by digest, so shared modules compile once
 	experts := map[string]*expert{}
+	slots := map[string]*instanceSlot{} // by shareKey
 	for _, ec := range s.cfg.experts {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("starting: %w", err)
@@ -224,10 +225,17 @@ func (s *Server) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		e, err := newExpert(ctx, ec.UID, m, dev, ec.Config, opt, rt.Limits().ParamBytes)
+		var e *expert
+		share := shareKey(m.Digest(), ec.Config)
+		if slot, ok := slots[share]; ok && !s.cfg.exclusiveInstances {
+			e, err = newSharedExpert(ec.UID, slot, m, dev, ec.Config, opt, rt.Limits().ParamBytes)
+		} else {
+			e, err = newExpert(ctx, ec.UID, m, dev, ec.Config, opt, rt.Limits().ParamBytes)
+		}
 		if err != nil {
 			return err
 		}
+		slots[share] = e.slot
 		e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
 		if ckpt != nil {
 			if err := ckpt.restore(e); err != nil {

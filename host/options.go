@@ -40,6 +40,8 @@ type config struct {
 	checkpoints  *CheckpointConfig
 	updatePeriod time.Duration
 	adminToken   string
+	// exclusiveInstances: WithExclusiveInstances (share.go).
+	exclusiveInstances bool
 }
 
 // BatchLimits configure the batching of one expert's requests; each

@@ -124,9 +124,9 @@ func TestHostileSuite(t *testing.T) {
 			}
 		}
 	}
-	// Guest errors are Internal today; issue 9's blame work may make a
-	// culprit InvalidArgument or FailedPrecondition.
-	guestCodes := []connect.Code{connect.CodeInternal, connect.CodeInvalidArgument, connect.CodeFailedPrecondition}
+	// A spent budget is ResourceExhausted (the expert stays healthy); a
+	// trap is Internal.
+	guestCodes := []connect.Code{connect.CodeResourceExhausted}
 	tests := []struct {
 		name  string
 		c     float32

@@ -308,7 +308,8 @@ func paramNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	if math.IsNaN(a) || math.IsNaN(b) || math.IsInf(a, 0) || math.IsInf(b, 0) {
 		return 0, errf(abi.ErrInvalidArgument, "param %q: init arguments must be finite", name)
 	}
-	t, err := st.params.declare(name, abi.DType(argI32(stack, 2)), shape, abi.Init(argI32(stack, 5)), a, b)
+	decl := paramDecl{name: name, dt: abi.DType(argI32(stack, 2)), shape: shape, init: abi.Init(argI32(stack, 5)), a: a, b: b}
+	t, err := st.params.declare(decl.name, decl.dt, decl.shape, decl.init, decl.a, decl.b)
 	if err != nil {
 		return 0, err
 	}
@@ -320,6 +321,7 @@ func paramNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 		st.paramNames = map[string]bool{}
 	}
 	st.paramNames[name] = true
+	st.paramDecls = append(st.paramDecls, decl)
 	return h, nil
 }
 
@@ -400,6 +402,9 @@ func tensorNew(st *state, mem api.Memory, stack []uint64) (int32, error) {
 		return 0, err
 	}
 	t, err := st.dev.Zeros(dt, shape)
+	if errors.Is(err, gpuhost.ErrOutOfMemory) { // the host's memory limit
+		return 0, errf(abi.ErrBudgetExceeded, "%v", err)
+	}
 	if err != nil {
 		return 0, errf(abi.ErrInvalidArgument, "%v", err)
 	}

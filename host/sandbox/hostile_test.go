@@ -246,3 +246,30 @@ func TestHostileInit(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileMemoryGrowth grows guest memory a page at a time to the
+// 256 MiB cap: the host allocates (and copies) next to nothing for it,
+// where growing a Go slice once peaked at +1 GB.
+func TestHostileMemoryGrowth(t *testing.T) {
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Compile(ctx, hostileWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHostile(t, m)
+	var got []float32
+	var callErr error
+	grew := allocatedDuring(func() { got, callErr = h.call(6, 3) })
+	if callErr != nil || !slices.Equal(got, []float32{6, 3}) {
+		t.Fatalf("got %v, %v; want [6 3]", got, callErr)
+	}
+	if grew > 32<<20 {
+		t.Errorf("growing guest memory to 256 MiB allocated %d MiB of Go heap", grew>>20)
+	}
+	h.identity(t)
+}

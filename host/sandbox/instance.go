@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/moehost/moehost/abi"
@@ -71,6 +72,9 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 	}
 	st.nextCall, st.paramBase = newHandleState()
 	ictx, cancel := context.WithTimeout(withState(ctx, st), m.rt.limits.InitTimeout)
+	if mmapAllocator != nil {
+		ictx = experimental.WithMemoryAllocator(ictx, mmapAllocator)
+	}
 	defer cancel()
 	mod, err := m.rt.r.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
@@ -165,6 +169,53 @@ func (inst *Instance) LastCall() CallStats {
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
 	return CallStats{Ops: inst.st.ops, HostCalls: inst.st.hostCalls, Bytes: inst.st.bytes}
+}
+
+// NewParamStore makes the parameters of another expert that shares this
+// instance: the parameters moe_init declared, in its order, initialised as
+// a fresh instance's moe_init would initialise them from seed. maxBytes is
+// as for the package's NewParamStore.
+func (inst *Instance) NewParamStore(seed []byte, maxBytes int64) (*ParamStore, error) {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	ps := NewParamStore(inst.st.dev, seed, maxBytes)
+	for _, d := range inst.st.paramDecls {
+		if _, err := ps.declare(d.name, d.dt, d.shape, d.init, d.a, d.b); err != nil {
+			return nil, fmt.Errorf("param %q: %w", d.name, err)
+		}
+	}
+	return ps, nil
+}
+
+// Bind makes the instance compute with ps's parameters from its next call
+// on: its parameter handles resolve to ps's tensors. ps must hold the
+// parameters this instance's moe_init declared, in its order (its own
+// store, or one from NewParamStore). Binding is what lets experts of one
+// module and config share an instance; the guest must keep nothing that
+// differs between experts outside its parameters.
+func (inst *Instance) Bind(ps *ParamStore) error {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	st := inst.st
+	if st.params == ps {
+		return nil
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.params) != len(st.paramEntries) {
+		return fmt.Errorf("%w: binding %d parameters to an instance that declared %d", ErrInvalidInput, len(ps.params), len(st.paramEntries))
+	}
+	for i, p := range ps.params {
+		d := st.paramDecls[i]
+		if p.Name != d.name || !slices.Equal(p.Tensor.Shape(), d.shape) {
+			return fmt.Errorf("%w: parameter %d is %s%v, the instance declared %s%v", ErrInvalidInput, i, p.Name, p.Tensor.Shape(), d.name, d.shape)
+		}
+	}
+	for i, p := range ps.params {
+		st.paramEntries[i].t = p.Tensor
+	}
+	st.params = ps
+	return nil
 }
 
 // HasBackward reports whether the module brings its own backward

@@ -131,6 +131,16 @@ func (s *ParamStore) initValues(name string, n int, init abi.Init, a, b float64)
 	return vals, nil
 }
 
+// paramDecl is one param_new of moe_init, kept so that another expert can
+// get the same parameters, drawn from its own seed (Instance.NewParamStore).
+type paramDecl struct {
+	name  string
+	dt    abi.DType
+	shape []int
+	init  abi.Init
+	a, b  float64
+}
+
 // ParamOverhead is the host memory one parameter costs beyond its data:
 // its tensor, name, store entries and handle in each instance. It was
 // measured at about 740 bytes and is rounded up, so that two million

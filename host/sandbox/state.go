@@ -75,7 +75,8 @@ type state struct {
 	guestErr string // message from FuncFail
 
 	inputs, outputs []Spec
-	paramEntries    []*entry // handle paramBase+i
+	paramEntries    []*entry    // handle paramBase+i
+	paramDecls      []paramDecl // what moe_init declared, in order
 	paramNames      map[string]bool
 	inputNames      map[string]bool
 	outputNames     map[string]bool

@@ -77,6 +77,12 @@
     ;; 5: recursion with no end, until the guest's stack overflows.
     (if (i32.eq (local.get $case) (i32.const 5)) (then
       (return (call $deep (i32.const 0)))))
+    ;; 6: grow memory a page at a time to the cap, then answer as case 0
+    ;; (this once peaked at +1 GB of host memory for a 256 MiB cap).
+    (if (i32.eq (local.get $case) (i32.const 6)) (then
+      (loop $more
+        (br_if $more (i32.ge_s (memory.grow (i32.const 1)) (i32.const 0))))
+      (return (call $output (i32.const 0) (local.get $x)))))
     ;; 99: a trap.
     (if (i32.eq (local.get $case) (i32.const 99)) (then (unreachable)))
     ;; 4: host calls that make nothing, until the host refuses.
