@@ -91,6 +91,11 @@ fuzz-sandbox: ## Fuzz the sandbox: op sequences against a budgeted instance, the
 measure-budget: ## The zoo's per-call host memory at its default configs, against the default BytesPerCall
 	$(GO) test -run '^TestDefaultCallBudgetFitsZoo$$' -v ./host/sandbox/ -args -zoobudget
 
+.PHONY: bench-memory
+bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, size-class pool vs the old exact-length pool (about 7 minutes)
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(BIN)/moehost bench-memory --clients 16 --min-rows 1 --max-rows 64 --duration 90s --data-dir $(CURDIR)/.tmp/bench-memory
+
 .PHONY: bench-kernels
 bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (installs libopenblas-dev if missing)
 	@dpkg -s libopenblas-dev >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libopenblas-dev; }

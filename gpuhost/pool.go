@@ -97,9 +97,14 @@ type MemStats struct {
 	// PoolHits and PoolMisses count float32 allocations served from the
 	// pool and from fresh memory.
 	PoolHits, PoolMisses int64
-	// Refused counts allocations and reservations refused with
-	// ErrOutOfMemory.
+	// Refused counts allocations, reservations and admissions refused
+	// with ErrOutOfMemory.
 	Refused int64
+	// GrantedBytes and RequestedBytes add up, over every float32
+	// allocation, the storage given (the size class, or a larger pooled
+	// buffer) and the storage asked for; GrantedBytes/RequestedBytes - 1
+	// is the memory that rounding up wastes.
+	GrantedBytes, RequestedBytes int64
 	// Limit is the ceiling on live bytes (0: none). It may be shared
 	// with other devices, whose bytes count against it too.
 	Limit int64
@@ -168,6 +173,8 @@ type memory struct {
 	hits      int64
 	misses    int64
 	refused   int64
+	granted   int64
+	requested int64
 }
 
 // class returns the capacity, in floats, of a buffer for n floats.
@@ -234,12 +241,16 @@ func (m *memory) getFloats(n int) ([]float32, error) {
 		}
 		m.poolBytes -= 4 * int64(k)
 		m.hits++
+		m.granted += 4 * int64(k)
+		m.requested += 4 * int64(n)
 		return b[:n], nil
 	}
 	if err := m.charge(4 * int64(c)); err != nil {
 		return nil, err
 	}
 	m.misses++
+	m.granted += 4 * int64(c)
+	m.requested += 4 * int64(n)
 	// Make room: live + pool stays under the recent high-water mark,
 	// so the oldest spare buffers go to the collector.
 	m.evict(m.bound())
@@ -342,13 +353,15 @@ func (m *memory) stats() MemStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return MemStats{
-		LiveBytes:  m.live,
-		PeakBytes:  max(m.peak, m.prevPeak, m.live),
-		PoolBytes:  m.poolBytes,
-		PoolHits:   m.hits,
-		PoolMisses: m.misses,
-		Refused:    m.refused,
-		Limit:      m.ceiling.Limit(),
+		LiveBytes:      m.live,
+		PeakBytes:      max(m.peak, m.prevPeak, m.live),
+		PoolBytes:      m.poolBytes,
+		PoolHits:       m.hits,
+		PoolMisses:     m.misses,
+		Refused:        m.refused,
+		Limit:          m.ceiling.Limit(),
+		GrantedBytes:   m.granted,
+		RequestedBytes: m.requested,
 	}
 }
 

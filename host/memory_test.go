@@ -290,3 +290,37 @@ func scrape(t *testing.T, addr, name string) float64 {
 	t.Fatalf("%s is not in /metrics", name)
 	return 0
 }
+
+func TestParseMemoryLimit(t *testing.T) {
+	t.Parallel()
+	avail := availableMemory()
+	tests := []struct {
+		name    string
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"bytes", "1048576", 1 << 20, false},
+		{"binary unit", "2GiB", 2 << 30, false},
+		{"decimal unit", "1500MB", 1500e6, false},
+		{"fraction of a unit", "1.5 KiB", 1536, false},
+		{"none", "none", -1, false},
+		{"percentage", "50%", int64(float64(avail) * 0.5), avail <= 0},
+		{"zero", "0", 0, true},
+		{"negative", "-1GiB", 0, true},
+		{"percentage over 100", "150%", 0, true},
+		{"unknown unit", "3 parsecs", 0, true},
+		{"empty", "", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseMemoryLimit(tt.in)
+			if (err != nil) != tt.wantErr || (!tt.wantErr && got != tt.want) {
+				t.Errorf("ParseMemoryLimit(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+	if avail > 0 && DefaultMemoryLimit() != int64(float64(avail)*DefaultMemoryFraction) {
+		t.Errorf("DefaultMemoryLimit() = %d, want %v of %d", DefaultMemoryLimit(), DefaultMemoryFraction, avail)
+	}
+}

@@ -31,6 +31,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
 	root.AddCommand(checkpointCmd(stdout))
+	root.AddCommand(benchMemoryCmd(stdout))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(stderr, "moehost:", err)
 		return 1
