@@ -76,6 +76,13 @@ test: examples ## Check formatting, vet, build without cgo, and run every test w
 	CGO_ENABLED=0 $(GO) build ./...
 	$(GO) test -race -timeout 12m ./...
 
+# Debian's Python (with Debian's python3-torch), not a virtualenv's.
+PYTHON ?= /usr/bin/python3
+
+.PHONY: test-python-interop
+test-python-interop: ## Load an ffn checkpoint into PyTorch's FeedforwardBlock (strict=True) and compare outputs (needs python3-torch: scripts/install-python-torch.sh)
+	MOEHOST_PYTHON=$(PYTHON) $(GO) test -count=1 -run '^TestPythonInterop$$' -v ./tests/
+
 .PHONY: bench
 bench: examples ## Serving load test (batching vs none, 64 clients), the Go benchmarks, and density (1,024 ffn experts, shared vs one instance each)
 	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s

@@ -36,7 +36,6 @@ func paramValues(t *testing.T, ps []*moehostv1.NamedTensor) map[string][]float32
 // TestCheckpointService saves, lists and restores over Connect, and checks
 // that GetParameters follows the expert's training.
 func TestCheckpointService(t *testing.T) {
-	t.Parallel()
 	const h = 8
 	ctx := context.Background()
 	srv, err := ckptServer(t, t.TempDir(), wasmexperts.FFN, h, host.CheckpointConfig{})
@@ -130,7 +129,6 @@ func TestCheckpointService(t *testing.T) {
 // TestCheckpointServiceAccess checks the admin token, and that without
 // one the service is not served on a non-loopback listener.
 func TestCheckpointServiceAccess(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	start := func(listen string, opts ...host.Option) *host.Server {
 		srv, err := host.New(append([]host.Option{host.WithListen(listen), host.WithDataDir(host.SharedTestDataDir()),

@@ -357,12 +357,10 @@ func (s *Server) startSaving() {
 	}()
 }
 
-// stopSaving stops the periodic saver and, once the worker has stopped and
-// the server had been ready, saves every expert that trained since its
-// last save.
-func (s *Server) stopSaving(ctx context.Context, experts []*expert) {
+// stopSaving stops the periodic saver, if it runs, and waits for it.
+func (s *Server) stopSaving() {
 	s.mu.Lock()
-	stop, done, c := s.stopSave, s.saveDone, s.ckpt
+	stop, done := s.stopSave, s.saveDone
 	s.stopSave = nil
 	s.mu.Unlock()
 	if stop == nil {
@@ -370,7 +368,23 @@ func (s *Server) stopSaving(ctx context.Context, experts []*expert) {
 	}
 	close(stop)
 	<-done
-	c.saveAll(ctx, experts, false)
+}
+
+// saveOnShutdown saves every expert that trained since its last save,
+// once the worker has stopped. Only a server that was serving saves: a
+// failed Start has nothing new.
+func (s *Server) saveOnShutdown(ctx context.Context, experts []*expert) {
+	s.mu.Lock()
+	c := s.ckpt
+	s.mu.Unlock()
+	select {
+	case <-s.ready:
+	default:
+		return
+	}
+	if c != nil {
+		c.saveAll(ctx, experts, false)
+	}
 }
 
 // expertList returns the experts in uid order.

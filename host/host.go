@@ -343,8 +343,9 @@ func (s *Server) release(ctx context.Context) error {
 			e.bwd.Close(errShuttingDown)
 		}
 	}
+	s.stopSaving()
 	s.worker.Close(ctx)
-	s.stopSaving(ctx, experts)
+	s.saveOnShutdown(ctx, experts)
 	var errs []error
 	if httpSrv != nil {
 		if err := httpSrv.Shutdown(ctx); err != nil {
