@@ -62,6 +62,15 @@ func TestTimedOutInstanceIsReplaced(t *testing.T) {
 	if st := info().GetStats(); st.GetInstanceRestarts() != 1 {
 		t.Errorf("%d instance restarts, want 1", st.GetInstanceRestarts())
 	}
+	m, err := http.Get("http://" + srv.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Body.Close()
+	body, _ := io.ReadAll(m.Body)
+	if want := `moehost_instance_restarts_total{expert="trap.0"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
 }
 
 // TestRepeatedFailuresMarkUnhealthy checks that Info shows an expert that
