@@ -113,8 +113,9 @@ bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (insta
 TORCH_PYTHON ?= /usr/bin/python3
 
 .PHONY: bench-compare
-bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against PyTorch eager, one table (installs python3-torch if missing)
-	@dpkg -s python3-torch >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y python3-torch; }
+bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against PyTorch eager, one table (installs python3-torch and OpenBLAS if missing)
+	@# libopenblas0-pthread: without it Debian's torch runs on the reference BLAS (about 7 GFLOP/s).
+	@dpkg -s python3-torch libopenblas0-pthread >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y python3-torch libopenblas0-pthread; }
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
 	$(BIN)/moehost bench --compare --python $(TORCH_PYTHON) --torch-script scripts/bench_torch_ffn.py \
 	  --hidden-dim 1024 --batch 256 --threads 2 --rounds 5 --seconds 3s --data-dir $(CURDIR)/.tmp/bench-compare

@@ -506,13 +506,16 @@ func (d *cpuDevice) bmm(ta, tb bool, batch, m, n, k int, a *Tensor, na int, b *T
 		for j := lo; j < hi; j++ {
 			cj := z[j*sc : (j+1)*sc]
 			first := !acc
-			for i := j; i < batch; i += nc {
+			for i := j; i < batch && !stopped(c.stop); i += nc {
 				ai, bi := i%na, i%nb
-				d.gemmF32(ta, tb, m, n, k, x[ai*sa:(ai+1)*sa], y[bi*sb:(bi+1)*sb], cj, !first)
+				d.gemmStop(c.stop, ta, tb, m, n, k, x[ai*sa:(ai+1)*sa], y[bi*sb:(bi+1)*sb], cj, !first)
 				first = false
 			}
 		}
 	})
+	if stopped(c.stop) {
+		return errStopped
+	}
 	return nil
 }
 
@@ -527,9 +530,9 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 	sq, sk, sv, sp, so := a.tq*a.d, a.tk*a.d, a.tk*a.dv, a.tq*a.tk, a.tq*a.dv
 	work := a.tq * a.tk * (a.d + a.dv)
 	d.parallelFor(a.b*a.h, max(1, gemmMinWork/max(1, work)), func(lo, hi int) {
-		for bh := lo; bh < hi; bh++ {
+		for bh := lo; bh < hi && !stopped(out.stop); bh++ {
 			p := pp[bh*sp : (bh+1)*sp]
-			d.gemmF32(false, true, a.tq, a.tk, a.d, qq[bh*sq:(bh+1)*sq], kk[bh*sk:(bh+1)*sk], p, false)
+			d.gemmStop(out.stop, false, true, a.tq, a.tk, a.d, qq[bh*sq:(bh+1)*sq], kk[bh*sk:(bh+1)*sk], p, false)
 			var mrow []byte
 			if mb != nil {
 				b := bh / a.h
@@ -567,9 +570,12 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 					row[j] = float32(float64(row[j]) * inv)
 				}
 			}
-			d.gemmF32(false, false, a.tq, a.dv, a.tk, p, vv[bh*sv:(bh+1)*sv], oo[bh*so:(bh+1)*so], false)
+			d.gemmStop(out.stop, false, false, a.tq, a.dv, a.tk, p, vv[bh*sv:(bh+1)*sv], oo[bh*so:(bh+1)*so], false)
 		}
 	})
+	if stopped(out.stop) {
+		return errStopped
+	}
 	return nil
 }
 

@@ -1,6 +1,9 @@
 package gpuhost
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // The CPU GEMM follows Goto's scheme: op(B) is packed into KC×NC blocks of
 // NR-wide column panels, op(A) into MC×KC blocks of MR-high row panels, and
@@ -20,10 +23,37 @@ const (
 	gemmTinyWork = 1 << 11
 )
 
-// gemmBufs are one worker's packing buffers.
+// gemmBufs are one worker's packing buffers, and the stop signal of the
+// product it is working on.
 type gemmBufs struct {
 	a, b []float32
+	stop <-chan struct{}
 }
+
+// stopped reports whether the product should be given up: the serial
+// kernels check it between MC×KC×NC blocks, a few milliseconds of work.
+func (g *gemmBufs) stopped() bool {
+	select {
+	case <-g.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopped reports whether stop is closed; a nil stop never is.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// errStopped is a kernel's error when it gave up because its op's context
+// ended; ApplyMultiContext returns the context's error instead.
+var errStopped = errors.New("stopped")
 
 // get returns packing buffers of at least na and nb floats, growing them
 // if needed.
@@ -62,15 +92,24 @@ func (d *cpuDevice) putBufs(g *gemmBufs) {
 	}
 }
 
-// gemm implements kernels.gemm.
+// gemm implements kernels.gemm. It gives up early with errStopped once
+// c's stop is closed.
 func (d *cpuDevice) gemm(ta, tb bool, m, n, k int, a, b, c *Tensor, acc bool) error {
-	d.gemmF32(ta, tb, m, n, k, a.f32(), b.f32(), c.f32(), acc)
+	d.gemmStop(c.stop, ta, tb, m, n, k, a.f32(), b.f32(), c.f32(), acc)
+	if stopped(c.stop) {
+		return errStopped
+	}
 	return nil
 }
 
 // gemmF32 computes c (+)= op(a)·op(b) on slices, splitting the larger of m
 // and n across the device's threads.
 func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc bool) {
+	d.gemmStop(nil, ta, tb, m, n, k, a, b, c, acc)
+}
+
+// gemmStop is gemmF32 that leaves c half-written once stop is closed.
+func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool) {
 	if m <= 0 || n <= 0 {
 		return
 	}
@@ -107,7 +146,7 @@ func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc boo
 	}
 	workers = min(workers, units)
 	if workers <= 1 {
-		d.gemmSerial(ta, tb, m, n, k, a, lda, b, ldb, c, n, acc)
+		d.gemmSerial(stop, ta, tb, m, n, k, a, lda, b, ldb, c, n, acc)
 		return
 	}
 	var wg sync.WaitGroup
@@ -121,14 +160,14 @@ func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc boo
 				if tb {
 					bo = lo * ldb
 				}
-				d.gemmSerial(ta, tb, m, hi-lo, k, a, lda, b[bo:], ldb, c[lo:], n, acc)
+				d.gemmSerial(stop, ta, tb, m, hi-lo, k, a, lda, b[bo:], ldb, c[lo:], n, acc)
 			} else {
 				hi := min(hi, m)
 				ao := lo * lda // row lo of op(A)
 				if ta {
 					ao = lo
 				}
-				d.gemmSerial(ta, tb, hi-lo, n, k, a[ao:], lda, b, ldb, c[lo*n:], n, acc)
+				d.gemmSerial(stop, ta, tb, hi-lo, n, k, a[ao:], lda, b, ldb, c[lo*n:], n, acc)
 			}
 		}
 		if w == workers-1 {
@@ -142,9 +181,13 @@ func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc boo
 
 // gemmSerial computes the m×n block of c at c[0] (row stride ldc) on the
 // calling goroutine.
-func (d *cpuDevice) gemmSerial(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
+func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	bufs := d.getBufs()
-	defer d.putBufs(bufs)
+	bufs.stop = stop
+	defer func() {
+		bufs.stop = nil
+		d.putBufs(bufs)
+	}()
 	if d.asm {
 		gemmSerialAsm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc)
 		return

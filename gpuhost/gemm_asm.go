@@ -40,6 +40,9 @@ func gemmSerialAsm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda in
 			kc := min(kcMax, k-pc)
 			add := acc || pc > 0
 			for ic := 0; ic < m; ic += asmMC {
+				if bufs.stopped() {
+					return
+				}
 				mc := min(asmMC, m-ic)
 				packAAsm(ap, a, lda, ta, ic, pc, mc, kc)
 				cb := c[ic*ldc+jc:]

@@ -25,6 +25,9 @@ func gemmSerialGo(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int
 			packBGo(bp, b, ldb, tb, pc, jc, kc, nc, kp)
 			store := pc == 0 && !acc
 			for ic := 0; ic < m; ic += goMC {
+				if bufs.stopped() {
+					return
+				}
 				mc := min(goMC, m-ic)
 				packAGo(ap, a, lda, ta, ic, pc, mc, kc, kp)
 				macroKernelGo(mc, nc, kp, ap, bp, c[ic*ldc+jc:], ldc, store)

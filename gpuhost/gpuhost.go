@@ -55,6 +55,10 @@ type Tensor struct {
 	// tensor is collected without a Release.
 	charged int64
 	cleanup runtime.Cleanup
+	// stop, while an op's kernel writes this tensor, is the op's
+	// cancellation (ApplyMultiContext): long kernels check it between
+	// chunks and give up early.
+	stop <-chan struct{}
 }
 
 // Pin marks t as long-lived, such as a parameter: [Device.Release] leaves

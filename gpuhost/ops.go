@@ -1,6 +1,7 @@
 package gpuhost
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -165,11 +166,19 @@ func Apply(dev Device, tape *Tape, op abi.Op, args []*Tensor, attrs []float64) (
 // (abi.OpSplit); it returns the results in order, one for a single-result
 // op. The slice is new; the tensors are as Apply's.
 func ApplyMulti(dev Device, tape *Tape, op abi.Op, args []*Tensor, attrs []float64) ([]*Tensor, error) {
+	return ApplyMultiContext(context.Background(), dev, tape, op, args, attrs)
+}
+
+// ApplyMultiContext is [ApplyMulti] that gives up once ctx is done: it
+// does not start, and its long kernels (matmul, linear, batch matmul,
+// attention) stop between chunks of a few milliseconds and return ctx's
+// error, so that no op outlives its caller's deadline by much.
+func ApplyMultiContext(ctx context.Context, dev Device, tape *Tape, op abi.Op, args []*Tensor, attrs []float64) ([]*Tensor, error) {
 	p, err := PlanOp(dev, op, args, attrs)
 	if err != nil {
 		return nil, err
 	}
-	return p.Run(dev, tape)
+	return p.RunContext(ctx, dev, tape)
 }
 
 // Plan is an op whose args, attrs and shapes are checked and whose
@@ -252,6 +261,15 @@ func shapeBytes(dt abi.DType, shape []int) int64 {
 // Run allocates the op's results and internal tensors and runs it, as
 // [ApplyMulti]. A Plan runs once.
 func (p *Plan) Run(dev Device, tape *Tape) ([]*Tensor, error) {
+	return p.RunContext(context.Background(), dev, tape)
+}
+
+// RunContext is [Plan.Run] that gives up once ctx is done, as
+// [ApplyMultiContext].
+func (p *Plan) RunContext(ctx context.Context, dev Device, tape *Tape) ([]*Tensor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", p.rec.op, err)
+	}
 	if p.done {
 		return nil, fmt.Errorf("%w: %s: plan already run", ErrArgument, p.rec.op)
 	}
@@ -260,7 +278,7 @@ func (p *Plan) Run(dev Device, tape *Tape) ([]*Tensor, error) {
 	if err := rec.alloc(dev); err != nil {
 		return nil, err
 	}
-	if err := forward(dev, rec); err != nil {
+	if err := forwardUntil(ctx, dev, rec); err != nil {
 		dev.Release(rec.outs...)
 		dev.Release(rec.internal()...)
 		if errors.Is(err, ErrArgument) || errors.Is(err, ErrShape) {

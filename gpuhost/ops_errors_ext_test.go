@@ -129,13 +129,21 @@ func TestApplyMulti(t *testing.T) {
 	if err != nil || len(outs) != 1 {
 		t.Fatalf("ApplyMulti(neg) = %d results, %v; want 1", len(outs), err)
 	}
+	if got, want := mustFloats(t, dev, outs[0]), []float32{-1, -2, -3, -4, -5, -6}; !slices.Equal(got, want) {
+		t.Errorf("neg = %v, want %v", got, want)
+	}
 	tape := gpuhost.NewTape()
 	parts, err := gpuhost.ApplyMulti(dev, tape, abi.OpSplit, []*gpuhost.Tensor{x}, []float64{1, 1, 2})
 	if err != nil || len(parts) != 2 {
 		t.Fatalf("ApplyMulti(split) = %d results, %v; want 2", len(parts), err)
 	}
-	if got := mustFloats(t, dev, parts[1]); len(got) != 4 || got[0] != 2 || got[3] != 6 {
-		t.Errorf("split part 1 = %v, want [2 3 5 6]", got)
+	for i, want := range []struct {
+		shape []int
+		vals  []float32
+	}{{[]int{2, 1}, []float32{1, 4}}, {[]int{2, 2}, []float32{2, 3, 5, 6}}} {
+		if got := mustFloats(t, dev, parts[i]); !slices.Equal(got, want.vals) || !slices.Equal(parts[i].Shape(), want.shape) {
+			t.Errorf("split part %d = %v%v, want %v%v", i, parts[i].Shape(), got, want.shape, want.vals)
+		}
 	}
 	// Only the second part feeds the loss; the first gets no gradient.
 	g1 := mustTensor(t, dev, []int{2, 2}, []float64{1, 2, 3, 4})

@@ -35,6 +35,27 @@ func TestRelease(t *testing.T) {
 	if _, err := other.Float32s(o); err != nil {
 		t.Errorf("another device's tensor was released: %v", err)
 	}
+
+	// A double release must not put one buffer in the pool twice: the
+	// next two tensors of its size would share storage.
+	b := mustTensor(t, dev, []int{7}, randVals(rand.New(rand.NewPCG(1, 4)), 7, 1, 2))
+	dev.Release(b)
+	dev.Release(b)
+	x, y := []float32{1, 2, 3, 4, 5, 6, 7}, []float32{-1, -2, -3, -4, -5, -6, -7}
+	tx, err := dev.FromFloat32([]int{7}, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ty, err := dev.FromFloat32([]int{7}, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustFloats(t, dev, tx); !slices.Equal(got, x) {
+		t.Errorf("after a double release, a new tensor holds %v, want %v: two tensors share storage", got, x)
+	}
+	if got := mustFloats(t, dev, ty); !slices.Equal(got, y) {
+		t.Errorf("after a double release, a new tensor holds %v, want %v", got, y)
+	}
 }
 
 // TestTapeReleaseReuse runs the ffn's forward and backward three times,

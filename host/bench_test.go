@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
@@ -75,4 +76,51 @@ func BenchmarkExpertBatch(b *testing.B) {
 			dev.Release(grads...)
 		}
 	})
+}
+
+// BenchmarkWorstBatch measures the zoo's largest batches at the configs
+// `moehost serve` deploys (hidden_dim 1024; the transformer at its
+// defaults, seq_len 128 and 16 heads): a backward batch of max_batch_size
+// (1024) rows of the ffn, and of 64 sequences of the transformer. The
+// default CallTimeout is sized from it (RATIONALE).
+func BenchmarkWorstBatch(b *testing.B) {
+	tests := []struct {
+		name   string
+		module []byte
+		config map[string]int64
+		shapes [][]int
+	}{
+		{"ffn", wasmexperts.FFN, map[string]int64{"hidden_dim": 1024}, [][]int{{1024, 1024}}},
+		{"transformer", wasmexperts.Transformer, map[string]int64{"hidden_dim": 1024}, [][]int{{64, 128, 1024}}},
+	}
+	for _, tt := range tests {
+		b.Run(tt.name, func(b *testing.B) {
+			srv := startTestServer(b, WithExperts(ExpertConfig{UID: "x.0", Module: ModuleBytes(tt.module), Config: tt.config}))
+			e, dev := srv.experts["x.0"], srv.Device()
+			var inputs []*gpuhost.Tensor
+			for i, s := range e.inSpecs {
+				shape := tt.shapes[0]
+				if i > 0 { // the transformer's key padding mask
+					shape = shape[:2]
+				}
+				x, err := dev.Zeros(s.DType, shape)
+				if err != nil {
+					b.Fatal(err)
+				}
+				inputs = append(inputs, x)
+			}
+			gy, err := dev.Zeros(e.outSpecs[0].DType, tt.shapes[0])
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				g, err := srv.Backward(context.Background(), "x.0", inputs, []*gpuhost.Tensor{gy})
+				if err != nil {
+					b.Fatal(err)
+				}
+				dev.Release(g...)
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/batch")
+		})
+	}
 }

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -24,7 +25,10 @@ func TestClientProtocols(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown(ctx)
-	x := []float32{1, -2, 3.5, 4}
+	// Two rows of distinct values, so that a protocol that drops, swaps
+	// or rounds any element shows.
+	x := []float32{1, -2, 3.5, 4, 1e-7, -3e5, 0.25, 7}
+	gy := []float32{0.5, -1, 2, -4, 8e3, -1e-3, 9, 0}
 	for _, tt := range []struct {
 		name string
 		opts []client.Option
@@ -36,17 +40,21 @@ func TestClientProtocols(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := client.New(srv.Addr(), tt.opts...)
 			defer c.Close()
-			out, err := c.Expert("nop.0").Forward(ctx, client.Float32([]int64{1, 4}, x))
+			// nop is the identity: its output is x and its input's
+			// gradient the output's, element for element.
+			out, err := c.Expert("nop.0").Forward(ctx, client.Float32([]int64{2, 4}, x))
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := out[0].Float32s()
-			if err != nil || len(got) != 4 || got[0] != 1 || got[2] != 3.5 {
-				t.Fatalf("nop returned %v, %v", got, err)
+			if got, err := out[0].Float32s(); err != nil || !slices.Equal(got, x) {
+				t.Fatalf("nop returned %v, %v; want %v", got, err, x)
 			}
-			grads, err := c.Expert("nop.0").Backward(ctx, []client.Tensor{client.Float32([]int64{1, 4}, x)}, []client.Tensor{client.Float32([]int64{1, 4}, []float32{1, 1, 1, 1})})
+			grads, err := c.Expert("nop.0").Backward(ctx, []client.Tensor{client.Float32([]int64{2, 4}, x)}, []client.Tensor{client.Float32([]int64{2, 4}, gy)})
 			if err != nil || len(grads) != 1 {
 				t.Fatalf("backward: %v, %v", grads, err)
+			}
+			if got, err := grads[0].Float32s(); err != nil || !slices.Equal(got, gy) {
+				t.Fatalf("nop's input gradient is %v, %v; want %v", got, err, gy)
 			}
 			infos, err := c.ListExperts(ctx)
 			if err != nil || len(infos) != 1 || infos[0].GetUid() != "nop.0" {

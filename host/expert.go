@@ -7,6 +7,9 @@ import (
 	"maps"
 	"slices"
 	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
@@ -31,6 +34,8 @@ type expert struct {
 	optJSON string // optCfg, for checkpoints' metadata
 	inputs  []*moehostv1.TensorSchema
 	outputs []*moehostv1.TensorSchema
+	// The same schema, as the sandbox checks it.
+	inSpecs, outSpecs []sandbox.Spec
 
 	slot *instanceSlot // the instance, maybe shared with other experts (share.go)
 
@@ -41,6 +46,18 @@ type expert struct {
 	forwardBatches, backwardBatches   atomic.Int64
 	forwardExamples, backwardExamples atomic.Int64
 	failures                          atomic.Int64 // consecutive
+
+	// callTimeout is the instances' CallTimeout, the unit of quarantine.
+	callTimeout time.Duration
+	// restarts counts replaced instances; timeouts counts calls killed
+	// at callTimeout.
+	restarts, timeouts atomic.Int64
+	restartsC          prometheus.Counter
+	// quarantined holds the time (UnixNano) until which the expert runs
+	// nothing, after it ran past its call timeout; strikes counts the
+	// timeouts since its last success, for the backoff.
+	quarantined atomic.Int64
+	strikes     int // guarded by mu
 }
 
 // newExpert instantiates module for uid and reads its schema.
@@ -55,13 +72,15 @@ func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuh
 		return nil, fmt.Errorf("loading expert %q: %w", uid, err)
 	}
 	return &expert{
-		uid:     uid,
-		module:  module,
-		binding: b,
-		opt:     opt,
-		inputs:  schemaOf(inst.Inputs()),
-		outputs: schemaOf(inst.Outputs()),
-		slot:    &instanceSlot{inst: inst, users: 1},
+		uid:      uid,
+		module:   module,
+		binding:  b,
+		opt:      opt,
+		inputs:   schemaOf(inst.Inputs()),
+		outputs:  schemaOf(inst.Outputs()),
+		inSpecs:  inst.Inputs(),
+		outSpecs: inst.Outputs(),
+		slot:     &instanceSlot{inst: inst, users: 1},
 	}, nil
 }
 
@@ -77,6 +96,10 @@ func schemaOf(specs []sandbox.Spec) []*moehostv1.TensorSchema {
 // replacing one that trapped. Call with e.slot.mu held.
 func (e *expert) instance(ctx context.Context) (*sandbox.Instance, error) {
 	if e.slot.inst == nil || e.slot.inst.Closed() {
+		e.restarts.Add(1)
+		if e.restartsC != nil {
+			e.restartsC.Inc()
+		}
 		inst, err := e.module.Instantiate(ctx, e.binding)
 		if err != nil {
 			return nil, fmt.Errorf("%w: replacing the instance of %q: %w", rpc.ErrUnavailable, e.uid, err)
@@ -89,6 +112,34 @@ func (e *expert) instance(ctx context.Context) (*sandbox.Instance, error) {
 	return e.slot.inst, nil
 }
 
+// Quarantine: an expert whose call ran past its CallTimeout runs nothing
+// for quarantineFactor call timeouts, doubled for each further timeout
+// before a success, up to quarantineMaxDoublings doublings. A guest that
+// spins in every call therefore holds its device worker for at most
+// 1/(1+quarantineFactor) = 10% of the time, less as the backoff grows.
+const (
+	quarantineFactor       = 9
+	quarantineMaxDoublings = 6
+)
+
+// quarantine starts or extends the quarantine after a timeout. Call with
+// e.slot.mu held.
+func (e *expert) quarantine() time.Duration {
+	d := e.callTimeout * quarantineFactor << min(e.strikes, quarantineMaxDoublings)
+	e.strikes++
+	e.quarantined.Store(time.Now().Add(d).UnixNano())
+	return d
+}
+
+// checkQuarantine fails fast while the expert is quarantined.
+func (e *expert) checkQuarantine() error {
+	until := time.Unix(0, e.quarantined.Load())
+	if left := time.Until(until); left > 0 {
+		return fmt.Errorf("%w: expert %q ran past its call timeout of %v and is quarantined for %v more", rpc.ErrUnavailable, e.uid, e.callTimeout, left.Round(time.Millisecond))
+	}
+	return nil
+}
+
 func (e *expert) Device() gpuhost.Device { return e.binding.Device }
 
 func (e *expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
@@ -97,12 +148,18 @@ func (e *expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
 
 // Forward queues a forward request in the expert's pool and waits for it.
 func (e *expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+	if err := e.checkQuarantine(); err != nil {
+		return nil, err
+	}
 	outs, err := e.fwd.Submit(ctx, fwdReq{inputs: inputs})
 	return outs, poolError(e.uid, err)
 }
 
 // Backward queues a backward request in the expert's pool and waits for it.
 func (e *expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+	if err := e.checkQuarantine(); err != nil {
+		return nil, err
+	}
 	grads, err := e.bwd.Submit(ctx, bwdReq{inputs: inputs, gradOutputs: gradOutputs})
 	return grads, poolError(e.uid, err)
 }
@@ -124,6 +181,9 @@ func poolError(uid string, err error) error {
 func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	e.slot.mu.Lock()
 	defer e.slot.mu.Unlock()
+	if err := e.checkQuarantine(); err != nil {
+		return nil, err
+	}
 	inst, err := e.instance(ctx)
 	if err != nil {
 		return nil, err
@@ -143,21 +203,105 @@ func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	e.slot.mu.Lock()
 	defer e.slot.mu.Unlock()
+	if err := e.checkQuarantine(); err != nil {
+		return nil, err
+	}
 	gradInputs, gradParams, params, err := e.gradients(ctx, inputs, gradOutputs)
 	if err != nil {
 		return nil, err
 	}
-	err = e.opt.Step(params, gradParams)
-	// A custom backward may hand one tensor back as both a parameter's and
-	// an input's gradient; the input's must survive until it is sent.
-	e.Device().Release(slices.DeleteFunc(gradParams, func(g *gpuhost.Tensor) bool { return slices.Contains(gradInputs, g) })...)
-	if err != nil {
-		return nil, e.fail(fmt.Errorf("%w: optimizer step: %w", rpc.ErrInternal, err))
+	if err := e.step(params, gradParams, gradInputs); err != nil {
+		return nil, err
 	}
-	e.succeed()
 	e.backwardBatches.Add(1)
 	e.backwardExamples.Add(int64(inputs[0].Shape()[0]))
 	return gradInputs, nil
+}
+
+// step takes one optimizer step and releases the parameter gradients.
+// Call with e.slot.mu held.
+func (e *expert) step(params, gradParams []*gpuhost.Tensor, gradInputs ...[]*gpuhost.Tensor) error {
+	err := e.opt.Step(params, gradParams)
+	// A custom backward may hand one tensor back as both a parameter's and
+	// an input's gradient; the input's must survive until it is sent.
+	e.Device().Release(slices.DeleteFunc(gradParams, func(g *gpuhost.Tensor) bool {
+		return slices.ContainsFunc(gradInputs, func(gi []*gpuhost.Tensor) bool { return slices.Contains(gi, g) })
+	})...)
+	if err != nil {
+		return e.fail(fmt.Errorf("%w: optimizer step: %w", rpc.ErrInternal, err))
+	}
+	e.succeed()
+	return nil
+}
+
+// blamable reports whether a batch's error may come from one request's
+// data, so that rerunning the requests one by one can find the culprit: a
+// guest's error code. Traps and timeouts are not rerun: they cost an
+// instance each.
+func blamable(err error) bool { return errors.Is(err, sandbox.ErrGuest) }
+
+// forwardEach runs each request as a batch of its own, after their batch
+// failed with a guest error, so that the culprit gets the error and its
+// batch-mates their results. Called by the device worker.
+func (e *expert) forwardEach(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.Tensor, error) {
+	res := make([][]*gpuhost.Tensor, len(reqs))
+	errs := make(batch.Errors, len(reqs))
+	failed := false
+	for i, r := range reqs {
+		res[i], errs[i] = e.forward(ctx, r.inputs)
+		failed = failed || errs[i] != nil
+	}
+	if !failed {
+		return res, nil
+	}
+	return res, errs
+}
+
+// backwardEach is forwardEach for backward batches. The parameter
+// gradients of the requests that succeed are summed, which is what their
+// batch would have given, and the optimizer takes one step for them all.
+func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.Tensor, error) {
+	e.slot.mu.Lock()
+	defer e.slot.mu.Unlock()
+	if err := e.checkQuarantine(); err != nil {
+		return nil, err
+	}
+	dev := e.Device()
+	res := make([][]*gpuhost.Tensor, len(reqs))
+	errs := make(batch.Errors, len(reqs))
+	var sum, params []*gpuhost.Tensor
+	examples := 0
+	for i, r := range reqs {
+		gradInputs, gradParams, ps, err := e.gradients(ctx, r.inputs, r.gradOutputs)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		res[i], params = gradInputs, ps
+		examples += r.inputs[0].Shape()[0]
+		if sum == nil {
+			sum = gradParams
+			continue
+		}
+		for j, g := range gradParams {
+			// The tensors summed here may be a custom backward's input
+			// gradients too; they are left to the garbage collector.
+			if sum[j], err = gpuhost.Apply(dev, nil, abi.OpAdd, []*gpuhost.Tensor{sum[j], g}, nil); err != nil {
+				return nil, e.fail(fmt.Errorf("%w: summing parameter gradients: %w", rpc.ErrInternal, err))
+			}
+		}
+	}
+	if sum != nil {
+		if err := e.step(params, sum, res...); err != nil {
+			return nil, err
+		}
+		e.backwardBatches.Add(1)
+		e.backwardExamples.Add(int64(examples))
+	}
+	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		return res, nil
+	}
+	return res, errs
 }
 
 // gradients runs hivemind's stateless recompute: the guest's forward with
@@ -242,26 +386,42 @@ func (e *expert) customGradients(ctx context.Context, inst *sandbox.Instance, in
 	return gradInputs, gradParams, nil
 }
 
-// fail counts a failed batch and maps err for the RPC layer.
+// fail maps a failed call's err for the RPC layer. Only the host's and the
+// instance's failures (traps, timeouts, internal errors) count towards
+// unhealthy: bad inputs, a guest's error code and cancellations come from
+// the request, not from the expert. A call killed at its CallTimeout also
+// quarantines the expert. Call with e.slot.mu held.
 func (e *expert) fail(err error) error {
 	if limited(err) {
 		// The memory limit is not the expert's fault: the batch is
 		// refused, and the expert stays healthy.
 		return fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
 	}
-	e.failures.Add(1)
 	switch {
 	case errors.Is(err, sandbox.ErrInvalidInput):
 		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+	case errors.Is(err, sandbox.ErrGuest):
+		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+	case errors.Is(err, sandbox.ErrTrap) && errors.Is(err, context.DeadlineExceeded):
+		e.failures.Add(1)
+		e.timeouts.Add(1)
+		d := e.quarantine()
+		return fmt.Errorf("expert %q ran past its call timeout of %v and is quarantined for %v: %w", e.uid, e.callTimeout, d, err)
+	case errors.Is(err, sandbox.ErrTrap):
+		e.failures.Add(1)
+		return fmt.Errorf("%w: %w", rpc.ErrInternal, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return err
-	case errors.Is(err, sandbox.ErrTrap), errors.Is(err, sandbox.ErrGuest):
-		return fmt.Errorf("%w: %w", rpc.ErrInternal, err)
 	}
+	e.failures.Add(1)
 	return err
 }
 
-func (e *expert) succeed() { e.failures.Store(0) }
+// succeed records a successful batch. Call with e.slot.mu held.
+func (e *expert) succeed() {
+	e.failures.Store(0)
+	e.strikes = 0
+}
 
 // limited tells whether err comes from a limit on memory: the host's
 // (gpuhost.ErrOutOfMemory) or the call's byte budget, which a guest
@@ -288,6 +448,8 @@ func (e *expert) Info() *moehostv1.ExpertInfo {
 			BackwardBatches:  e.backwardBatches.Load(),
 			ForwardExamples:  e.forwardExamples.Load(),
 			BackwardExamples: e.backwardExamples.Load(),
+			InstanceRestarts: e.restarts.Load(),
+			CallTimeouts:     e.timeouts.Load(),
 		},
 	}
 }

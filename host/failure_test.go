@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,26 +21,55 @@ func trapInput(first float64) []*moehostv1.Tensor {
 }
 
 // TestTimedOutInstanceIsReplaced sends a request that makes the guest loop
-// forever with a client deadline: the caller gets DeadlineExceeded, the
-// instance is discarded, and the next request runs on a new one.
+// forever, with no client deadline: the guest's own CallTimeout stops it
+// whatever the load (wazero checks the deadline in every loop), the caller
+// gets DeadlineExceeded, the expert is quarantined (Unavailable), and once
+// the quarantine ends the next request runs on a new instance.
 func TestTimedOutInstanceIsReplaced(t *testing.T) {
-	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+testServer.Addr())
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	begin := time.Now()
-	_, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "trap.0", Inputs: trapInput(-1000)}))
-	if codeOf(err) != connect.CodeDeadlineExceeded {
-		t.Fatalf("looping guest: %v, want DeadlineExceeded", err)
+	const timeout = 200 * time.Millisecond
+	srv := startTestServer(t, WithGuestLimits(GuestLimits{CallTimeout: timeout}),
+		WithExperts(ExpertConfig{UID: "trap.0", Module: ModuleBytes(trapWasm)}))
+	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	ctx := context.Background()
+	forward := func(first float64) (*connect.Response[moehostv1.ForwardResponse], error) {
+		return c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "trap.0", Inputs: trapInput(first)}))
 	}
-	if el := time.Since(begin); el > 10*time.Second {
-		t.Errorf("the deadline took %v to fire", el)
+	info := func() *moehostv1.ExpertInfo {
+		res, err := c.Info(ctx, connect.NewRequest(&moehostv1.InfoRequest{Uid: "trap.0"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg
 	}
-	res, err := c.Forward(context.Background(), connect.NewRequest(&moehostv1.ForwardRequest{Uid: "trap.0", Inputs: trapInput(5)}))
+	if _, err := forward(-1000); codeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(messageOf(err), "call timeout") {
+		t.Fatalf("looping guest: %v, want DeadlineExceeded naming the call timeout", err)
+	}
+	if st := info().GetStats(); st.GetCallTimeouts() != 1 || st.GetInstanceRestarts() != 0 {
+		t.Fatalf("after the timeout: %v, want 1 call timeout and no restart yet", st)
+	}
+	if _, err := forward(5); codeOf(err) != connect.CodeUnavailable || !strings.Contains(messageOf(err), "quarantined") {
+		t.Fatalf("request during the quarantine: %v, want Unavailable", err)
+	}
+	// The quarantine lasts quarantineFactor call timeouts.
+	time.Sleep(quarantineFactor*timeout + 50*time.Millisecond)
+	res, err := forward(5)
 	if err != nil {
-		t.Fatalf("request after the timeout: %v", err)
+		t.Fatalf("request after the quarantine: %v", err)
 	}
-	if got := floats(t, res.Msg.GetOutputs()[0]); got[0] != 5 {
+	if got := floats(t, res.Msg.GetOutputs()[0]); !slices.Equal(got, []float32{5, 0, 0, 0}) {
 		t.Errorf("identity expert returned %v", got)
+	}
+	if st := info().GetStats(); st.GetInstanceRestarts() != 1 {
+		t.Errorf("%d instance restarts, want 1", st.GetInstanceRestarts())
+	}
+	m, err := http.Get("http://" + srv.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Body.Close()
+	body, _ := io.ReadAll(m.Body)
+	if want := `moehost_instance_restarts_total{expert="trap.0"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
 	}
 }
 

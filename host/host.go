@@ -59,6 +59,7 @@ type Server struct {
 	mu       sync.Mutex
 	started  bool
 	rt       *sandbox.Runtime
+	dev      gpuhost.Device
 	experts  map[string]*expert
 	sorted   []rpc.Expert
 	devices  []gpuhost.Device
@@ -242,6 +243,7 @@ func (s *Server) start(ctx context.Context) error {
 				return errors.Join(err, e.close(context.WithoutCancel(ctx)))
 			}
 		}
+		e.callTimeout = rt.Limits().CallTimeout
 		lim := s.cfg.batching
 		if ec.Batching != nil {
 			lim = *ec.Batching
@@ -257,7 +259,7 @@ func (s *Server) start(ctx context.Context) error {
 		sorted = append(sorted, experts[uid])
 	}
 	s.mu.Lock()
-	s.experts, s.sorted = experts, sorted
+	s.experts, s.sorted, s.dev = experts, sorted, dev
 	s.mu.Unlock()
 
 	s.worker.Start(ctx)

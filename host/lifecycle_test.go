@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"net"
 	"os"
@@ -208,13 +209,25 @@ func TestConcurrentShutdownWithRequestsInFlight(t *testing.T) {
 	}
 }
 
+// spinInitWasm is an expert whose moe_init loops forever.
+//
+// Rebuild: wat2wasm testdata/spin_init.wat -o testdata/spin_init.wasm
+//
+//go:embed testdata/spin_init.wasm
+var spinInitWasm []byte
+
 // TestShutdownDuringStart stops a server while it is still loading its
-// experts: Start gives up, Shutdown waits for it, and nothing is left.
+// experts, at several points of the load: its last expert never finishes
+// moe_init, so Start is always cut short by Shutdown and returns
+// ErrServerClosed, Shutdown waits for it, and nothing is left.
 func TestShutdownDuringStart(t *testing.T) {
 	g0, fd0 := counts(t)
 	for i := range 5 {
 		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(host.SharedTestDataDir()),
-			host.WithExperts(smallFFN("ffn.0"), smallFFN("ffn.1"), smallFFN("ffn.2")))
+			// Without Shutdown, Start would wait 20s for the init.
+			host.WithGuestLimits(host.GuestLimits{InitTimeout: 20 * time.Second}),
+			host.WithExperts(smallFFN("ffn.0"), smallFFN("ffn.1"),
+				host.ExpertConfig{UID: "spin.0", Module: host.ModuleBytes(spinInitWasm)}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,8 +237,14 @@ func TestShutdownDuringStart(t *testing.T) {
 		if err := srv.Shutdown(context.Background()); err != nil {
 			t.Errorf("Shutdown during Start: %v", err)
 		}
-		if err := <-started; err != nil && !errors.Is(err, host.ErrServerClosed) {
-			t.Errorf("Start cut short by Shutdown: %v, want nil or ErrServerClosed", err)
+		select {
+		case err := <-started:
+			// Cut short, not timed out: the init's 20s never ran out.
+			if !errors.Is(err, host.ErrServerClosed) || errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Start cut short by Shutdown: %v, want ErrServerClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Start still loading 10s after Shutdown")
 		}
 	}
 	settle(t, g0, fd0)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/batch"
 )
@@ -19,6 +21,7 @@ type (
 // worker.
 func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 	dev := e.Device()
+	e.restartsC = m.restarts.With(prometheus.Labels{"expert": e.uid})
 	e.fwdStats = newPoolStats(m, e.uid, "forward", lim.WithDefaults())
 	e.bwdStats = newPoolStats(m, e.uid, "backward", lim.WithDefaults())
 	e.fwd = batch.NewPool(lim, batch.Ops[fwdReq, []*gpuhost.Tensor]{
@@ -41,6 +44,10 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 				return nil, err
 			}
 			outs, err := e.forward(ctx, inputs)
+			if err != nil && len(reqs) > 1 && blamable(err) {
+				dev.Release(inputs...)
+				return e.forwardEach(ctx, reqs)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -82,6 +89,10 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 				return nil, err
 			}
 			gradInputs, err := e.backward(ctx, inputs, gradOutputs)
+			if err != nil && len(reqs) > 1 && blamable(err) {
+				dev.Release(append(inputs, gradOutputs...)...)
+				return e.backwardEach(ctx, reqs)
+			}
 			if err != nil {
 				return nil, err
 			}

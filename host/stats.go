@@ -29,6 +29,7 @@ type metrics struct {
 	batchSize  *prometheus.HistogramVec
 	queueWait  *prometheus.HistogramVec
 	runTime    *prometheus.HistogramVec
+	restarts   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -60,7 +61,11 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
 		}, labels),
 	}
-	m.reg.MustRegister(m.batches, m.failed, m.samples, m.queueDepth, m.batchSize, m.queueWait, m.runTime,
+	m.restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "moehost", Name: "instance_restarts_total",
+		Help: "Wasm instances started to replace one that trapped or ran past its call timeout.",
+	}, []string{"expert"})
+	m.reg.MustRegister(m.restarts, m.batches, m.failed, m.samples, m.queueDepth, m.batchSize, m.queueWait, m.runTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

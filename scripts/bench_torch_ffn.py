@@ -53,6 +53,24 @@ def rate(step, batch, seconds):
             return n * batch / el
 
 
+def gemm_gflops(seconds=1.0, n=1024):
+    """GFLOP/s of torch's float32 GEMM on n×n matrices: the BLAS it runs on.
+
+    Debian's python3-torch uses whatever libblas.so.3 is selected; with the
+    reference BLAS it manages about 7 GFLOP/s, with OpenBLAS (the package
+    libopenblas0-pthread) ten times that.
+    """
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    k, start = 0, time.perf_counter()
+    while True:
+        a @ b
+        k += 1
+        el = time.perf_counter() - start
+        if el >= seconds and k >= 3:
+            return 2 * n**3 * k / el / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hidden", type=int, default=1024)
@@ -94,7 +112,7 @@ def main():
     if args.once:
         one(args.seconds)
         return
-    print(json.dumps({"ready": True, "torch": torch.__version__}), flush=True)
+    print(json.dumps({"ready": True, "torch": torch.__version__, "gemm_gflops": gemm_gflops()}), flush=True)
     for line in sys.stdin:
         parts = line.split()
         if not parts:

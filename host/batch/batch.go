@@ -77,6 +77,9 @@ type Ops[T, R any] struct {
 	Split func(T, []int) ([]T, error)
 	// Run computes the results of a batch of requests, one result per
 	// request, in order. It is called by one device worker at a time.
+	// When only some requests failed, Run returns every result it has and
+	// an [Errors] with one entry per request, so that each request gets
+	// its own result or error.
 	Run func(ctx context.Context, batch []T) ([]R, error)
 	// Join concatenates the results of a split request's pieces.
 	Join func([]R) (R, error)
@@ -89,4 +92,20 @@ type Observer interface {
 	Batch(rows int, waits []time.Duration, run time.Duration, err error)
 	// Queue reports the number of pending pieces after it changed.
 	Queue(depth int)
+}
+
+// Errors is the error of a batch in which requests failed one by one: one
+// entry per request, in order, nil where the request has its result.
+type Errors []error
+
+func (e Errors) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e {
+		if err != nil {
+			if n++; first == nil {
+				first = err
+			}
+		}
+	}
+	return fmt.Sprintf("%d of %d requests failed; the first: %v", n, len(e), first)
 }

@@ -345,3 +345,64 @@ func TestOldestPoolFirst(t *testing.T) {
 		t.Errorf("ran pools in order %s, want [c a b] (oldest request first)", got)
 	}
 }
+
+// TestErrorsFailRequestsOneByOne checks a Run that returns batch.Errors:
+// each request gets its own error or its own result, including the pieces
+// of a split request, which fails if any piece does.
+func TestErrorsFailRequestsOneByOne(t *testing.T) {
+	errOdd := errors.New("odd request")
+	w := runtime.NewWorker()
+	ops := batch.Ops[[]int, []int]{
+		Rows:  func(v []int) int { return len(v) },
+		Split: (&recorder{}).ops().Split,
+		Join:  func(parts [][]int) ([]int, error) { return slices.Concat(parts...), nil },
+		// A request whose first value is odd fails alone.
+		Run: func(_ context.Context, reqs [][]int) ([][]int, error) {
+			out := make([][]int, len(reqs))
+			errs := make(batch.Errors, len(reqs))
+			for i, q := range reqs {
+				if q[0]%2 != 0 {
+					errs[i] = fmt.Errorf("%w: %d", errOdd, q[0])
+					continue
+				}
+				out[i] = []int{-q[0]}
+			}
+			return out, errs
+		},
+	}
+	p := batch.NewPool(batch.Limits{MinBatchSize: 5, MaxWait: time.Minute}, ops, nil, w.Notify)
+	w.Add(p)
+	w.Start(context.Background())
+	defer func() {
+		p.Close(nil)
+		w.Close(context.Background())
+	}()
+	tests := []struct {
+		name    string
+		in      []int
+		want    []int
+		wantErr bool
+	}{
+		{"even", []int{2}, []int{-2}, false},
+		{"odd", []int{3}, nil, true},
+		{"even too", []int{4}, []int{-4}, false},
+		{"another odd", []int{7}, nil, true},
+		{"zero", []int{0}, []int{0}, false},
+	}
+	chans := make([]chan result, len(tests))
+	for i, tt := range tests {
+		chans[i] = submitAsync(p, context.Background(), tt.in)
+	}
+	for i, tt := range tests {
+		r := <-chans[i]
+		if tt.wantErr {
+			if !errors.Is(r.err, errOdd) || !strings.Contains(r.err.Error(), fmt.Sprint(tt.in[0])) {
+				t.Errorf("%s: %v, %v; want its own error", tt.name, r.out, r.err)
+			}
+			continue
+		}
+		if r.err != nil || !slices.Equal(r.out, tt.want) {
+			t.Errorf("%s: %v, %v; want %v", tt.name, r.out, r.err, tt.want)
+		}
+	}
+}

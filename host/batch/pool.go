@@ -218,12 +218,20 @@ func (p *Pool[T, R]) RunBatch(ctx context.Context) {
 	bctx, cancel := batchContext(ctx, batch)
 	results, err := p.run(bctx, payloads)
 	cancel()
+	var each Errors
+	if !errors.As(err, &each) || len(each) != len(batch) || len(results) != len(batch) {
+		each = nil
+	}
 	for i, pc := range batch {
 		var res R
-		if err == nil {
+		perr := err
+		if each != nil {
+			perr = each[i]
+		}
+		if perr == nil {
 			res = results[i]
 		}
-		pc.req.complete(pc.idx, res, err)
+		pc.req.complete(pc.idx, res, perr)
 	}
 	p.obs.Batch(rows, waits, time.Since(start), err)
 }
@@ -237,6 +245,10 @@ func (p *Pool[T, R]) run(ctx context.Context, payloads []T) (results []R, err er
 		}
 	}()
 	results, err = p.ops.Run(ctx, payloads)
+	var each Errors
+	if errors.As(err, &each) && (len(each) != len(payloads) || len(results) != len(payloads)) {
+		return nil, fmt.Errorf("BUG: batch of %d requests gave %d results and %d errors", len(payloads), len(results), len(each))
+	}
 	if err == nil && len(results) != len(payloads) {
 		return nil, fmt.Errorf("BUG: batch of %d requests gave %d results", len(payloads), len(results))
 	}

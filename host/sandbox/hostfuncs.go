@@ -546,6 +546,9 @@ func runOp(st *state, mem api.Memory, stack []uint64, fits func(int) error) ([]*
 	if err := needCall(st, abi.FuncOp); err != nil {
 		return nil, err
 	}
+	if err := st.stopped(); err != nil {
+		return nil, err
+	}
 	if err := st.countOp(); err != nil {
 		return nil, err
 	}
@@ -594,8 +597,15 @@ func runOp(st *state, mem api.Memory, stack []uint64, fits func(int) error) ([]*
 	if err := st.charge(code.String(), bytes, objects); err != nil {
 		return nil, err
 	}
-	outs, err := plan.Run(st.dev, st.tape)
+	stop := context.Background()
+	if st.stop != nil {
+		stop = st.stop
+	}
+	outs, err := plan.RunContext(stop, st.dev, st.tape)
 	if err != nil {
+		if serr := st.stopped(); serr != nil {
+			return nil, serr
+		}
 		return nil, opError(code, err)
 	}
 	for _, e := range entries {

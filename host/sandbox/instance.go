@@ -141,11 +141,14 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 	if err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s skipped: %w", abi.ExportForward, err)
+	}
 	st.beginCall(phaseForward, inputs, nil, batch, tape)
 	defer st.endCall()
-	ctx, cancel := context.WithTimeout(withState(ctx, st), st.limits.CallTimeout)
+	run, cancel := inst.callContext(ctx)
 	defer cancel()
-	if err := inst.call(ctx, inst.forward, abi.ExportForward); err != nil || st.spent {
+	if err := inst.call(run, inst.forward, abi.ExportForward); err != nil || st.spent {
 		return nil, inst.retireIfSpent(err)
 	}
 	for i, out := range st.callOutputs {
@@ -247,11 +250,14 @@ func (inst *Instance) Backward(ctx context.Context, inputs, gradOutputs []*gpuho
 			return nil, nil, fmt.Errorf("%w: gradient of output %d: %w", ErrInvalidInput, i, err)
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("%s skipped: %w", abi.ExportBackward, err)
+	}
 	st.beginCall(phaseBackward, inputs, gradOutputs, batch, nil)
 	defer st.endCall()
-	ctx, cancel := context.WithTimeout(withState(ctx, st), st.limits.CallTimeout)
+	run, cancel := inst.callContext(ctx)
 	defer cancel()
-	if err := inst.call(ctx, inst.backward, abi.ExportBackward); err != nil || st.spent {
+	if err := inst.call(run, inst.backward, abi.ExportBackward); err != nil || st.spent {
 		return nil, nil, inst.retireIfSpent(err)
 	}
 	for i, g := range st.gradInputs {
@@ -304,13 +310,38 @@ func specList(specs []Spec) string {
 	return strings.Join(s, ", ")
 }
 
-// call runs an export and turns its failure into ErrGuest or ErrTrap.
+// callContext splits the caller's ctx for one forward or backward. The
+// guest runs under the returned context, which keeps ctx's values but
+// neither its cancellation nor its deadline, only the instance's own
+// CallTimeout: wazero closes an instance whose context ends, and a caller
+// who leaves must not cost the instance. The caller's ctx, bounded by
+// CallTimeout too, becomes the call's stop signal instead: host functions
+// refuse to start an op once it is done and kernels stop between chunks,
+// so the guest gets an error code at a safe point and returns.
+func (inst *Instance) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout := inst.st.limits.CallTimeout
+	stop, cancelStop := context.WithTimeout(ctx, timeout)
+	inst.st.stop = stop
+	run, cancelRun := context.WithTimeout(withState(context.WithoutCancel(ctx), inst.st), timeout)
+	return run, func() {
+		cancelRun()
+		cancelStop()
+		inst.st.stop = nil
+	}
+}
+
+// call runs an export and turns its failure into ErrGuest or ErrTrap. A
+// guest that fails after its call was stopped gets the stop's error, so
+// that the caller sees a cancellation or a deadline, not a guest error.
 func (inst *Instance) call(ctx context.Context, f api.Function, name string) error {
 	res, err := f.Call(ctx)
 	if err != nil {
 		return inst.trap(name, err)
 	}
 	if code := int32(res[0]); code < 0 {
+		if stop := inst.st.stop; stop != nil && stop.Err() != nil {
+			return fmt.Errorf("%s stopped between ops: %w", name, stop.Err())
+		}
 		msg := inst.st.guestErr
 		if msg == "" {
 			msg = inst.st.lastErr

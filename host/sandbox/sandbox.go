@@ -60,8 +60,11 @@ type Limits struct {
 	ParamBytes int64
 	// InitTimeout bounds _initialize and moe_init together. Default 30s.
 	InitTimeout time.Duration
-	// CallTimeout bounds one moe_forward call; a guest past it is
-	// stopped and its instance discarded. Default 5m.
+	// CallTimeout bounds one moe_forward or moe_backward call; a guest
+	// past it is stopped and its instance discarded. Default 60s: about
+	// 6× the zoo's worst batch at the default deployment (ffn,
+	// hidden_dim 1024, a backward of 1024 rows: 9.3s on a loaded 2-core
+	// box), see RATIONALE.
 	CallTimeout time.Duration
 	// HostCallsPerCall caps the calls of host functions (every one of
 	// them, failed ones included) in one export call, moe_init included.
@@ -95,7 +98,7 @@ func (l Limits) WithDefaults() Limits {
 		l.InitTimeout = 30 * time.Second
 	}
 	if l.CallTimeout == 0 {
-		l.CallTimeout = 5 * time.Minute
+		l.CallTimeout = time.Minute
 	}
 	if l.HostCallsPerCall == 0 {
 		l.HostCallsPerCall = 1000000

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +31,7 @@ type probe struct {
 func newProbe(t *testing.T, rt *sandbox.Runtime, m *sandbox.Module) *probe {
 	t.Helper()
 	dev := gpuhost.NewCPU(1)
-	inst, err := m.Instantiate(context.Background(), sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, []byte("probe"), 0)})
+	inst, err := m.Instantiate(context.Background(), sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, []byte("probe"), 0), Config: map[string]int64{"seed": 42}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +106,15 @@ func TestHostileGuest(t *testing.T) {
 		{"negative capacity", 17, 0, abi.ErrOutOfBounds, ""}, // last_error keeps the previous message
 		{"args off the end of memory", 18, 0, abi.ErrOutOfBounds, "outside guest memory"},
 		{"negative arg count", 19, 0, abi.ErrOutOfBounds, "not negative"},
+		{"op_multi without room", 20, 0, abi.ErrInvalidArgument, "out_cap is 1"},
+		{"op_multi handles off memory", 21, 0, abi.ErrOutOfBounds, "outside guest memory"},
+		{"tensor_shape off memory", 24, 0, abi.ErrOutOfBounds, "outside guest memory"},
+		{"unknown config key", 25, 0, abi.ErrNotFound, `"nope"`},
+		{"the guest's own error", 27, 0, abi.ErrInvalidArgument, "probe refused"},
+		{"fail message off memory", 28, 0, abi.ErrOutOfBounds, "outside guest memory"},
+		{"grad_output in forward", 29, 0, abi.ErrWrongPhase, "grad_output is only allowed during moe_backward"},
+		{"grad_input in forward", 30, 0, abi.ErrWrongPhase, "grad_input is only allowed during moe_backward"},
+		{"param_grad in forward", 31, 0, abi.ErrWrongPhase, "param_grad is only allowed during moe_backward"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,6 +136,76 @@ func TestHostileGuest(t *testing.T) {
 			}
 		})
 	}
+
+	// Valid uses of op_multi, tensor_shape and config_i64: the guest
+	// checks what it got and answers x, or [x1, x0] for case 22.
+	for _, tt := range []struct {
+		name string
+		c    float32
+		want [2]float32
+	}{
+		{"op_multi split and concat", 22, [2]float32{9, 22}},
+		{"tensor_shape", 23, [2]float32{23, 9}},
+		{"config_i64", 26, [2]float32{26, 9}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bits, err := a.call(tt.c, 9)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := [2]float32{math.Float32frombits(bits[0]), math.Float32frombits(bits[1])}; got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+
+	// moe_backward: misuses of the gradient functions, then a valid call.
+	backward := func(c, arg float32, gy []float32) ([]*gpuhost.Tensor, map[*gpuhost.Tensor]*gpuhost.Tensor, error) {
+		x, err := a.dev.FromFloat32([]int{1, 2}, []float32{c, arg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := a.dev.FromFloat32([]int{1, 2}, gy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.inst.Backward(context.Background(), []*gpuhost.Tensor{x}, []*gpuhost.Tensor{g})
+	}
+	for _, tt := range []struct {
+		name string
+		c    float32
+		code abi.Errno
+		msg  string
+	}{
+		{"grad_output that does not exist", 40, abi.ErrInvalidArgument, "output 5 does not exist"},
+		{"param_grad of a non-parameter", 41, abi.ErrInvalidArgument, "is not a parameter"},
+		{"grad_input of the wrong shape", 42, abi.ErrShapeMismatch, "gradient of input 0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := backward(tt.c, 0, []float32{1, 2})
+			var ge *sandbox.GuestError
+			if !errors.As(err, &ge) || ge.Code != tt.code || !strings.Contains(ge.Msg, tt.msg) {
+				t.Fatalf("got %v, want code %v and a message with %q", err, tt.code, tt.msg)
+			}
+		})
+	}
+	t.Run("valid backward", func(t *testing.T) {
+		gradInputs, byParam, err := backward(43, 5, []float32{0.5, -3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := a.dev.Float32s(gradInputs[0]); err != nil || !slices.Equal(got, []float32{0.5, -3}) {
+			t.Errorf("input gradient %v, %v; want the output's [0.5 -3]", got, err)
+		}
+		if len(byParam) != 1 {
+			t.Fatalf("%d parameter gradients, want 1", len(byParam))
+		}
+		for _, g := range byParam {
+			if got, err := a.dev.Float32s(g); err != nil || !slices.Equal(got, []float32{5, 5}) {
+				t.Errorf("parameter gradient %v, %v; want [5 5]", got, err)
+			}
+		}
+	})
 
 	t.Run("errors ignored", func(t *testing.T) {
 		// The guest ignores every error and claims success: the host

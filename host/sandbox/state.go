@@ -19,6 +19,15 @@ const (
 	phaseBackward              // in moe_backward: tensors, ops and gradients
 )
 
+// stopped returns ErrBudgetExceeded once the current call has been
+// stopped: its callers left, or its deadline passed.
+func (st *state) stopped() error {
+	if st.stop == nil || st.stop.Err() == nil {
+		return nil
+	}
+	return errf(abi.ErrBudgetExceeded, "the call was stopped (%v); return now", st.stop.Err())
+}
+
 // inCall reports whether the instance is running a forward or backward.
 func (p phase) inCall() bool { return p == phaseForward || p == phaseBackward }
 
@@ -98,6 +107,9 @@ type state struct {
 	tape        *gpuhost.Tape
 	ops         int
 	bytes       int64
+	// stop is done once the call's callers have left or its time is up;
+	// ops check it (see Instance.callContext).
+	stop context.Context
 
 	// The current moe_backward call.
 	callGradOutputs []int32

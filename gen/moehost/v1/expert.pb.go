@@ -597,8 +597,15 @@ type ExpertStats struct {
 	ForwardExamples int64 `protobuf:"varint,3,opt,name=forward_examples,json=forwardExamples,proto3" json:"forward_examples,omitempty"`
 	// backward_examples is the total batch size over all Backward calls.
 	BackwardExamples int64 `protobuf:"varint,4,opt,name=backward_examples,json=backwardExamples,proto3" json:"backward_examples,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// instance_restarts counts the Wasm instances started to replace one
+	// that trapped or ran past its call timeout. Cancelled calls and guest
+	// errors do not restart the instance.
+	InstanceRestarts int64 `protobuf:"varint,5,opt,name=instance_restarts,json=instanceRestarts,proto3" json:"instance_restarts,omitempty"`
+	// call_timeouts counts the calls stopped for running past the call
+	// timeout; each one quarantines the expert for a while (see RATIONALE).
+	CallTimeouts  int64 `protobuf:"varint,6,opt,name=call_timeouts,json=callTimeouts,proto3" json:"call_timeouts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExpertStats) Reset() {
@@ -655,6 +662,20 @@ func (x *ExpertStats) GetForwardExamples() int64 {
 func (x *ExpertStats) GetBackwardExamples() int64 {
 	if x != nil {
 		return x.BackwardExamples
+	}
+	return 0
+}
+
+func (x *ExpertStats) GetInstanceRestarts() int64 {
+	if x != nil {
+		return x.InstanceRestarts
+	}
+	return 0
+}
+
+func (x *ExpertStats) GetCallTimeouts() int64 {
+	if x != nil {
+		return x.CallTimeouts
 	}
 	return 0
 }
@@ -797,12 +818,14 @@ const file_moehost_v1_expert_proto_rawDesc = "" +
 	"\x0fmean_batch_size\x18\v \x01(\x01R\rmeanBatchSize\x12)\n" +
 	"\x11queue_wait_p50_ms\x18\f \x01(\x01R\x0equeueWaitP50Ms\x12)\n" +
 	"\x11queue_wait_p99_ms\x18\r \x01(\x01R\x0equeueWaitP99Ms\x12'\n" +
-	"\x10run_time_mean_ms\x18\x0e \x01(\x01R\rrunTimeMeanMs\"\xb9\x01\n" +
+	"\x10run_time_mean_ms\x18\x0e \x01(\x01R\rrunTimeMeanMs\"\x8b\x02\n" +
 	"\vExpertStats\x12'\n" +
 	"\x0fforward_batches\x18\x01 \x01(\x03R\x0eforwardBatches\x12)\n" +
 	"\x10backward_batches\x18\x02 \x01(\x03R\x0fbackwardBatches\x12)\n" +
 	"\x10forward_examples\x18\x03 \x01(\x03R\x0fforwardExamples\x12+\n" +
-	"\x11backward_examples\x18\x04 \x01(\x03R\x10backwardExamples\"\x14\n" +
+	"\x11backward_examples\x18\x04 \x01(\x03R\x10backwardExamples\x12+\n" +
+	"\x11instance_restarts\x18\x05 \x01(\x03R\x10instanceRestarts\x12#\n" +
+	"\rcall_timeouts\x18\x06 \x01(\x03R\fcallTimeouts\"\x14\n" +
 	"\x12ListExpertsRequest\"G\n" +
 	"\x13ListExpertsResponse\x120\n" +
 	"\aexperts\x18\x01 \x03(\v2\x16.moehost.v1.ExpertInfoR\aexperts2\xb2\x02\n" +

@@ -116,7 +116,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.IntVar(&batching.MaxBatchSize, "max-batch-size", 1024, "most rows in one batch; larger requests are split")
 	f.IntVar(&batching.MinBatchSize, "min-batch-size", 1, "fewest rows flushed before --max-wait")
 	f.DurationVar(&batching.MaxWait, "max-wait", 10*time.Millisecond, "longest a request waits for its batch to fill")
-	f.DurationVar(&guest.CallTimeout, "call-timeout", 5*time.Minute, "longest one batch may run in an expert before its instance is stopped and replaced")
+	f.DurationVar(&guest.CallTimeout, "call-timeout", time.Minute, "longest one batch may run in an expert before its instance is stopped and replaced, and the expert quarantined for 9 times as long")
 	f.IntVar(&guest.OpsPerCall, "ops-per-call", 100000, "most ops one batch may run in an expert")
 	f.IntVar(&batching.QueueSize, "queue-size", 1024, "most pending requests per expert and pool; more get ResourceExhausted")
 	f.DurationVar(&guest.InitTimeout, "init-timeout", 30*time.Second, "longest an expert's instance may take to start (_initialize and moe_init)")

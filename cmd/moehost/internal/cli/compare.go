@@ -22,6 +22,7 @@ type compareFlags struct {
 	rounds               int
 	seconds              time.Duration
 	python, script, prof string
+	minTorchGFLOPS       float64
 }
 
 func (c *compareFlags) register(f *pflag.FlagSet) {
@@ -33,6 +34,7 @@ func (c *compareFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&c.python, "python", "python3", "--compare: the Python interpreter with torch")
 	f.StringVar(&c.script, "torch-script", "scripts/bench_torch_ffn.py", "--compare: the PyTorch side; empty skips it")
 	f.StringVar(&c.prof, "cpuprofile", "", "--compare: write a CPU profile of the whole run to this file")
+	f.Float64Var(&c.minTorchGFLOPS, "min-torch-gflops", 20, "--compare: refuse to compare when torch's float32 GEMM runs below this many GFLOP/s (a reference BLAS)")
 }
 
 func runCompare(ctx context.Context, stdout io.Writer, c compareFlags, dataDir string, hidden int) error {
@@ -53,6 +55,7 @@ func runCompare(ctx context.Context, stdout io.Writer, c compareFlags, dataDir s
 	res, err := compare.Run(ctx, compare.Config{
 		Module: wasmexperts.FFN, Hidden: hidden, Batch: c.batch, Threads: c.threads,
 		Rounds: c.rounds, Seconds: c.seconds, Python: c.python, Script: c.script, DataDir: dataDir,
+		MinTorchGFLOPS: c.minTorchGFLOPS,
 	}, stdout)
 	if err != nil {
 		return err

@@ -4,8 +4,9 @@
 // It runs three sides in rounds, one side at a time so that they never share
 // the cores: PyTorch eager in-process (scripts/bench_torch_ffn.py, kept
 // running in a child process so that torch is imported once), moehost
-// in-process (the sandbox, tape and optimizer calls a server makes for one
-// batch, without RPC), and moehost over RPC (a real server on loopback,
+// in-process (a server's own Forward and Backward, host.Server's call
+// API: pools, batching, device worker, sandbox, tape and optimizer, without
+// the wire), and moehost over RPC (a real server on loopback,
 // Connect protocol, one request of the whole batch at a time). Each side
 // measures forward and forward+backward+Adam. Rounds alternate the sides,
 // so that drift from other load hits them all; the table shows each side's
@@ -34,7 +35,6 @@ import (
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host"
-	"github.com/moehost/moehost/host/sandbox"
 )
 
 // Config describes a comparison.
@@ -48,6 +48,10 @@ type Config struct {
 	Python  string        // python3
 	Script  string        // scripts/bench_torch_ffn.py; empty skips torch
 	DataDir string        // server data dir (compilation cache)
+	// MinTorchGFLOPS is the least GFLOP/s torch's GEMM must reach for
+	// the comparison to run: below it, torch is on the reference BLAS
+	// and the comparison would flatter moehost.
+	MinTorchGFLOPS float64
 }
 
 // Rates are one round's samples/s of a side.
@@ -57,6 +61,7 @@ type Rates struct{ Fwd, FwdBwd float64 }
 type Result struct {
 	Torch, InProc, RPC []Rates
 	TorchVersion       string
+	TorchGEMM          float64 // GFLOP/s of torch's 1024² float32 GEMM
 }
 
 // Run measures cfg.Rounds rounds. progress, when not nil, gets a line per
@@ -73,7 +78,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Result, error) {
 			return res, err
 		}
 		defer torch.close()
-		res.TorchVersion = torch.version
+		res.TorchVersion, res.TorchGEMM = torch.version, torch.gemm
+		fmt.Fprintf(progress, "torch %s GEMM (1024², float32): %.1f GFLOP/s\n", torch.version, torch.gemm)
+		if torch.gemm < cfg.MinTorchGFLOPS {
+			return res, fmt.Errorf("torch's GEMM runs at %.1f GFLOP/s, below the floor of %.0f: torch is on a slow BLAS (install libopenblas0-pthread), and the comparison would flatter moehost", torch.gemm, cfg.MinTorchGFLOPS)
+		}
 	}
 	local, err := newInProc(ctx, cfg)
 	if err != nil {
@@ -132,48 +141,35 @@ func rate(ctx context.Context, batch int, d time.Duration, step func() error) (f
 	}
 }
 
-// inProc is the expert without RPC: what the server runs for one batch.
+// inProc is a server's expert called within the process (host's Forward
+// and Backward): the pools, batching, device worker, sandbox, tape and
+// optimizer that an RPC reaches, without the wire.
 type inProc struct {
-	rt   *sandbox.Runtime
-	dev  gpuhost.Device
-	inst *sandbox.Instance
-	ps   *sandbox.ParamStore
-	opt  gpuhost.Optimizer
-	x    []float32
-	gy   []float32
+	srv   *host.Server
+	dev   gpuhost.Device
+	x, gy []float32
 }
 
 func newInProc(ctx context.Context, cfg Config) (*inProc, error) {
-	rt, err := sandbox.NewRuntime(ctx, cacheDir(cfg), sandbox.Limits{})
+	srv, err := startServer(ctx, cfg)
 	if err != nil {
-		return nil, err
-	}
-	m, err := rt.Compile(ctx, cfg.Module)
-	if err != nil {
-		rt.Close(ctx)
-		return nil, err
-	}
-	dev := gpuhost.NewCPU(cfg.Threads)
-	ps := sandbox.NewParamStore(dev, []byte("ffn.0"), 0)
-	inst, err := m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: ps, Config: map[string]int64{"hidden_dim": int64(cfg.Hidden)}})
-	if err != nil {
-		rt.Close(ctx)
 		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	return &inProc{rt: rt, dev: dev, inst: inst, ps: ps, opt: gpuhost.NewAdam(gpuhost.AdamConfig{}),
+	return &inProc{srv: srv, dev: srv.Device(),
 		x: randVec(rng, cfg.Batch*cfg.Hidden), gy: randVec(rng, cfg.Batch*cfg.Hidden)}, nil
 }
 
-func (p *inProc) close(ctx context.Context) { p.rt.Close(ctx) }
+func (p *inProc) close(ctx context.Context) { stopServer(ctx, p.srv) }
 
-// Forward runs one forward batch, as the server does after decoding.
+// Forward runs one forward request, as the RPC handler does after
+// decoding, and releases what it made as the handler does after encoding.
 func (p *inProc) Forward(ctx context.Context, shape []int) error {
 	x, err := p.dev.FromFloat32(shape, p.x)
 	if err != nil {
 		return err
 	}
-	outs, err := p.inst.Forward(ctx, []*gpuhost.Tensor{x}, nil)
+	outs, err := p.srv.Forward(ctx, "ffn.0", []*gpuhost.Tensor{x})
 	if err != nil {
 		return err
 	}
@@ -181,7 +177,8 @@ func (p *inProc) Forward(ctx context.Context, shape []int) error {
 	return nil
 }
 
-// Backward runs one backward batch and an Adam step, as the server does.
+// Backward runs one backward request: the tape, the gradients and the
+// server's Adam step.
 func (p *inProc) Backward(ctx context.Context, shape []int) error {
 	x, err := p.dev.FromFloat32(shape, p.x)
 	if err != nil {
@@ -191,24 +188,12 @@ func (p *inProc) Backward(ctx context.Context, shape []int) error {
 	if err != nil {
 		return err
 	}
-	tape := gpuhost.NewTape()
-	defer tape.Release(p.dev)
-	outs, err := p.inst.Forward(ctx, []*gpuhost.Tensor{x}, tape)
+	grads, err := p.srv.Backward(ctx, "ffn.0", []*gpuhost.Tensor{x}, []*gpuhost.Tensor{gy})
 	if err != nil {
 		return err
 	}
-	wrt := []*gpuhost.Tensor{x}
-	var params []*gpuhost.Tensor
-	for _, q := range p.ps.Params() {
-		params = append(params, q.Tensor)
-	}
-	grads, err := tape.Backward(p.dev, outs, []*gpuhost.Tensor{gy}, append(wrt, params...))
-	if err != nil {
-		return err
-	}
-	err = p.opt.Step(params, grads[1:])
 	p.dev.Release(append(grads, x, gy)...)
-	return err
+	return nil
 }
 
 func (p *inProc) round(ctx context.Context, cfg Config) (Rates, error) {
@@ -222,16 +207,9 @@ func (p *inProc) round(ctx context.Context, cfg Config) (Rates, error) {
 	return r, err
 }
 
-// remote is a server on loopback and a Connect client.
-type remote struct {
-	srv    *host.Server
-	tr     *http.Transport
-	client moehostv1connect.ExpertServiceClient
-	fwd    *moehostv1.ForwardRequest
-	bwd    *moehostv1.BackwardRequest
-}
-
-func newRemote(ctx context.Context, cfg Config) (*remote, error) {
+// startServer starts a server on loopback with the ffn expert "ffn.0" and
+// Adam, as both moehost sides measure it.
+func startServer(ctx context.Context, cfg Config) (*host.Server, error) {
 	srv, err := host.New(
 		host.WithListen("127.0.0.1:*"),
 		host.WithDataDir(cfg.DataDir),
@@ -243,6 +221,29 @@ func newRemote(ctx context.Context, cfg Config) (*remote, error) {
 		return nil, err
 	}
 	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+func stopServer(ctx context.Context, srv *host.Server) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	srv.Shutdown(sctx)
+}
+
+// remote is a server on loopback and a Connect client.
+type remote struct {
+	srv    *host.Server
+	tr     *http.Transport
+	client moehostv1connect.ExpertServiceClient
+	fwd    *moehostv1.ForwardRequest
+	bwd    *moehostv1.BackwardRequest
+}
+
+func newRemote(ctx context.Context, cfg Config) (*remote, error) {
+	srv, err := startServer(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 4}
@@ -260,9 +261,7 @@ func newRemote(ctx context.Context, cfg Config) (*remote, error) {
 
 func (r *remote) close(ctx context.Context) {
 	r.tr.CloseIdleConnections()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	r.srv.Shutdown(sctx)
+	stopServer(ctx, r.srv)
 }
 
 func (r *remote) round(ctx context.Context, cfg Config) (Rates, error) {
@@ -294,6 +293,7 @@ type torchProc struct {
 	in      io.WriteCloser
 	out     *bufio.Scanner
 	version string
+	gemm    float64 // GFLOP/s
 }
 
 func startTorch(ctx context.Context, cfg Config) (*torchProc, error) {
@@ -313,14 +313,15 @@ func startTorch(ctx context.Context, cfg Config) (*torchProc, error) {
 	}
 	p := &torchProc{cmd: cmd, in: in, out: bufio.NewScanner(out)}
 	var hello struct {
-		Ready bool   `json:"ready"`
-		Torch string `json:"torch"`
+		Ready bool    `json:"ready"`
+		Torch string  `json:"torch"`
+		GEMM  float64 `json:"gemm_gflops"`
 	}
 	if err := p.read(&hello); err != nil || !hello.Ready {
 		p.close()
 		return nil, fmt.Errorf("torch script did not start: %v", err)
 	}
-	p.version = hello.Torch
+	p.version, p.gemm = hello.Torch, hello.GEMM
 	return p, nil
 }
 
@@ -394,18 +395,11 @@ func (res Result) Table() string {
 			best(rs, fwd), ratio(rs, fwd), spread(rs, fwd), best(rs, bwd), ratio(rs, bwd), spread(rs, bwd))
 	}
 	if len(res.Torch) > 0 {
-		s += fmt.Sprintf("| PyTorch eager %s (in-process) | %.0f | 1 | %.0f | 1 |\n", res.TorchVersion, best(res.Torch, fwd), best(res.Torch, bwd))
+		s += fmt.Sprintf("| PyTorch eager %s (in-process; GEMM %.0f GFLOP/s) | %.0f | 1 | %.0f | 1 |\n", res.TorchVersion, res.TorchGEMM, best(res.Torch, fwd), best(res.Torch, bwd))
 	}
 	row("moehost in-process", res.InProc)
 	row("moehost over RPC (Connect, loopback)", res.RPC)
 	return s + fmt.Sprintf("\n%d rounds per side; a round measures each mode for the same time.\n", max(len(res.Torch), len(res.InProc)))
-}
-
-func cacheDir(cfg Config) string {
-	if cfg.DataDir == "" {
-		return ""
-	}
-	return cfg.DataDir + "/cache/wazero"
 }
 
 func randVec(rng *rand.Rand, n int) []float32 {

@@ -1,0 +1,274 @@
+package host
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/rpc"
+)
+
+// pickyWasm is an identity expert on x:float32[-1,4] that refuses a batch
+// holding a 13 and runs as many ops as its first element says.
+//
+// Rebuild: wat2wasm testdata/picky.wat -o testdata/picky.wasm
+//
+//go:embed testdata/picky.wasm
+var pickyWasm []byte
+
+// rows returns a float32 tensor of the given [n, 4] values on dev.
+func rows(t testing.TB, dev gpuhost.Device, v ...float32) *gpuhost.Tensor {
+	t.Helper()
+	x, err := dev.FromFloat32([]int{len(v) / 4, 4}, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func mustFloats(t testing.TB, dev gpuhost.Device, x *gpuhost.Tensor) []float32 {
+	t.Helper()
+	v, err := dev.Float32s(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// waitIdle waits until the pools of e are empty and no batch of e runs.
+func waitIdle(t testing.TB, e *expert) {
+	t.Helper()
+	e.slot.mu.Lock() // held while a batch runs
+	e.slot.mu.Unlock()
+	for e.fwd.Depth() > 0 || e.bwd.Depth() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	e.slot.mu.Lock()
+	e.slot.mu.Unlock()
+}
+
+// waitRunning waits until a batch of e runs: its queue is empty and the
+// expert is busy.
+func waitRunning(t testing.TB, e *expert) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+		if e.fwd.Depth()+e.bwd.Depth() > 0 {
+			continue
+		}
+		if !e.slot.mu.TryLock() {
+			return
+		}
+		e.slot.mu.Unlock()
+	}
+	t.Fatal("no batch started within a minute")
+}
+
+// TestCancelledBatchKeepsInstance cancels batches in the middle of their
+// guest call: each stops between ops with Canceled, and the instance lives
+// on (no restart), so the next request runs on it.
+func TestCancelledBatchKeepsInstance(t *testing.T) {
+	srv := startTestServer(t, WithExperts(ExpertConfig{UID: "picky.0", Module: ModuleBytes(pickyWasm)}))
+	dev, e := srv.Device(), srv.experts["picky.0"]
+	const cancels = 4
+	for range cancels {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			// 99,999 ops: seconds of work, unless stopped.
+			_, err := srv.Forward(ctx, "picky.0", []*gpuhost.Tensor{rows(t, dev, 99999, 0, 0, 0)})
+			done <- err
+		}()
+		waitRunning(t, e)
+		time.Sleep(5 * time.Millisecond)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled forward: %v, want context.Canceled", err)
+		}
+		waitIdle(t, e)
+	}
+	// The pool records a batch just after its callers have their answer.
+	info := e.Info()
+	for end := time.Now().Add(10 * time.Second); info.GetForwardPool().GetFailedBatches() < cancels && time.Now().Before(end); info = e.Info() {
+		time.Sleep(time.Millisecond)
+	}
+	if got := info.GetForwardPool().GetFailedBatches(); got != cancels {
+		t.Errorf("%d failed batches, want %d: the cancellations did not reach running batches", got, cancels)
+	}
+	if got := info.GetStats().GetInstanceRestarts(); got != 0 {
+		t.Errorf("%d instance restarts after %d cancellations, want 0", got, cancels)
+	}
+	out, err := srv.Forward(context.Background(), "picky.0", []*gpuhost.Tensor{rows(t, dev, 1, 2, 3, 4)})
+	if err != nil {
+		t.Fatalf("forward after the cancellations: %v", err)
+	}
+	if got := mustFloats(t, dev, out[0]); !slices.Equal(got, []float32{1, 2, 3, 4}) {
+		t.Errorf("forward after the cancellations gave %v", got)
+	}
+	if got := e.Info().GetStats().GetInstanceRestarts(); got != 0 {
+		t.Errorf("%d instance restarts, want 0", got)
+	}
+	if !info.GetHealthy() {
+		t.Error("cancellations made the expert unhealthy")
+	}
+}
+
+// TestBlameTheCulprit sends eight requests that form one batch, one of
+// which holds a value the guest refuses: the culprit alone gets
+// InvalidArgument with the guest's message, its batch-mates their own
+// results, forward and backward, and the expert stays healthy.
+func TestBlameTheCulprit(t *testing.T) {
+	const n, culprit = 8, 5
+	srv := startTestServer(t, WithOptimizer(OptimizerConfig{Name: "sgd", LR: 1}), WithExperts(ExpertConfig{
+		UID: "picky.0", Module: ModuleBytes(pickyWasm),
+		// The batch flushes once all eight are queued.
+		Batching: &BatchLimits{MinBatchSize: n, MaxWait: time.Minute},
+	}))
+	dev, e := srv.Device(), srv.experts["picky.0"]
+	input := func(i int) []float32 {
+		v := []float32{float32(i % 2), float32(10 * i), float32(10*i + 1), float32(10*i + 2)}
+		if i == culprit {
+			v[2] = 13
+		}
+		return v
+	}
+	tests := []struct {
+		name string
+		call func(ctx context.Context, x *gpuhost.Tensor) ([]*gpuhost.Tensor, error)
+		want func(i int) []float32
+	}{
+		{"forward", func(ctx context.Context, x *gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+			return srv.Forward(ctx, "picky.0", []*gpuhost.Tensor{x})
+		}, input},
+		{"backward", func(ctx context.Context, x *gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+			// The expert is the identity: the input's gradient is the
+			// output's, -x here.
+			g := mustFloats(t, dev, x)
+			for j := range g {
+				g[j] = -g[j]
+			}
+			return srv.Backward(ctx, "picky.0", []*gpuhost.Tensor{x}, []*gpuhost.Tensor{rows(t, dev, g...)})
+		}, func(i int) []float32 {
+			v := input(i)
+			for j := range v {
+				v[j] = -v[j]
+			}
+			return v
+		}},
+	}
+	for k, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			outs := make([][]*gpuhost.Tensor, n)
+			errs := make([]error, n)
+			for i := range n {
+				wg.Go(func() { outs[i], errs[i] = tt.call(context.Background(), rows(t, dev, input(i)...)) })
+			}
+			wg.Wait()
+			for i := range n {
+				if i == culprit {
+					if !errors.Is(errs[i], rpc.ErrInvalidArgument) || !strings.Contains(errs[i].Error(), "input holds 13") {
+						t.Errorf("culprit: %v, want invalid argument with the guest's message", errs[i])
+					}
+					continue
+				}
+				if errs[i] != nil {
+					t.Errorf("request %d: %v", i, errs[i])
+					continue
+				}
+				if got := mustFloats(t, dev, outs[i][0]); !slices.Equal(got, tt.want(i)) {
+					t.Errorf("request %d got %v, want %v", i, got, tt.want(i))
+				}
+			}
+			info := e.Info()
+			pool := info.GetForwardPool()
+			if tt.name == "backward" {
+				pool = info.GetBackwardPool()
+			}
+			if pool.GetBatches() != 1 || pool.GetSamples() != n {
+				t.Errorf("%d batches of %d rows in all, want the %d requests in one batch", pool.GetBatches(), pool.GetSamples(), n)
+			}
+			if !info.GetHealthy() || info.GetStats().GetInstanceRestarts() != 0 {
+				t.Errorf("after a guest error: healthy %v, %d restarts", info.GetHealthy(), info.GetStats().GetInstanceRestarts())
+			}
+			_ = k
+		})
+	}
+}
+
+// TestSpinningExpertIsQuarantined hammers an expert whose guest spins
+// forever while another expert answers: the spinning guest is killed at
+// its own CallTimeout and quarantined, so that it holds the device worker
+// for at most 1/(1+quarantineFactor) of the time, and the other expert
+// answers correctly throughout.
+func TestSpinningExpertIsQuarantined(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	srv := startTestServer(t, WithGuestLimits(GuestLimits{CallTimeout: timeout}), WithExperts(
+		ExpertConfig{UID: "trap.0", Module: ModuleBytes(trapWasm)},
+		ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}},
+	))
+	dev, spin := srv.Device(), srv.experts["trap.0"]
+	x := make([]float32, smallHidden)
+	for i := range x {
+		x[i] = float32(i) - 3
+	}
+	in := func() []*gpuhost.Tensor {
+		t, _ := dev.FromFloat32([]int{1, smallHidden}, x)
+		return []*gpuhost.Tensor{t}
+	}
+	ref, err := srv.Forward(context.Background(), "small.0", in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mustFloats(t, dev, ref[0])
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var unavailable, spun int
+	begin := time.Now()
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			_, err := srv.Forward(ctx, "trap.0", []*gpuhost.Tensor{rows(t, dev, -1000, 0, 0, 0)})
+			switch {
+			case errors.Is(err, rpc.ErrUnavailable):
+				unavailable++
+				time.Sleep(time.Millisecond)
+			case errors.Is(err, context.DeadlineExceeded):
+				spun++
+			case ctx.Err() == nil:
+				t.Errorf("spinning guest: %v, want DeadlineExceeded or Unavailable", err)
+			}
+		}
+	})
+	answers := 0
+	for time.Since(begin) < 2*time.Second {
+		out, err := srv.Forward(context.Background(), "small.0", in())
+		if err != nil {
+			t.Fatalf("the other expert failed: %v", err)
+		}
+		if got := mustFloats(t, dev, out[0]); !slices.Equal(got, want) {
+			t.Fatalf("the other expert answered %v, want %v", got, want)
+		}
+		answers++
+	}
+	stop()
+	wg.Wait()
+	elapsed := time.Since(begin)
+	timeouts := spin.Info().GetStats().GetCallTimeouts()
+	// Each timeout holds the worker for one call timeout and is followed
+	// by a quarantine of at least quarantineFactor of them.
+	bound := 1 + int64(elapsed/(timeout*(1+quarantineFactor)))
+	if timeouts < 1 || timeouts > bound || int64(spun) != timeouts {
+		t.Errorf("%d call timeouts (%d seen by the caller) in %v, want 1 to %d", timeouts, spun, elapsed, bound)
+	}
+	if unavailable == 0 {
+		t.Error("no request was refused during the quarantine")
+	}
+	t.Logf("%d answers from the other expert, %d timeouts, %d refused in %v", answers, timeouts, unavailable, elapsed)
+}
