@@ -13,6 +13,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -119,12 +120,38 @@ func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err != nil {
 			var ce *connect.Error
 			if !errors.As(err, &ce) {
-				err = connect.NewError(CodeOf(err), err)
+				err = connect.NewError(CodeOf(err), withoutSentinel(err))
 			}
 		}
 		return res, err
 	}
 }
+
+// sentinels are the errors whose text withoutSentinel removes.
+var sentinels = []error{ErrNotFound, ErrInvalidArgument, ErrResourceExhausted, ErrUnavailable, ErrInternal}
+
+// withoutSentinel drops the sentinels' text ("invalid argument: ") from
+// err's message, since the Connect code says it already and clients print
+// both ("invalid_argument: invalid argument: ..."). The result still wraps
+// err.
+func withoutSentinel(err error) error {
+	msg := err.Error()
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			msg = strings.Replace(msg, s.Error()+": ", "", 1)
+		}
+	}
+	return &messageError{msg: msg, err: err}
+}
+
+// messageError is err with another message.
+type messageError struct {
+	msg string
+	err error
+}
+
+func (e *messageError) Error() string { return e.msg }
+func (e *messageError) Unwrap() error { return e.err }
 
 func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
