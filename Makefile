@@ -35,6 +35,11 @@ help: ## Describe the targets
 build: examples ## Build the moehost binary into .tmp/bin
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
 
+.PHONY: install
+install: ## Install the moehost binary with go install (into $(GOBIN), or $(GOPATH)/bin)
+	$(GO) install ./cmd/moehost
+	@echo "installed $$(d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPATH)/bin; echo $$d)/moehost"
+
 .PHONY: run
 run: build ## Start `moehost serve` with its defaults (127.0.0.1:7700, ./moehost-data, ffn.[0:4])
 	$(BIN)/moehost serve
@@ -105,6 +110,19 @@ bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against Py
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
 	$(BIN)/moehost bench --compare --python $(TORCH_PYTHON) --torch-script scripts/bench_torch_ffn.py \
 	  --hidden-dim 1024 --batch 256 --threads 2 --rounds 5 --seconds 3s --data-dir $(CURDIR)/.tmp/bench-compare
+
+# Debian's interpreter, where python3-torch and python3-grpcio live.
+PYTHON ?= /usr/bin/python3
+
+.PHONY: python-stubs
+python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-tools (installs the Python packages if missing)
+	./scripts/install-python-deps.sh
+	PYTHON=$(PYTHON) ./scripts/gen-python-stubs.sh
+
+.PHONY: test-python
+test-python: python-stubs ## Test sdk/python against a live `moehost serve` (installs python3-torch, -grpcio, -grpc-tools, -numpy via apt if missing)
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	MOEHOST_BIN=$(BIN)/moehost $(PYTHON) sdk/python/tests/test_remote_expert.py
 
 .PHONY: lint
 lint: ## go vet, gofmt and staticcheck
