@@ -60,3 +60,27 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchModule benchmarks a module named with --module, on every wire
+// dtype, briefly.
+func TestBenchModule(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "--module", "nop", "--hidden-dim", "4", "--experts", "nop.[0:2]", "--clients", "2",
+		"--duration", "200ms", "--dtype", "float32,bfloat16", "--data-dir", t.TempDir()}
+	if code := Main(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"module nop", "batching float32", "batching bfloat16", "bfloat16: 0.5"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("bench output does not contain %q:\n%s", want, stdout.String())
+		}
+	}
+	stderr.Reset()
+	if code := Main([]string{"bench", "--module", "ffnn"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "ste_relu") {
+		t.Errorf("bench --module ffnn: exit %d, %q; want the built-ins listed", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := Main([]string{"bench", "--dtype", "int8"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `--dtype "int8"`) {
+		t.Errorf("bench --dtype int8: exit %d, %q", code, stderr.String())
+	}
+}
