@@ -82,8 +82,8 @@ test: examples ## Check formatting, vet, build without cgo, and run every test w
 	$(GO) test -race -timeout 12m ./...
 
 .PHONY: bench
-bench: examples ## Serving load test (batching vs none, 64 clients) and the Go benchmarks
-	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s
+bench: examples ## Serving load test (batching vs none, float32 vs float16 vs bfloat16 on the wire, 64 clients) and the Go benchmarks
+	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s --dtype float32,float16,bfloat16
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 
 .PHONY: fuzz-sandbox
@@ -132,16 +132,19 @@ lint: ## go vet, gofmt and staticcheck
 	$(BIN)/staticcheck ./...
 
 .PHONY: generate
-generate: ## Regenerate gen/ from proto/ with buf
+generate: ## Regenerate gen/ and host/rpc/descriptors.binpb from proto/ with buf
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 	PATH="$(BIN):$$PATH" $(BIN)/buf lint
 	PATH="$(BIN):$$PATH" $(BIN)/buf generate
+	# The descriptors that server reflection serves, with source info, so
+	# that grpcurl describe shows the comments (host/rpc embeds them).
+	$(BIN)/buf build -o host/rpc/descriptors.binpb
 
 .PHONY: checkgenerate
 checkgenerate: generate ## Fail if generated code is stale
-	@git diff --exit-code -- gen/ || { echo "gen/ is stale: run make generate"; exit 1; }
+	@git diff --exit-code -- gen/ host/rpc/descriptors.binpb || { echo "gen/ or host/rpc/descriptors.binpb is stale: run make generate"; exit 1; }
 
 .PHONY: check
 check: lint test checkgenerate ## Everything CI could ask for
