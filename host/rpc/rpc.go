@@ -80,7 +80,16 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		connect.WithInterceptors(errorInterceptor{}),
 	))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(moehostv1connect.ExpertServiceName)))
-	reflector := grpcreflect.NewStaticReflector(moehostv1connect.ExpertServiceName, grpchealth.HealthV1ServiceName)
+	resolver, err := reflectionResolver()
+	if err != nil {
+		panic(err) // the embedded set is generated with the code: a bad one is a build bug
+	}
+	reflector := grpcreflect.NewReflector(
+		grpcreflect.NamerFunc(func() []string {
+			return []string{moehostv1connect.ExpertServiceName, grpchealth.HealthV1ServiceName}
+		}),
+		grpcreflect.WithDescriptorResolver(resolver),
+	)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	return mux
