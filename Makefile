@@ -35,6 +35,11 @@ help: ## Describe the targets
 build: examples ## Build the moehost binary into .tmp/bin
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
 
+.PHONY: install
+install: ## Install the moehost binary with go install (into $(GOBIN), or $(GOPATH)/bin)
+	$(GO) install ./cmd/moehost
+	@echo "installed $$(d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPATH)/bin; echo $$d)/moehost"
+
 .PHONY: run
 run: build ## Start `moehost serve` with its defaults (127.0.0.1:7700, ./moehost-data, ffn.[0:4])
 	$(BIN)/moehost serve
@@ -84,8 +89,8 @@ test-python-interop: ## Load an ffn checkpoint into PyTorch's FeedforwardBlock (
 	MOEHOST_PYTHON=$(PYTHON) $(GO) test -count=1 -run '^TestPythonInterop$$' -v ./tests/
 
 .PHONY: bench
-bench: examples ## Serving load test (batching vs none, 64 clients), the Go benchmarks, and density (1,024 ffn experts, shared vs one instance each)
-	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s
+bench: examples ## Serving load test (batching vs none, float32 vs float16 vs bfloat16 on the wire, 64 clients), the Go benchmarks, and density (1,024 ffn experts, shared vs one instance each)
+	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s --dtype float32,float16,bfloat16
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 	$(GO) test -run '^TestDensity$$' -v -timeout 30m ./host/ -args -density
 
@@ -120,6 +125,19 @@ bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against Py
 	$(BIN)/moehost bench --compare --python $(TORCH_PYTHON) --torch-script scripts/bench_torch_ffn.py \
 	  --hidden-dim 1024 --batch 256 --threads 2 --rounds 5 --seconds 3s --data-dir $(CURDIR)/.tmp/bench-compare
 
+# Debian's interpreter, where python3-torch and python3-grpcio live.
+PYTHON ?= /usr/bin/python3
+
+.PHONY: python-stubs
+python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-tools (installs the Python packages if missing)
+	./scripts/install-python-deps.sh
+	PYTHON=$(PYTHON) ./scripts/gen-python-stubs.sh
+
+.PHONY: test-python
+test-python: python-stubs ## Test sdk/python against a live `moehost serve` (installs python3-torch, -grpcio, -grpc-tools, -numpy via apt if missing)
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	MOEHOST_BIN=$(BIN)/moehost $(PYTHON) sdk/python/tests/test_remote_expert.py
+
 .PHONY: lint
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet ./...
@@ -128,16 +146,19 @@ lint: ## go vet, gofmt and staticcheck
 	$(BIN)/staticcheck ./...
 
 .PHONY: generate
-generate: ## Regenerate gen/ from proto/ with buf
+generate: ## Regenerate gen/ and host/rpc/descriptors.binpb from proto/ with buf
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 	PATH="$(BIN):$$PATH" $(BIN)/buf lint
 	PATH="$(BIN):$$PATH" $(BIN)/buf generate
+	# The descriptors that server reflection serves, with source info, so
+	# that grpcurl describe shows the comments (host/rpc embeds them).
+	$(BIN)/buf build -o host/rpc/descriptors.binpb
 
 .PHONY: checkgenerate
 checkgenerate: generate ## Fail if generated code is stale
-	@git diff --exit-code -- gen/ || { echo "gen/ is stale: run make generate"; exit 1; }
+	@git diff --exit-code -- gen/ host/rpc/descriptors.binpb || { echo "gen/ or host/rpc/descriptors.binpb is stale: run make generate"; exit 1; }
 
 .PHONY: check
 check: lint test checkgenerate ## Everything CI could ask for

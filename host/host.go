@@ -71,6 +71,7 @@ type Server struct {
 	ckpt     *checkpointer // nil without WithCheckpoints
 	stopSave chan struct{} // closed to stop the periodic saver
 	saveDone chan struct{} // closed when it has stopped
+	served   []any         // what the startup log line says is served
 
 	// lifeMu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
@@ -154,7 +155,10 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	close(s.ready)
-	s.log.Info("moehost serving", "addr", s.Addr(), "experts", len(s.sorted))
+	s.mu.Lock()
+	served := s.served
+	s.mu.Unlock()
+	s.log.Info("moehost serving", append([]any{"addr", s.Addr()}, served...)...)
 	return nil
 }
 
@@ -197,6 +201,7 @@ func (s *Server) start(ctx context.Context) error {
 		return err
 	}
 	compiled := map[string]*sandbox.Module{} // by digest, so shared modules compile once
+	var mods, configs []string               // for the startup log line
 	experts := map[string]*expert{}
 	slots := map[string]*instanceSlot{} // by shareKey
 	for _, ec := range s.cfg.experts {
@@ -211,8 +216,9 @@ func (s *Server) start(ctx context.Context) error {
 		m, ok := compiled[key]
 		if !ok {
 			if m, err = rt.Compile(ctx, wasm); err != nil {
-				return fmt.Errorf("loading expert %q: %w", ec.UID, err)
+				return fmt.Errorf("loading expert %q from %v: %w", ec.UID, ec.Module, err)
 			}
+			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, key))
 			if _, err := store.Put(wasm); err != nil {
 				return fmt.Errorf("loading expert %q: %w", ec.UID, err)
 			}
@@ -252,6 +258,9 @@ func (s *Server) start(ctx context.Context) error {
 		s.worker.Add(e.fwd)
 		s.worker.Add(e.bwd)
 		experts[ec.UID] = e
+		if c := configString(ec.Config); !slices.Contains(configs, c) {
+			configs = append(configs, c)
+		}
 		s.log.Debug("expert loaded", "uid", ec.UID, "digest", m.Digest(), "params", e.binding.Params.Count())
 	}
 	sorted := make([]rpc.Expert, 0, len(experts))
@@ -260,6 +269,13 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.experts, s.sorted, s.dev = experts, sorted, dev
+	s.served = []any{
+		"experts", uidsString(slices.Sorted(maps.Keys(experts))),
+		"modules", strings.Join(mods, "; "),
+		"config", strings.Join(configs, "; "),
+		"device", dev.Name(),
+		"data_dir", s.cfg.dataDir,
+	}
 	s.mu.Unlock()
 
 	s.worker.Start(ctx)
@@ -388,3 +404,27 @@ func (t *table) All() []rpc.Expert {
 }
 
 var _ rpc.Experts = (*table)(nil)
+
+// maxLoggedUIDs bounds the uids the startup log line names.
+const maxLoggedUIDs = 16
+
+// uidsString lists uids for the startup log line, the first few and a
+// count when there are many.
+func uidsString(uids []string) string {
+	if len(uids) <= maxLoggedUIDs {
+		return strings.Join(uids, ",")
+	}
+	return fmt.Sprintf("%s,… (%d in all)", strings.Join(uids[:maxLoggedUIDs], ","), len(uids))
+}
+
+// configString renders an expert config as sorted key=value pairs.
+func configString(c map[string]int64) string {
+	parts := make([]string, 0, len(c))
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, c[k]))
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ",")
+}

@@ -123,6 +123,7 @@ type ModuleSource struct {
 	path   string
 	data   []byte
 	digest string
+	name   string // for logs, with data
 }
 
 // ModuleFile reads the module from a .wasm file.
@@ -131,9 +132,31 @@ func ModuleFile(path string) ModuleSource { return ModuleSource{path: path} }
 // ModuleBytes uses the given module bytes.
 func ModuleBytes(wasm []byte) ModuleSource { return ModuleSource{data: wasm} }
 
+// NamedModuleBytes uses the given module bytes, naming them in logs and
+// errors (a built-in example's name, say).
+func NamedModuleBytes(name string, wasm []byte) ModuleSource {
+	return ModuleSource{data: wasm, name: name}
+}
+
 // ModuleDigest takes the module with the given digest ("sha256:<hex>")
 // from the module store in the data dir.
 func ModuleDigest(digest string) ModuleSource { return ModuleSource{digest: digest} }
+
+// String names the module for logs and errors: its file, "built-in
+// bytes", or its digest.
+func (m ModuleSource) String() string {
+	switch {
+	case m.path != "":
+		return "module file " + m.path
+	case len(m.data) > 0 && m.name != "":
+		return "module " + m.name
+	case len(m.data) > 0:
+		return "module bytes"
+	case m.digest != "":
+		return "stored module"
+	}
+	return "no module"
+}
 
 func (m ModuleSource) empty() bool { return m.path == "" && len(m.data) == 0 && m.digest == "" }
 
@@ -143,7 +166,7 @@ func (m ModuleSource) load(store *modules.Store) ([]byte, error) {
 	case m.path != "":
 		b, err := os.ReadFile(m.path)
 		if err != nil {
-			return nil, fmt.Errorf("reading module: %w", err)
+			return nil, fmt.Errorf("reading module file: %w", err)
 		}
 		return b, nil
 	case len(m.data) > 0:

@@ -315,7 +315,7 @@ func TestBadInputGetsPreciseError(t *testing.T) {
 		code   connect.Code
 		msg    string // a substring of the message
 	}{
-		{"unknown uid", "nope.7", good(), connect.CodeNotFound, `no expert "nope.7"`},
+		{"unknown uid", "nope.7", good(), connect.CodeNotFound, `no expert "nope.7" on this server; it serves "ffn.0", "small.0", "trap.0"; ListExperts describes them all`},
 		{"no inputs", "small.0", nil, connect.CodeInvalidArgument, schema},
 		{"two inputs", "small.0", append(good(), good()...), connect.CodeInvalidArgument, schema},
 		{"wrong rank", "small.0", []*moehostv1.Tensor{tensor([]int64{2 * h}, make([]float64, 2*h))}, connect.CodeInvalidArgument, schema},
@@ -337,6 +337,11 @@ func TestBadInputGetsPreciseError(t *testing.T) {
 				}
 				if !strings.Contains(messageOf(err), tt.msg) {
 					t.Errorf("message %q does not contain %q", messageOf(err), tt.msg)
+				}
+				// The code is the code's job: the message does not say it
+				// again ("invalid argument: ...").
+				if spoken := strings.ReplaceAll(tt.code.String(), "_", " "); strings.Contains(messageOf(err), spoken) {
+					t.Errorf("message %q repeats the code %q", messageOf(err), spoken)
 				}
 				t.Logf("%v: %s", codeOf(err), messageOf(err))
 				// The server is still up, and the same expert still works.

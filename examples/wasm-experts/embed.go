@@ -57,3 +57,9 @@ func Builtin(name string) ([]byte, bool) {
 	m := map[string][]byte{"ffn": FFN, "ffn-c": FFNC, "nop": Nop, "det_dropout": DetDropout, "transformer": Transformer, "ste_relu": STEReLU}[name]
 	return m, m != nil
 }
+
+// BuiltinNames lists the names Builtin knows, in the order the docs give
+// them.
+func BuiltinNames() []string {
+	return []string{"ffn", "ffn-c", "nop", "det_dropout", "transformer", "ste_relu"}
+}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -79,7 +80,16 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		connect.WithInterceptors(errorInterceptor{}),
 	))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(moehostv1connect.ExpertServiceName)))
-	reflector := grpcreflect.NewStaticReflector(moehostv1connect.ExpertServiceName, grpchealth.HealthV1ServiceName)
+	resolver, err := reflectionResolver()
+	if err != nil {
+		panic(err) // the embedded set is generated with the code: a bad one is a build bug
+	}
+	reflector := grpcreflect.NewReflector(
+		grpcreflect.NamerFunc(func() []string {
+			return []string{moehostv1connect.ExpertServiceName, grpchealth.HealthV1ServiceName}
+		}),
+		grpcreflect.WithDescriptorResolver(resolver),
+	)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	return mux
@@ -119,12 +129,38 @@ func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err != nil {
 			var ce *connect.Error
 			if !errors.As(err, &ce) {
-				err = connect.NewError(CodeOf(err), err)
+				err = connect.NewError(CodeOf(err), withoutSentinel(err))
 			}
 		}
 		return res, err
 	}
 }
+
+// sentinels are the errors whose text withoutSentinel removes.
+var sentinels = []error{ErrNotFound, ErrInvalidArgument, ErrResourceExhausted, ErrUnavailable, ErrInternal}
+
+// withoutSentinel drops the sentinels' text ("invalid argument: ") from
+// err's message, since the Connect code says it already and clients print
+// both ("invalid_argument: invalid argument: ..."). The result still wraps
+// err.
+func withoutSentinel(err error) error {
+	msg := err.Error()
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			msg = strings.Replace(msg, s.Error()+": ", "", 1)
+		}
+	}
+	return &messageError{msg: msg, err: err}
+}
+
+// messageError is err with another message.
+type messageError struct {
+	msg string
+	err error
+}
+
+func (e *messageError) Error() string { return e.msg }
+func (e *messageError) Unwrap() error { return e.err }
 
 func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next

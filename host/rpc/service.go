@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/abi/half"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
@@ -22,9 +26,31 @@ func (s *service) lookup(uid string) (Expert, error) {
 	}
 	e, ok := s.experts.Expert(uid)
 	if !ok {
-		return nil, fmt.Errorf("%w: no expert %q on this server", ErrNotFound, uid)
+		return nil, fmt.Errorf("%w: no expert %q on this server; %s", ErrNotFound, uid, s.served())
 	}
 	return e, nil
+}
+
+// maxListedUIDs bounds the uids a NotFound message names.
+const maxListedUIDs = 5
+
+// served says which uids the server has, for NotFound messages: the first
+// few, and ListExperts for the rest.
+func (s *service) served() string {
+	all := s.experts.All()
+	if len(all) == 0 {
+		return "it serves no experts"
+	}
+	n := min(len(all), maxListedUIDs)
+	uids := make([]string, n)
+	for i, e := range all[:n] {
+		uids[i] = strconv.Quote(e.Info().GetUid())
+	}
+	list := strings.Join(uids, ", ")
+	if len(all) > n {
+		list += fmt.Sprintf(", … (%d in all)", len(all))
+	}
+	return "it serves " + list + "; ListExperts describes them all"
 }
 
 func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.ForwardRequest]) (*connect.Response[moehostv1.ForwardResponse], error) {
@@ -32,6 +58,10 @@ func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.Fo
 	e, err := s.lookup(uid)
 	if err != nil {
 		return nil, err
+	}
+	outDType, err := CheckWireDType(req.Msg.GetOutputDtype())
+	if err != nil {
+		return nil, fmt.Errorf("%w: forward %q: output_dtype: %w", ErrInvalidArgument, uid, err)
 	}
 	inSchema, _ := e.Schema()
 	inputs, _, err := decodeAll(e.Device(), req.Msg.GetInputs(), inSchema, "input", -1)
@@ -44,7 +74,7 @@ func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.Fo
 	}
 	// The batch is done with them, and the response holds copies.
 	defer e.Device().Release(append(inputs, outputs...)...)
-	pb, err := encodeAll(e.Device(), outputs)
+	pb, err := encodeAll(e.Device(), outputs, outDType)
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", uid, err)
 	}
@@ -56,6 +86,10 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 	e, err := s.lookup(uid)
 	if err != nil {
 		return nil, err
+	}
+	gradDType, err := CheckWireDType(req.Msg.GetGradInputDtype())
+	if err != nil {
+		return nil, fmt.Errorf("%w: backward %q: grad_input_dtype: %w", ErrInvalidArgument, uid, err)
 	}
 	inSchema, outSchema := e.Schema()
 	inputs, batch, err := decodeAll(e.Device(), req.Msg.GetInputs(), inSchema, "input", -1)
@@ -71,7 +105,7 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
 	defer e.Device().Release(append(append(inputs, grads...), gradInputs...)...)
-	pb, err := encodeAll(e.Device(), gradInputs)
+	pb, err := encodeAll(e.Device(), gradInputs, gradDType)
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
@@ -118,7 +152,7 @@ func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.
 			return nil, 0, fmt.Errorf("%w: %s %d: %w", ErrInvalidArgument, what, i, err)
 		}
 		batch = w.Shape[0]
-		t, err := dev.FromBytes(w.DType, w.Shape, w.Data)
+		t, err := fromWire(dev, w)
 		if err != nil {
 			dev.Release(ts[:i]...)
 			if errors.Is(err, gpuhost.ErrOutOfMemory) {
@@ -131,16 +165,45 @@ func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.
 	return ts, batch, nil
 }
 
-func encodeAll(dev gpuhost.Device, ts []*gpuhost.Tensor) ([]*moehostv1.Tensor, error) {
+// fromWire moves a decoded wire tensor to dev, widening a float16 or
+// bfloat16 one to float32. DecodeTensor has checked its data against its
+// shape, so the float32 copy is exactly twice the wire bytes, which the
+// request size limit bounds.
+func fromWire(dev gpuhost.Device, w WireTensor) (*gpuhost.Tensor, error) {
+	if !half.Is(w.DType) {
+		return dev.FromBytes(w.DType, w.Shape, w.Data)
+	}
+	f := make([]float32, len(w.Data)/2)
+	if err := half.Decode(w.DType, f, w.Data); err != nil {
+		return nil, err
+	}
+	return dev.FromFloat32(w.Shape, f)
+}
+
+// encodeAll copies tensors into wire tensors, narrowing float32 ones to
+// wire (float16 or bfloat16) unless it is float32.
+func encodeAll(dev gpuhost.Device, ts []*gpuhost.Tensor, wire abi.DType) ([]*moehostv1.Tensor, error) {
 	out := make([]*moehostv1.Tensor, len(ts))
 	for i, t := range ts {
-		data := make([]byte, t.ByteSize())
-		if err := dev.ReadBytes(t, data); err != nil {
-			return nil, fmt.Errorf("%w: reading output %d: %w", ErrInternal, i, err)
-		}
 		shape := make([]int64, len(t.Shape()))
 		for j, d := range t.Shape() {
 			shape[j] = int64(d)
+		}
+		if t.DType() == abi.DTypeFloat32 && half.Is(wire) {
+			f, err := dev.Float32s(t)
+			if err != nil {
+				return nil, fmt.Errorf("%w: reading output %d: %w", ErrInternal, i, err)
+			}
+			data := make([]byte, 2*len(f))
+			if err := half.Encode(wire, data, f); err != nil {
+				return nil, fmt.Errorf("%w: output %d: %w", ErrInternal, i, err)
+			}
+			out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(wire), Shape: shape, Data: data}
+			continue
+		}
+		data := make([]byte, t.ByteSize())
+		if err := dev.ReadBytes(t, data); err != nil {
+			return nil, fmt.Errorf("%w: reading output %d: %w", ErrInternal, i, err)
 		}
 		out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(t.DType()), Shape: shape, Data: data}
 	}

@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/abi/half"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/host/rpc"
 )
@@ -32,16 +34,24 @@ func TestDecodeTensor(t *testing.T) {
 		{"zero batch", &moehostv1.Tensor{Dtype: f32, Shape: []int64{0, 3}}, -1, "at least one example"},
 		{"short", &moehostv1.Tensor{Dtype: f32, Shape: []int64{2, 3}, Data: make([]byte, 23)}, -1, "23 data bytes"},
 		{"overflow", &moehostv1.Tensor{Dtype: f32, Shape: []int64{1 << 62, 3}}, -1, "too large"},
+		{"float16 for float32", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT16, Shape: []int64{2, 3}, Data: make([]byte, 12)}, -1, ""},
+		{"bfloat16 for float32", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_BFLOAT16, Shape: []int64{2, 3}, Data: make([]byte, 12)}, 2, ""},
+		{"float16 with float32 bytes", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT16, Shape: []int64{2, 3}, Data: make([]byte, 24)}, -1, "want 12 bytes"},
+		{"float16 for int32", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT16, Shape: []int64{2}, Data: make([]byte, 4)}, -1, "dtype float16"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w, err := rpc.DecodeTensor(tt.in, schema, tt.batch)
+			sch := schema
+			if tt.name == "float16 for int32" {
+				sch = &moehostv1.TensorSchema{Name: "ids", Dtype: moehostv1.DType_DTYPE_INT32, Shape: []int64{-1}}
+			}
+			w, err := rpc.DecodeTensor(tt.in, sch, tt.batch)
 			if tt.err == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if w.Shape[0] != 2 || len(w.Data) != 24 {
+				if w.Shape[0] != 2 || len(w.Data) != 2*3*int(w.DType.Size()) || w.DType != abi.DType(tt.in.GetDtype()) {
 					t.Fatalf("decoded %v with %d bytes", w.Shape, len(w.Data))
 				}
 				return
@@ -60,6 +70,8 @@ func FuzzDecodeTensor(f *testing.F) {
 		{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: []int64{2, 3}, Data: make([]byte, 24)},
 		{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: []int64{1 << 40, 3}},
 		{Dtype: moehostv1.DType_DTYPE_INT32, Shape: []int64{-1, 3}, Data: []byte{1}},
+		{Dtype: moehostv1.DType_DTYPE_FLOAT16, Shape: []int64{2, 3}, Data: make([]byte, 12)},
+		{Dtype: moehostv1.DType_DTYPE_BFLOAT16, Shape: []int64{1, 3}, Data: make([]byte, 6)},
 	} {
 		b, err := proto.Marshal(seed)
 		if err != nil {
@@ -79,11 +91,41 @@ func FuzzDecodeTensor(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(w.Shape) != 2 || w.Shape[0] <= 0 || w.Shape[1] != 3 || len(w.Data) != w.Shape[0]*3*4 {
+		if len(w.Shape) != 2 || w.Shape[0] <= 0 || w.Shape[1] != 3 || len(w.Data) != w.Shape[0]*3*w.DType.Size() || w.DType.Size() == 0 {
 			t.Fatalf("accepted an inconsistent tensor: shape %v, %d bytes", w.Shape, len(w.Data))
 		}
 		if batch >= 0 && w.Shape[0] != int(batch) {
 			t.Fatalf("accepted batch %d, want %d", w.Shape[0], batch)
 		}
+		if w.DType != abi.DTypeFloat32 && !half.Is(w.DType) {
+			t.Fatalf("accepted dtype %v for a float32 schema", w.DType)
+		}
+		// What the server does next with a half tensor: widen it.
+		if half.Is(w.DType) {
+			if err := half.Decode(w.DType, make([]float32, len(w.Data)/2), w.Data); err != nil {
+				t.Fatalf("accepted a tensor the widening refuses: %v", err)
+			}
+		}
 	})
+}
+
+func TestCheckWireDType(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in   moehostv1.DType
+		want abi.DType
+		ok   bool
+	}{
+		{moehostv1.DType_DTYPE_UNSPECIFIED, abi.DTypeFloat32, true},
+		{moehostv1.DType_DTYPE_FLOAT32, abi.DTypeFloat32, true},
+		{moehostv1.DType_DTYPE_FLOAT16, abi.DTypeFloat16, true},
+		{moehostv1.DType_DTYPE_BFLOAT16, abi.DTypeBFloat16, true},
+		{moehostv1.DType_DTYPE_INT32, 0, false},
+		{99, 0, false},
+	} {
+		got, err := rpc.CheckWireDType(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("CheckWireDType(%v) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
 }

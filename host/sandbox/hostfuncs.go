@@ -265,8 +265,13 @@ func declare(st *state, mem api.Memory, stack []uint64, specs *[]Spec, names *ma
 	if len(dims) == 0 || dims[0] != abi.BatchDim {
 		return 0, errf(abi.ErrInvalidArgument, "%s %q: shape %v must start with the batch dim %d", what, name, dims, abi.BatchDim)
 	}
-	if _, err := concreteShape(dims[1:]); err != nil {
-		return 0, err
+	// Check the dims after the batch dim here rather than with
+	// concreteShape, so that a bad one is named by its place in the shape
+	// the guest declared (--hidden-dim 0 is dim 1 of [-1 0]).
+	for i, d := range dims[1:] {
+		if d <= 0 || d > math.MaxInt32 {
+			return 0, errf(abi.ErrInvalidArgument, "%s %q: dim %d of shape %v is %d, not in [1, 2³¹)", what, name, i+1, dims, d)
+		}
 	}
 	if (*names)[name] {
 		return 0, errf(abi.ErrAlreadyExists, "%s %q declared twice", what, name)

@@ -363,6 +363,10 @@ func (e *GuestError) Error() string {
 	if msg == "" {
 		msg = e.Code.String()
 	}
+	if strings.Contains(msg, e.Code.String()) {
+		// The message names the code already: say it once.
+		return fmt.Sprintf("%v: %s returned %d: %s", ErrGuest, e.Export, int32(e.Code), msg)
+	}
 	return fmt.Sprintf("%v: %s returned %d (%v): %s", ErrGuest, e.Export, int32(e.Code), e.Code, msg)
 }
 

@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/abi/half"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 )
@@ -28,7 +29,8 @@ type Option interface{ apply(*options) }
 
 type options struct {
 	http     connect.HTTPClient
-	protocol string // "connect", "grpc", "grpcweb"
+	protocol string    // "connect", "grpc", "grpcweb"
+	wire     abi.DType // float32, float16 or bfloat16
 }
 
 type optionFunc func(*options)
@@ -49,18 +51,31 @@ func WithGRPC() Option { return optionFunc(func(o *options) { o.protocol = "grpc
 // WithGRPCWeb makes the client speak gRPC-Web instead of Connect.
 func WithGRPCWeb() Option { return optionFunc(func(o *options) { o.protocol = "grpcweb" }) }
 
+// WithWireDType sends float32 tensors as dt and asks for float32 results
+// in dt, converting both ways in the client: abi.DTypeFloat16 or
+// abi.DTypeBFloat16 halve the bytes of every call, at the precision of the
+// format (float16: 11 significant bits and a range of ±65504; bfloat16: 8
+// bits and float32's range). Callers still pass and get float32 tensors;
+// the server computes in float32. abi.DTypeFloat32, the default, sends
+// float32. Any other dtype panics in New, as a programming error.
+func WithWireDType(dt abi.DType) Option { return optionFunc(func(o *options) { o.wire = dt }) }
+
 // Client calls one moehost server. It is safe for concurrent use.
 type Client struct {
-	svc moehostv1connect.ExpertServiceClient
-	own *http.Client // the HTTP client New made, closed by Close
+	svc  moehostv1connect.ExpertServiceClient
+	own  *http.Client // the HTTP client New made, closed by Close
+	wire abi.DType
 }
 
 // New returns a client of the server at baseURL ("http://host:port", or
 // "host:port" for plain HTTP).
 func New(baseURL string, opts ...Option) *Client {
-	o := options{protocol: "connect"}
+	o := options{protocol: "connect", wire: abi.DTypeFloat32}
 	for _, opt := range opts {
 		opt.apply(&o)
+	}
+	if o.wire != abi.DTypeFloat32 && !half.Is(o.wire) {
+		panic(fmt.Sprintf("client.WithWireDType(%v): want float32, float16 or bfloat16", o.wire))
 	}
 	if !strings.Contains(baseURL, "://") {
 		baseURL = "http://" + baseURL
@@ -77,7 +92,7 @@ func New(baseURL string, opts ...Option) *Client {
 	case "grpcweb":
 		copts = append(copts, connect.WithGRPCWeb())
 	}
-	return &Client{svc: moehostv1connect.NewExpertServiceClient(o.http, baseURL, copts...), own: own}
+	return &Client{svc: moehostv1connect.NewExpertServiceClient(o.http, baseURL, copts...), own: own, wire: o.wire}
 }
 
 // Close closes the idle connections of the HTTP client that New made; a
@@ -134,23 +149,27 @@ func (e *RemoteExpert) Info(ctx context.Context) (*moehostv1.ExpertInfo, error) 
 // Forward computes the expert's outputs for a batch. Errors are
 // *connect.Error values; use connect.CodeOf to branch on them.
 func (e *RemoteExpert) Forward(ctx context.Context, inputs ...Tensor) ([]Tensor, error) {
-	res, err := e.c.svc.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: e.uid, Inputs: toWire(inputs)}))
+	w := e.c.wire
+	res, err := e.c.svc.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{
+		Uid: e.uid, Inputs: toWire(inputs, w), OutputDtype: moehostv1.DType(w),
+	}))
 	if err != nil {
 		return nil, err
 	}
-	return fromWire(res.Msg.GetOutputs()), nil
+	return fromWire(res.Msg.GetOutputs())
 }
 
 // Backward returns the gradients of the inputs given the gradients of the
 // outputs; the server also trains the expert one step.
 func (e *RemoteExpert) Backward(ctx context.Context, inputs, gradOutputs []Tensor) ([]Tensor, error) {
+	w := e.c.wire
 	res, err := e.c.svc.Backward(ctx, connect.NewRequest(&moehostv1.BackwardRequest{
-		Uid: e.uid, Inputs: toWire(inputs), GradOutputs: toWire(gradOutputs),
+		Uid: e.uid, Inputs: toWire(inputs, w), GradOutputs: toWire(gradOutputs, w), GradInputDtype: moehostv1.DType(w),
 	}))
 	if err != nil {
 		return nil, err
 	}
-	return fromWire(res.Msg.GetGradInputs()), nil
+	return fromWire(res.Msg.GetGradInputs())
 }
 
 // Tensor is a tensor on the wire: little-endian, row-major data.
@@ -189,18 +208,41 @@ func (t Tensor) Float32s() ([]float32, error) {
 	return out, nil
 }
 
-func toWire(ts []Tensor) []*moehostv1.Tensor {
+// toWire converts tensors to wire tensors, narrowing float32 ones to wire
+// when it is a 16-bit float.
+func toWire(ts []Tensor, wire abi.DType) []*moehostv1.Tensor {
 	out := make([]*moehostv1.Tensor, len(ts))
 	for i, t := range ts {
 		out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(t.DType), Shape: t.Shape, Data: t.Data}
+		if t.DType != abi.DTypeFloat32 || !half.Is(wire) || len(t.Data)%4 != 0 {
+			continue // the server reports what is wrong with a bad tensor
+		}
+		f, _ := t.Float32s()
+		data := make([]byte, 2*len(f))
+		_ = half.Encode(wire, data, f) // cannot fail: the sizes match
+		out[i].Dtype, out[i].Data = moehostv1.DType(wire), data
 	}
 	return out
 }
 
-func fromWire(pbs []*moehostv1.Tensor) []Tensor {
+// fromWire converts wire tensors to tensors, widening 16-bit floats to
+// float32, so that callers get the dtypes they would without
+// WithWireDType.
+func fromWire(pbs []*moehostv1.Tensor) ([]Tensor, error) {
 	out := make([]Tensor, len(pbs))
 	for i, pb := range pbs {
-		out[i] = Tensor{DType: abi.DType(pb.GetDtype()), Shape: pb.GetShape(), Data: pb.GetData()}
+		t := Tensor{DType: abi.DType(pb.GetDtype()), Shape: pb.GetShape(), Data: pb.GetData()}
+		if half.Is(t.DType) {
+			f := make([]float32, len(t.Data)/2)
+			if err := half.Decode(t.DType, f, t.Data); err != nil {
+				return nil, fmt.Errorf("result %d: %w", i, err)
+			}
+			t = Tensor{DType: abi.DTypeFloat32, Shape: t.Shape, Data: make([]byte, 4*len(f))}
+			for j, v := range f {
+				binary.LittleEndian.PutUint32(t.Data[4*j:], math.Float32bits(v))
+			}
+		}
+		out[i] = t
 	}
-	return out
+	return out, nil
 }

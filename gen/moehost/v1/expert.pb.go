@@ -26,8 +26,16 @@ type ForwardRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// uid names the expert to run.
 	Uid string `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	// inputs are the batch inputs, in the order of ExpertInfo.inputs.
-	Inputs        []*Tensor `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// inputs are the batch inputs, in the order of ExpertInfo.inputs. An
+	// input the schema declares float32 may be sent as DTYPE_FLOAT16 or
+	// DTYPE_BFLOAT16 instead, to halve its bytes; the server widens it to
+	// float32, exactly, before compute.
+	Inputs []*Tensor `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// output_dtype asks for the float32 outputs in DTYPE_FLOAT16 or
+	// DTYPE_BFLOAT16 (rounded to nearest, ties to even) to halve the
+	// response. Unspecified or DTYPE_FLOAT32 sends float32. Outputs of
+	// other dtypes are sent as they are.
+	OutputDtype   DType `protobuf:"varint,3,opt,name=output_dtype,json=outputDtype,proto3,enum=moehost.v1.DType" json:"output_dtype,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -74,6 +82,13 @@ func (x *ForwardRequest) GetInputs() []*Tensor {
 		return x.Inputs
 	}
 	return nil
+}
+
+func (x *ForwardRequest) GetOutputDtype() DType {
+	if x != nil {
+		return x.OutputDtype
+	}
+	return DType_DTYPE_UNSPECIFIED
 }
 
 // ForwardResponse carries the outputs of a forward pass.
@@ -131,10 +146,14 @@ type BackwardRequest struct {
 	// recompute its activations.
 	Inputs []*Tensor `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	// grad_outputs are the loss gradients with respect to each output, in the
-	// order of ExpertInfo.outputs.
-	GradOutputs   []*Tensor `protobuf:"bytes,3,rep,name=grad_outputs,json=gradOutputs,proto3" json:"grad_outputs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// order of ExpertInfo.outputs. Like inputs, float32 ones may be sent as
+	// DTYPE_FLOAT16 or DTYPE_BFLOAT16.
+	GradOutputs []*Tensor `protobuf:"bytes,3,rep,name=grad_outputs,json=gradOutputs,proto3" json:"grad_outputs,omitempty"`
+	// grad_input_dtype asks for the float32 input gradients in
+	// DTYPE_FLOAT16 or DTYPE_BFLOAT16, like ForwardRequest.output_dtype.
+	GradInputDtype DType `protobuf:"varint,4,opt,name=grad_input_dtype,json=gradInputDtype,proto3,enum=moehost.v1.DType" json:"grad_input_dtype,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BackwardRequest) Reset() {
@@ -186,6 +205,13 @@ func (x *BackwardRequest) GetGradOutputs() []*Tensor {
 		return x.GradOutputs
 	}
 	return nil
+}
+
+func (x *BackwardRequest) GetGradInputDtype() DType {
+	if x != nil {
+		return x.GradInputDtype
+	}
+	return DType_DTYPE_UNSPECIFIED
 }
 
 // BackwardResponse carries the gradients to pass further back.
@@ -768,16 +794,18 @@ var File_moehost_v1_expert_proto protoreflect.FileDescriptor
 const file_moehost_v1_expert_proto_rawDesc = "" +
 	"\n" +
 	"\x17moehost/v1/expert.proto\x12\n" +
-	"moehost.v1\x1a\x17moehost/v1/tensor.proto\"N\n" +
+	"moehost.v1\x1a\x17moehost/v1/tensor.proto\"\x84\x01\n" +
 	"\x0eForwardRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12*\n" +
-	"\x06inputs\x18\x02 \x03(\v2\x12.moehost.v1.TensorR\x06inputs\"?\n" +
+	"\x06inputs\x18\x02 \x03(\v2\x12.moehost.v1.TensorR\x06inputs\x124\n" +
+	"\foutput_dtype\x18\x03 \x01(\x0e2\x11.moehost.v1.DTypeR\voutputDtype\"?\n" +
 	"\x0fForwardResponse\x12,\n" +
-	"\aoutputs\x18\x01 \x03(\v2\x12.moehost.v1.TensorR\aoutputs\"\x86\x01\n" +
+	"\aoutputs\x18\x01 \x03(\v2\x12.moehost.v1.TensorR\aoutputs\"\xc3\x01\n" +
 	"\x0fBackwardRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12*\n" +
 	"\x06inputs\x18\x02 \x03(\v2\x12.moehost.v1.TensorR\x06inputs\x125\n" +
-	"\fgrad_outputs\x18\x03 \x03(\v2\x12.moehost.v1.TensorR\vgradOutputs\"G\n" +
+	"\fgrad_outputs\x18\x03 \x03(\v2\x12.moehost.v1.TensorR\vgradOutputs\x12;\n" +
+	"\x10grad_input_dtype\x18\x04 \x01(\x0e2\x11.moehost.v1.DTypeR\x0egradInputDtype\"G\n" +
 	"\x10BackwardResponse\x123\n" +
 	"\vgrad_inputs\x18\x01 \x03(\v2\x12.moehost.v1.TensorR\n" +
 	"gradInputs\"\x1f\n" +
@@ -864,34 +892,37 @@ var file_moehost_v1_expert_proto_goTypes = []any{
 	(*ListExpertsResponse)(nil), // 9: moehost.v1.ListExpertsResponse
 	nil,                         // 10: moehost.v1.ExpertInfo.ConfigEntry
 	(*Tensor)(nil),              // 11: moehost.v1.Tensor
-	(*TensorSchema)(nil),        // 12: moehost.v1.TensorSchema
+	(DType)(0),                  // 12: moehost.v1.DType
+	(*TensorSchema)(nil),        // 13: moehost.v1.TensorSchema
 }
 var file_moehost_v1_expert_proto_depIdxs = []int32{
 	11, // 0: moehost.v1.ForwardRequest.inputs:type_name -> moehost.v1.Tensor
-	11, // 1: moehost.v1.ForwardResponse.outputs:type_name -> moehost.v1.Tensor
-	11, // 2: moehost.v1.BackwardRequest.inputs:type_name -> moehost.v1.Tensor
-	11, // 3: moehost.v1.BackwardRequest.grad_outputs:type_name -> moehost.v1.Tensor
-	11, // 4: moehost.v1.BackwardResponse.grad_inputs:type_name -> moehost.v1.Tensor
-	12, // 5: moehost.v1.ExpertInfo.inputs:type_name -> moehost.v1.TensorSchema
-	12, // 6: moehost.v1.ExpertInfo.outputs:type_name -> moehost.v1.TensorSchema
-	7,  // 7: moehost.v1.ExpertInfo.stats:type_name -> moehost.v1.ExpertStats
-	10, // 8: moehost.v1.ExpertInfo.config:type_name -> moehost.v1.ExpertInfo.ConfigEntry
-	6,  // 9: moehost.v1.ExpertInfo.forward_pool:type_name -> moehost.v1.PoolStats
-	6,  // 10: moehost.v1.ExpertInfo.backward_pool:type_name -> moehost.v1.PoolStats
-	5,  // 11: moehost.v1.ListExpertsResponse.experts:type_name -> moehost.v1.ExpertInfo
-	0,  // 12: moehost.v1.ExpertService.Forward:input_type -> moehost.v1.ForwardRequest
-	2,  // 13: moehost.v1.ExpertService.Backward:input_type -> moehost.v1.BackwardRequest
-	4,  // 14: moehost.v1.ExpertService.Info:input_type -> moehost.v1.InfoRequest
-	8,  // 15: moehost.v1.ExpertService.ListExperts:input_type -> moehost.v1.ListExpertsRequest
-	1,  // 16: moehost.v1.ExpertService.Forward:output_type -> moehost.v1.ForwardResponse
-	3,  // 17: moehost.v1.ExpertService.Backward:output_type -> moehost.v1.BackwardResponse
-	5,  // 18: moehost.v1.ExpertService.Info:output_type -> moehost.v1.ExpertInfo
-	9,  // 19: moehost.v1.ExpertService.ListExperts:output_type -> moehost.v1.ListExpertsResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	12, // 1: moehost.v1.ForwardRequest.output_dtype:type_name -> moehost.v1.DType
+	11, // 2: moehost.v1.ForwardResponse.outputs:type_name -> moehost.v1.Tensor
+	11, // 3: moehost.v1.BackwardRequest.inputs:type_name -> moehost.v1.Tensor
+	11, // 4: moehost.v1.BackwardRequest.grad_outputs:type_name -> moehost.v1.Tensor
+	12, // 5: moehost.v1.BackwardRequest.grad_input_dtype:type_name -> moehost.v1.DType
+	11, // 6: moehost.v1.BackwardResponse.grad_inputs:type_name -> moehost.v1.Tensor
+	13, // 7: moehost.v1.ExpertInfo.inputs:type_name -> moehost.v1.TensorSchema
+	13, // 8: moehost.v1.ExpertInfo.outputs:type_name -> moehost.v1.TensorSchema
+	7,  // 9: moehost.v1.ExpertInfo.stats:type_name -> moehost.v1.ExpertStats
+	10, // 10: moehost.v1.ExpertInfo.config:type_name -> moehost.v1.ExpertInfo.ConfigEntry
+	6,  // 11: moehost.v1.ExpertInfo.forward_pool:type_name -> moehost.v1.PoolStats
+	6,  // 12: moehost.v1.ExpertInfo.backward_pool:type_name -> moehost.v1.PoolStats
+	5,  // 13: moehost.v1.ListExpertsResponse.experts:type_name -> moehost.v1.ExpertInfo
+	0,  // 14: moehost.v1.ExpertService.Forward:input_type -> moehost.v1.ForwardRequest
+	2,  // 15: moehost.v1.ExpertService.Backward:input_type -> moehost.v1.BackwardRequest
+	4,  // 16: moehost.v1.ExpertService.Info:input_type -> moehost.v1.InfoRequest
+	8,  // 17: moehost.v1.ExpertService.ListExperts:input_type -> moehost.v1.ListExpertsRequest
+	1,  // 18: moehost.v1.ExpertService.Forward:output_type -> moehost.v1.ForwardResponse
+	3,  // 19: moehost.v1.ExpertService.Backward:output_type -> moehost.v1.BackwardResponse
+	5,  // 20: moehost.v1.ExpertService.Info:output_type -> moehost.v1.ExpertInfo
+	9,  // 21: moehost.v1.ExpertService.ListExperts:output_type -> moehost.v1.ListExpertsResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_moehost_v1_expert_proto_init() }

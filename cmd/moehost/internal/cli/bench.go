@@ -5,18 +5,24 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/cmd/moehost/internal/loadgen"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/sdk/client"
 )
 
 func benchCmd(stdout io.Writer) *cobra.Command {
 	var (
-		pattern, dataDir          string
+		pattern, dataDir, module  string
+		dtypes                    []string
 		hiddenDim                 int64
 		clients, minRows, maxRows int
 		duration                  time.Duration
@@ -32,7 +38,13 @@ Forward calls over loopback, and print the two side by side.
 With --compare, measure hivemind's ffn (--hidden-dim, --batch) instead, in
 alternating rounds: PyTorch eager in-process (--torch-script; make
 bench-compare installs torch), moehost in-process and moehost over RPC, each
-forward and forward+backward+Adam, and print samples/s with the ratios.`,
+forward and forward+backward+Adam, and print samples/s with the ratios.
+
+--dtype float32,float16,bfloat16 runs the batching mode once per wire
+dtype (inputs sent and outputs asked for in it) and prints the bytes per
+request and the throughput of each against the first. --module benchmarks
+another module (a .wasm file or a built-in) whose one input is float32
+[-1, hidden_dim].`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmp.on {
@@ -45,21 +57,32 @@ forward and forward+backward+Adam, and print samples/s with the ratios.`,
 			if minRows < 1 || maxRows < minRows || clients < 1 {
 				return fmt.Errorf("need 1 <= --min-rows <= --max-rows and --clients >= 1")
 			}
-			modes := []struct {
+			src, err := moduleSource(module)
+			if err != nil {
+				return err
+			}
+			wires, err := parseWireDTypes(dtypes)
+			if err != nil {
+				return err
+			}
+			type mode struct {
 				name string
 				lim  host.BatchLimits
-			}{
-				{"batching", host.BatchLimits{QueueSize: 1 << 16}},
-				{"no batching (max 1)", host.BatchLimits{MaxBatchSize: 1, QueueSize: 1 << 16}},
+				dt   abi.DType
 			}
-			fmt.Fprintf(stdout, "%d clients, %d–%d rows per request, experts %s (hidden_dim %d), %v per mode\n\n",
-				clients, minRows, maxRows, pattern, hiddenDim, duration)
+			var modes []mode
+			for _, dt := range wires {
+				modes = append(modes, mode{"batching " + dt.String(), host.BatchLimits{QueueSize: 1 << 16}, dt})
+			}
+			modes = append(modes, mode{"no batching (max 1) " + wires[0].String(), host.BatchLimits{MaxBatchSize: 1, QueueSize: 1 << 16}, wires[0]})
+			fmt.Fprintf(stdout, "%d clients, %d–%d rows per request, experts %s (%v, hidden_dim %d), %v per mode\n\n",
+				clients, minRows, maxRows, pattern, src, hiddenDim, duration)
 			fmt.Fprintln(stdout, loadgen.Header)
-			var rates []float64
-			for _, m := range modes {
-				res, err := benchMode(cmd.Context(), uids, dataDir, hiddenDim, m.lim, loadgen.Config{
+			results := make([]loadgen.Result, len(modes))
+			for i, m := range modes {
+				res, err := benchMode(cmd.Context(), uids, dataDir, src, hiddenDim, m.lim, loadgen.Config{
 					Experts: uids, Hidden: int(hiddenDim), Clients: clients,
-					MinRows: minRows, MaxRows: maxRows, Duration: duration,
+					MinRows: minRows, MaxRows: maxRows, Duration: duration, DType: m.dt,
 				})
 				if err != nil {
 					return fmt.Errorf("%s: %w", m.name, err)
@@ -68,10 +91,23 @@ forward and forward+backward+Adam, and print samples/s with the ratios.`,
 				if res.FirstError != nil {
 					fmt.Fprintf(os.Stderr, "%s: first error: %v\n", m.name, res.FirstError)
 				}
-				rates = append(rates, res.RowsPerSecond())
+				results[i] = res
 			}
-			if rates[1] > 0 {
-				fmt.Fprintf(stdout, "\nbatching gives %.1f× the throughput of no batching\n", rates[0]/rates[1])
+			fmt.Fprintln(stdout)
+			base := results[0]
+			baseReq, baseRes := base.BytesPerRequest()
+			for i, dt := range wires[1:] {
+				r := results[i+1]
+				req, res := r.BytesPerRequest()
+				if baseReq > 0 && baseRes > 0 && base.RowsPerSecond() > 0 {
+					// Rows per request vary, so bytes per row is the fair
+					// ratio; with one seed per client they match closely.
+					fmt.Fprintf(stdout, "%v: %.2f× the request bytes and %.2f× the response bytes of %v per row, %.2f× its throughput\n",
+						dt, (req/rowsPerReq(r))/(baseReq/rowsPerReq(base)), (res/rowsPerReq(r))/(baseRes/rowsPerReq(base)), wires[0], r.RowsPerSecond()/base.RowsPerSecond())
+				}
+			}
+			if last := results[len(results)-1]; last.RowsPerSecond() > 0 {
+				fmt.Fprintf(stdout, "batching gives %.1f× the throughput of no batching\n", base.RowsPerSecond()/last.RowsPerSecond())
 			}
 			return nil
 		},
@@ -84,15 +120,17 @@ forward and forward+backward+Adam, and print samples/s with the ratios.`,
 	f.IntVar(&minRows, "min-rows", 1, "fewest rows per request")
 	f.IntVar(&maxRows, "max-rows", 16, "most rows per request")
 	f.DurationVar(&duration, "duration", 10*time.Second, "measured time per mode (plus a quarter of it to warm up)")
+	f.StringSliceVar(&dtypes, "dtype", []string{"float32"}, "wire dtypes to compare, comma-separated: float32, float16, bfloat16")
+	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
 	cmp.register(f)
 	return cmd
 }
 
 // benchMode serves the experts with lim and drives them with cfg.
-func benchMode(ctx context.Context, uids []string, dataDir string, hidden int64, lim host.BatchLimits, cfg loadgen.Config) (loadgen.Result, error) {
+func benchMode(ctx context.Context, uids []string, dataDir string, src host.ModuleSource, hidden int64, lim host.BatchLimits, cfg loadgen.Config) (loadgen.Result, error) {
 	experts := make([]host.ExpertConfig, len(uids))
 	for i, uid := range uids {
-		experts[i] = host.ExpertConfig{UID: uid, Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}}
+		experts[i] = host.ExpertConfig{UID: uid, Module: src, Config: map[string]int64{"hidden_dim": hidden}}
 	}
 	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(dataDir), host.WithExperts(experts...), host.WithBatching(lim))
 	if err != nil {
@@ -107,5 +145,53 @@ func benchMode(ctx context.Context, uids []string, dataDir string, hidden int64,
 		srv.Shutdown(sctx)
 	}()
 	cfg.Addr = srv.Addr()
+	if err := checkBenchSchema(ctx, cfg.Addr, uids[0], hidden); err != nil {
+		return loadgen.Result{}, err
+	}
 	return loadgen.Run(ctx, cfg), nil
+}
+
+// checkBenchSchema fails unless the expert takes what the load sends: one
+// float32 [-1, hidden] input.
+func checkBenchSchema(ctx context.Context, addr, uid string, hidden int64) error {
+	c := client.New(addr)
+	defer c.Close()
+	info, err := c.Expert(uid).Info(ctx)
+	if err != nil {
+		return err
+	}
+	in := info.GetInputs()
+	if len(in) != 1 || in[0].GetDtype() != moehostv1.DType_DTYPE_FLOAT32 || !slices.Equal(in[0].GetShape(), []int64{-1, hidden}) {
+		return fmt.Errorf("bench sends one float32 [-1,%d] input; the module takes %v", hidden, in)
+	}
+	return nil
+}
+
+// parseWireDTypes parses --dtype.
+func parseWireDTypes(names []string) ([]abi.DType, error) {
+	var out []abi.DType
+	for _, n := range names {
+		switch n {
+		case "float32":
+			out = append(out, abi.DTypeFloat32)
+		case "float16":
+			out = append(out, abi.DTypeFloat16)
+		case "bfloat16":
+			out = append(out, abi.DTypeBFloat16)
+		default:
+			return nil, fmt.Errorf("--dtype %q: want float32, float16 or bfloat16", n)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--dtype: name at least one dtype")
+	}
+	return out, nil
+}
+
+// rowsPerReq is the mean rows of a successful request.
+func rowsPerReq(r loadgen.Result) float64 {
+	if n := r.Requests - r.Errors; n > 0 {
+		return float64(r.Rows) / float64(n)
+	}
+	return 1
 }

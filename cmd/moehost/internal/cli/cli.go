@@ -3,12 +3,16 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,15 +27,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root := &cobra.Command{
 		Use:           "moehost",
 		Short:         "Host Mixture-of-Experts experts compiled to WebAssembly",
+		Version:       Version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("moehost {{.Version}}\n")
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
 	root.AddCommand(checkpointCmd(stdout))
 	root.AddCommand(benchMemoryCmd(stdout))
+	root.AddCommand(versionCmd(stdout))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(stderr, "moehost:", err)
 		return 1
@@ -48,6 +55,8 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		guest                                                 host.GuestLimits
 		memoryLimit                                           string
 		train                                                 trainFlags
+		logFormat                                             string
+		maxRequestBytes                                       int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -58,18 +67,20 @@ With no flags it hosts hivemind's ffn expert (hidden_dim 1024) as ffn.0 … ffn.
 on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %w", err)
+			log, err := newLogger(stderr, logLevel, logFormat)
+			if err != nil {
+				return err
 			}
-			log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 			uids, err := host.ExpandPattern(pattern)
 			if err != nil {
 				return fmt.Errorf("--experts: %w", err)
 			}
-			src := host.ModuleFile(module)
-			if wasm, ok := wasmexperts.Builtin(module); ok {
-				src = host.ModuleBytes(wasm)
+			src, err := moduleSource(module)
+			if err != nil {
+				return err
+			}
+			if maxRequestBytes <= 0 {
+				return fmt.Errorf("--max-request-bytes %d: must be positive", maxRequestBytes)
 			}
 			experts := make([]host.ExpertConfig, len(uids))
 			for i, uid := range uids {
@@ -91,6 +102,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithUpdatePeriod(train.updatePeriod),
 				host.WithAdminToken(train.adminToken),
 				train.checkpoints(),
+				host.WithMaxRequestBytes(maxRequestBytes),
 			)
 			if err != nil {
 				return err
@@ -108,7 +120,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringVar(&listen, "listen", host.DefaultListen, `address to serve on; port "*" picks a free one`)
 	f.StringVar(&dataDir, "data-dir", host.DefaultDataDir, "directory for the server's state")
 	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
-	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example (ffn, ffn-c, nop, det_dropout, transformer, ste_relu)")
+	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
 	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value`)
 	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam, adamw, sgd or none")
 	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
@@ -123,5 +135,48 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.Int64Var(&guest.BytesPerCall, "bytes-per-call", 2<<30, "most host memory one batch may make in an expert (tensor bytes plus 512 per tensor)")
 	f.StringVar(&memoryLimit, "memory-limit", "75%", `memory limit: the Go runtime's soft limit and the ceiling on live tensor bytes, past which new work gets ResourceExhausted; bytes with a unit (2GiB, 1500MB), a percentage of the cgroup's or machine's memory, or "none"`)
 	train.register(f)
+	f.StringVar(&logFormat, "log-format", "text", "log format: text (logfmt) or json")
+	f.IntVar(&maxRequestBytes, "max-request-bytes", 256<<20, "largest request message in bytes; clients must raise their own limits to send this much (grpcio's default is 4 MiB)")
 	return cmd
+}
+
+// newLogger returns the server's logger for --log-level and --log-format.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// wasmMagic starts every WebAssembly binary.
+var wasmMagic = []byte("\x00asm")
+
+// moduleSource resolves --module: a built-in example's name, or a file
+// that starts like a WebAssembly binary. Errors name the file, or list the
+// built-ins when the name is neither.
+func moduleSource(module string) (host.ModuleSource, error) {
+	if wasm, ok := wasmexperts.Builtin(module); ok {
+		return host.NamedModuleBytes(module, wasm), nil
+	}
+	f, err := os.Open(module)
+	if errors.Is(err, fs.ErrNotExist) {
+		return host.ModuleSource{}, fmt.Errorf("--module %q: no such file, and not a built-in module (%s)", module, strings.Join(wasmexperts.BuiltinNames(), ", "))
+	}
+	if err != nil {
+		return host.ModuleSource{}, fmt.Errorf("--module: %w", err)
+	}
+	defer f.Close()
+	head := make([]byte, len(wasmMagic))
+	if _, err := io.ReadFull(f, head); err != nil || !bytes.Equal(head, wasmMagic) {
+		return host.ModuleSource{}, fmt.Errorf("--module %s: not a WebAssembly module (a .wasm file starts with \\0asm)", module)
+	}
+	return host.ModuleFile(module), nil
 }

@@ -14,6 +14,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/abi/half"
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
@@ -28,6 +32,9 @@ type Config struct {
 	MinRows  int           // rows per request, drawn uniformly
 	MaxRows  int           //
 	Duration time.Duration // measured time, after a warm-up of a quarter of it
+	// DType is the wire dtype of inputs and outputs: float32 (the zero
+	// value), float16 or bfloat16.
+	DType abi.DType
 }
 
 // Result summarises a load.
@@ -38,6 +45,18 @@ type Result struct {
 	Elapsed    time.Duration
 	P50, P99   time.Duration
 	FirstError error
+	// RequestBytes and ResponseBytes add up the message sizes of the
+	// successful requests counted in Requests.
+	RequestBytes, ResponseBytes int64
+}
+
+// BytesPerRequest is the mean size of a request and of a response message.
+func (r Result) BytesPerRequest() (req, res float64) {
+	n := float64(r.Requests - r.Errors)
+	if n == 0 {
+		return 0, 0
+	}
+	return float64(r.RequestBytes) / n, float64(r.ResponseBytes) / n
 }
 
 // RowsPerSecond is the throughput in examples.
@@ -73,10 +92,11 @@ func Run(ctx context.Context, cfg Config) Result {
 				}
 				rows := cfg.MinRows + rng.IntN(cfg.MaxRows-cfg.MinRows+1)
 				req := &moehostv1.ForwardRequest{
-					Uid:    cfg.Experts[(c+i)%len(cfg.Experts)],
-					Inputs: []*moehostv1.Tensor{randomTensor(rng, rows, cfg.Hidden)},
+					Uid:         cfg.Experts[(c+i)%len(cfg.Experts)],
+					Inputs:      []*moehostv1.Tensor{randomTensor(rng, rows, cfg.Hidden, cfg.DType)},
+					OutputDtype: moehostv1.DType(cfg.DType),
 				}
-				_, err := client.Forward(ctx, connect.NewRequest(req))
+				out, err := client.Forward(ctx, connect.NewRequest(req))
 				done := time.Now()
 				// Deadline errors come from the end of the window
 				// (the server sees the client's deadline too).
@@ -94,6 +114,8 @@ func Run(ctx context.Context, cfg Config) Result {
 				} else {
 					res.Rows += rows
 					lats = append(lats, done.Sub(now))
+					res.RequestBytes += int64(proto.Size(req))
+					res.ResponseBytes += int64(proto.Size(out.Msg))
 				}
 				mu.Unlock()
 			}
@@ -109,19 +131,32 @@ func Run(ctx context.Context, cfg Config) Result {
 	return res
 }
 
-func randomTensor(rng *rand.Rand, rows, hidden int) *moehostv1.Tensor {
-	data := make([]byte, 4*rows*hidden)
-	for i := 0; i < rows*hidden; i++ {
-		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(rng.NormFloat64())))
+// randomTensor returns normal random values, sent as dt (float32 when
+// dt is not a 16-bit float).
+func randomTensor(rng *rand.Rand, rows, hidden int, dt abi.DType) *moehostv1.Tensor {
+	shape := []int64{int64(rows), int64(hidden)}
+	f := make([]float32, rows*hidden)
+	for i := range f {
+		f[i] = float32(rng.NormFloat64())
 	}
-	return &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: []int64{int64(rows), int64(hidden)}, Data: data}
+	if half.Is(dt) {
+		data := make([]byte, 2*len(f))
+		_ = half.Encode(dt, data, f) // cannot fail: the sizes match
+		return &moehostv1.Tensor{Dtype: moehostv1.DType(dt), Shape: shape, Data: data}
+	}
+	data := make([]byte, 4*len(f))
+	for i, v := range f {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+	}
+	return &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: shape, Data: data}
 }
 
 // Row formats a result as a table row.
 func (r Result) Row(name string) string {
-	return fmt.Sprintf("| %-22s | %10.1f | %8d | %8.1f | %8.1f | %6d |", name, r.RowsPerSecond(), r.Requests,
-		float64(r.P50)/float64(time.Millisecond), float64(r.P99)/float64(time.Millisecond), r.Errors)
+	req, res := r.BytesPerRequest()
+	return fmt.Sprintf("| %-28s | %10.1f | %8d | %8.1f | %8.1f | %6d | %9.1f | %9.1f |", name, r.RowsPerSecond(), r.Requests,
+		float64(r.P50)/float64(time.Millisecond), float64(r.P99)/float64(time.Millisecond), r.Errors, req/1024, res/1024)
 }
 
 // Header is the table header for Row.
-const Header = "| mode                   | samples/s  | requests | p50 ms   | p99 ms   | errors |\n|---|---|---|---|---|---|"
+const Header = "| mode                         | samples/s  | requests | p50 ms   | p99 ms   | errors | req KiB   | resp KiB  |\n|---|---|---|---|---|---|---|---|"

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServeErrors runs `moehost serve` with what newcomers get wrong, and
+// checks that each error names the problem.
+func TestServeErrors(t *testing.T) {
+	dir := t.TempDir()
+	notWasm := filepath.Join(dir, "model.wasm")
+	if err := os.WriteFile(notWasm, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"serve", "--listen", "127.0.0.1:*", "--data-dir", filepath.Join(dir, "data"), "--experts", "x.0"}
+	tests := []struct {
+		name string
+		args []string
+		want []string // substrings of the error
+	}{
+		{"not wasm names the file", []string{"--module", notWasm}, []string{notWasm, "not a WebAssembly module"}},
+		{"typo lists the built-ins", []string{"--module", "ffnn"}, []string{`"ffnn"`, "ffn, ffn-c, nop, det_dropout, transformer, ste_relu"}},
+		{"hidden dim 0 blames dim 1", []string{"--module", "ste_relu", "--hidden-dim", "0"}, []string{"dim 1 of shape [-1 0] is 0"}},
+		{"log format", []string{"--log-format", "xml"}, []string{`--log-format "xml": want text or json`}},
+		{"log level", []string{"--log-level", "loud"}, []string{`--log-level "loud"`}},
+		{"max request bytes", []string{"--max-request-bytes", "0"}, []string{"--max-request-bytes 0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := Main(append(base, tt.args...), &stdout, &stderr); code != 1 {
+				t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr.String())
+			}
+			msg := stderr.String()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+			// Each code at most once: no "invalid argument: invalid argument".
+			if strings.Count(msg, "invalid argument") > 1 {
+				t.Errorf("error %q repeats its code", msg)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit code %d: %s", args, code, stderr.String())
+		}
+		if got := stdout.String(); !strings.HasPrefix(got, "moehost ") || !strings.Contains(got, "go1.") {
+			t.Errorf("%v printed %q, want moehost's version and Go's", args, got)
+		}
+	}
+}
+
+// TestBenchModule benchmarks a module named with --module, on every wire
+// dtype, briefly.
+func TestBenchModule(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "--module", "nop", "--hidden-dim", "4", "--experts", "nop.[0:2]", "--clients", "2",
+		"--duration", "200ms", "--dtype", "float32,bfloat16", "--data-dir", t.TempDir()}
+	if code := Main(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"module nop", "batching float32", "batching bfloat16", "bfloat16: 0.5"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("bench output does not contain %q:\n%s", want, stdout.String())
+		}
+	}
+	stderr.Reset()
+	if code := Main([]string{"bench", "--module", "ffnn"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "ste_relu") {
+		t.Errorf("bench --module ffnn: exit %d, %q; want the built-ins listed", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := Main([]string{"bench", "--dtype", "int8"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `--dtype "int8"`) {
+		t.Errorf("bench --dtype int8: exit %d, %q", code, stderr.String())
+	}
+}
