@@ -48,6 +48,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		guest                                                 host.GuestLimits
 		memoryLimit                                           string
 		train                                                 trainFlags
+		corsOrigins                                           []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -91,6 +92,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithUpdatePeriod(train.updatePeriod),
 				host.WithAdminToken(train.adminToken),
 				train.checkpoints(),
+				host.WithCORSOrigins(corsOrigins...),
 			)
 			if err != nil {
 				return err
@@ -123,5 +125,6 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.Int64Var(&guest.BytesPerCall, "bytes-per-call", 2<<30, "most host memory one batch may make in an expert (tensor bytes plus 512 per tensor)")
 	f.StringVar(&memoryLimit, "memory-limit", "75%", `memory limit: the Go runtime's soft limit and the ceiling on live tensor bytes, past which new work gets ResourceExhausted; bytes with a unit (2GiB, 1500MB), a percentage of the cgroup's or machine's memory, or "none"`)
 	train.register(f)
+	f.StringSliceVar(&corsOrigins, "cors-origin", nil, `origin whose browser pages may call the server, e.g. "http://localhost:5173", or "*" for any; repeatable or comma-separated`)
 	return cmd
 }
