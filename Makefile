@@ -168,7 +168,8 @@ ui: ## Build the dashboard (host/ui/web) with Vite into host/ui/dist, which the 
 
 .PHONY: checkui
 checkui: ui ## Fail if the committed dashboard build (host/ui/dist) differs from its source's build
-	@git add -N host/ui/dist && git diff --exit-code --stat -- host/ui/dist || { echo "host/ui/dist is stale: run make ui and commit it"; exit 1; }
+	@stale=$$(git status --porcelain -- host/ui/dist); \
+	  if [ -n "$$stale" ]; then echo "$$stale"; echo "host/ui/dist is stale: run make ui and commit it"; exit 1; fi
 
 .PHONY: test-ts
 test-ts: ## Test the TypeScript client in Node against a live moehost serve

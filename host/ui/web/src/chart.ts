@@ -3,7 +3,7 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 const W = 300;
-const H = 64;
+const H = 100;
 
 export interface Series {
   label: string;
@@ -14,14 +14,14 @@ export class Chart {
   private readonly values: number[][];
   private readonly svg: SVGSVGElement;
   private readonly current: HTMLElement;
-  private readonly maxLabel: SVGTextElement;
+  private readonly maxLabel: HTMLElement;
 
   constructor(
     private readonly el: HTMLElement,
     title: string,
     private readonly unit: string,
     private readonly series: Series[],
-    private readonly capacity = 120,
+    private readonly capacity = 60,
   ) {
     this.values = series.map(() => []);
     el.innerHTML = "";
@@ -43,12 +43,13 @@ export class Chart {
       line.setAttribute("class", `line ${s.className}`);
       this.svg.append(area, line);
     }
-    this.maxLabel = document.createElementNS(SVG, "text");
-    this.maxLabel.setAttribute("x", "2");
-    this.maxLabel.setAttribute("y", "9");
-    this.maxLabel.setAttribute("class", "axis");
-    this.svg.append(this.maxLabel);
-    el.append(head, this.svg);
+    // The axis label is HTML over the plot: SVG text would stretch with it.
+    this.maxLabel = document.createElement("span");
+    this.maxLabel.className = "axis";
+    const plot = document.createElement("div");
+    plot.className = "plot";
+    plot.append(this.svg, this.maxLabel);
+    el.append(head, plot);
     if (series.length > 1) {
       const legend = document.createElement("div");
       legend.className = "legend";
@@ -78,7 +79,7 @@ export class Chart {
     const paths = this.svg.querySelectorAll("path");
     this.values.forEach((arr, i) => {
       const x0 = W - (arr.length - 1) * step;
-      const pts = arr.map((v, j) => `${(x0 + j * step).toFixed(1)},${(H - (v / max) * (H - 12)).toFixed(1)}`);
+      const pts = arr.map((v, j) => `${(x0 + j * step).toFixed(1)},${(H - (v / max) * (H - 4)).toFixed(1)}`);
       const line = pts.length ? `M${pts.join("L")}` : "";
       paths[2 * i + 1].setAttribute("d", line);
       paths[2 * i].setAttribute("d", pts.length ? `${line}L${W},${H}L${x0.toFixed(1)},${H}Z` : "");
