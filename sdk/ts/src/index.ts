@@ -8,6 +8,7 @@ import { ExpertService, type ExpertInfo } from "./gen/moehost/v1/expert_pb.js";
 import { ServerService, type GetServerInfoResponse } from "./gen/moehost/v1/server_pb.js";
 import { DType, type Tensor, type TensorSchema } from "./gen/moehost/v1/tensor_pb.js";
 
+export * from "./gen/moehost/v1/checkpoint_pb.js";
 export * from "./gen/moehost/v1/expert_pb.js";
 export * from "./gen/moehost/v1/server_pb.js";
 export * from "./gen/moehost/v1/tensor_pb.js";
