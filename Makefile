@@ -167,6 +167,43 @@ check: lint test checkgenerate ## Everything CI could ask for
 	$(GO) vet -tags purego ./gpuhost/...
 	@cd gpuhost && $(GO) run internal/asmgen/main.go | diff -q - gemm_amd64.s >/dev/null || { echo "gpuhost/gemm_amd64.s is stale: cd gpuhost && go run internal/asmgen/main.go > gemm_amd64.s"; exit 1; }
 
+# The web parts: the TypeScript client (sdk/ts), the dashboard
+# (host/ui/web, built into host/ui/dist and embedded) and the browser tests
+# (tests/web). Node.js 20+ and npm; package-lock.json pins every package.
+NPM ?= npm
+NPM_CI := $(NPM) ci --no-audit --no-fund --loglevel=error
+TS_DIR := sdk/ts
+UI_DIR := host/ui/web
+WEB_TEST_DIR := tests/web
+# Debian's Chromium, driven by playwright-core: never a downloaded browser.
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: generate-ts
+generate-ts: ## Regenerate the TypeScript client's code (sdk/ts/src/gen) from proto/ with buf and protoc-gen-es
+	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	cd $(TS_DIR) && $(NPM_CI) && $(BIN)/buf generate --template buf.gen.yaml
+
+.PHONY: ui
+ui: ## Build the dashboard (host/ui/web) with Vite into host/ui/dist, which the binary embeds
+	cd $(UI_DIR) && $(NPM_CI) && $(NPM) run build
+
+.PHONY: checkui
+checkui: ui ## Fail if the committed dashboard build (host/ui/dist) differs from its source's build
+	@stale=$$(git status --porcelain -- host/ui/dist); \
+	  if [ -n "$$stale" ]; then echo "$$stale"; echo "host/ui/dist is stale: run make ui and commit it"; exit 1; fi
+
+.PHONY: test-ts
+test-ts: ## Test the TypeScript client in Node against a live moehost serve
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	cd $(TS_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost $(NPM) test
+
+.PHONY: test-web
+test-web: ## Browser tests of the dashboard and of CORS in headless Chromium (installs Debian's chromium if missing)
+	@test -x $(CHROMIUM) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	cd $(WEB_TEST_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost CHROMIUM=$(CHROMIUM) \
+	  WEB_TEST_OUT=$(CURDIR)/.tmp/test-web $(NPM) test
+
 .PHONY: clean
 clean: ## Remove build outputs and the default data dir
 	rm -rf .tmp moehost-data

@@ -29,6 +29,7 @@ import (
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/runtime"
 	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/ui"
 	"github.com/moehost/moehost/modules"
 )
 
@@ -72,6 +73,8 @@ type Server struct {
 	stopSave chan struct{} // closed to stop the periodic saver
 	saveDone chan struct{} // closed when it has stopped
 	served   []any         // what the startup log line says is served
+	// startTime is when the port began serving, for ServerService.
+	startTime time.Time
 
 	// lifeMu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
@@ -286,7 +289,13 @@ func (s *Server) start(ctx context.Context) error {
 	if path, h, ok := s.checkpointHandler(ln); ok {
 		mux.Handle(path, h)
 	}
-	mux.Handle("/", rpc.NewHandler((*table)(s), rpc.Options{MaxRequestBytes: s.cfg.maxRequestBytes}))
+	mux.Handle("/ui/", ui.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	mux.Handle("/", rpc.NewHandler((*table)(s), rpc.Options{
+		MaxRequestBytes: s.cfg.maxRequestBytes,
+		Server:          (*describer)(s),
+		CORSOrigins:     s.cfg.corsOrigins,
+	}))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
@@ -298,7 +307,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	serveErr := make(chan error, 1)
 	s.mu.Lock()
-	s.ln, s.httpSrv, s.serveErr = ln, srv, serveErr
+	s.ln, s.httpSrv, s.serveErr, s.startTime = ln, srv, serveErr, time.Now()
 	s.mu.Unlock()
 	go func() { serveErr <- srv.Serve(ln) }()
 	return nil

@@ -35,6 +35,7 @@ type config struct {
 	batching        BatchLimits
 	maxRequestBytes int
 	memoryLimit     int64 // 0: DefaultMemoryLimit; < 0: none
+	corsOrigins     []string
 
 	// Training state (checkpoints).
 	checkpoints  *CheckpointConfig
@@ -237,6 +238,9 @@ func (c *config) validate() error {
 	}
 	if c.updatePeriod <= 0 {
 		return fmt.Errorf("moehost: update period %v is not positive", c.updatePeriod)
+	}
+	if err := validateCORSOrigins(c.corsOrigins); err != nil {
+		return fmt.Errorf("moehost: %w", err)
 	}
 	if err := c.batching.Validate(); err != nil {
 		return fmt.Errorf("moehost: batching: %w", err)

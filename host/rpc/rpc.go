@@ -60,10 +60,18 @@ type Experts interface {
 type Options struct {
 	// MaxRequestBytes caps a request message. Default 256 MiB.
 	MaxRequestBytes int
+
+	// Server describes the server for ServerService; nil serves no
+	// ServerService.
+	Server Server
+	// CORSOrigins are the origins whose browser pages may call the
+	// procedures; "*" allows any. Default none: same origin only.
+	CORSOrigins []string
 }
 
-// NewHandler returns an http.Handler that serves ExpertService, gRPC
-// health and gRPC reflection (v1 and v1alpha) for all three protocols.
+// NewHandler returns an http.Handler that serves ExpertService,
+// ServerService (with opts.Server), gRPC health and gRPC reflection (v1
+// and v1alpha) for all three protocols, to the CORS origins allowed.
 // Serve it with HTTP/2 cleartext enabled for gRPC clients.
 func NewHandler(experts Experts, opts Options) http.Handler {
 	if opts.MaxRequestBytes <= 0 {
@@ -79,20 +87,27 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		connect.WithCompressMinBytes(math.MaxInt),
 		connect.WithInterceptors(errorInterceptor{}),
 	))
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(moehostv1connect.ExpertServiceName)))
+	services := []string{moehostv1connect.ExpertServiceName}
+	if opts.Server != nil {
+		mux.Handle(moehostv1connect.NewServerServiceHandler(
+			serverService{server: opts.Server},
+			connect.WithInterceptors(errorInterceptor{}),
+		))
+		services = append(services, moehostv1connect.ServerServiceName)
+	}
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
 	resolver, err := reflectionResolver()
 	if err != nil {
 		panic(err) // the embedded set is generated with the code: a bad one is a build bug
 	}
+	reflected := append(services, grpchealth.HealthV1ServiceName)
 	reflector := grpcreflect.NewReflector(
-		grpcreflect.NamerFunc(func() []string {
-			return []string{moehostv1connect.ExpertServiceName, grpchealth.HealthV1ServiceName}
-		}),
+		grpcreflect.NamerFunc(func() []string { return reflected }),
 		grpcreflect.WithDescriptorResolver(resolver),
 	)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	return mux
+	return withCORS(mux, opts.CORSOrigins)
 }
 
 // CodeOf returns the Connect code for err: the code of a *connect.Error,

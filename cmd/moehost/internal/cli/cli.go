@@ -57,6 +57,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		train                                                 trainFlags
 		logFormat                                             string
 		maxRequestBytes                                       int
+		corsOrigins                                           []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -103,6 +104,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithAdminToken(train.adminToken),
 				train.checkpoints(),
 				host.WithMaxRequestBytes(maxRequestBytes),
+				host.WithCORSOrigins(corsOrigins...),
 			)
 			if err != nil {
 				return err
@@ -137,6 +139,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	train.register(f)
 	f.StringVar(&logFormat, "log-format", "text", "log format: text (logfmt) or json")
 	f.IntVar(&maxRequestBytes, "max-request-bytes", 256<<20, "largest request message in bytes; clients must raise their own limits to send this much (grpcio's default is 4 MiB)")
+	f.StringSliceVar(&corsOrigins, "cors-origin", nil, `origin whose browser pages may call the server, e.g. "http://localhost:5173", or "*" for any; repeatable or comma-separated`)
 	return cmd
 }
 

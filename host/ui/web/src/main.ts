@@ -1,0 +1,261 @@
+// The moehost dashboard: polls ListExperts and GetServerInfo over Connect
+// from the page's own origin, charts the load, and runs Forward on random
+// input. See ../ui.go for how it is served.
+import {
+  ConnectError,
+  createMoehostClient,
+  DType,
+  randomInput,
+  shapeOf,
+  stats,
+  toFloat32Array,
+  type ExpertInfo,
+  type GetServerInfoResponse,
+  type MoehostClient,
+  type PoolStats,
+  type TensorSchema,
+} from "@moehost/client";
+
+import { Chart, fmt } from "./chart";
+import "./style.css";
+
+const POLL_MS = 1000;
+const TOKEN_KEY = "moehost.token";
+
+const $ = <T extends HTMLElement = HTMLElement>(sel: string) => document.querySelector<T>(sel)!;
+
+let client: MoehostClient = newClient();
+let experts: ExpertInfo[] = [];
+let server: GetServerInfoResponse | undefined;
+let serverFetchedAt = 0;
+
+function newClient(): MoehostClient {
+  return createMoehostClient({ baseUrl: location.origin, token: sessionStorage.getItem(TOKEN_KEY) ?? undefined });
+}
+
+// The token lives in session storage: it survives a reload, not the tab.
+const tokenInput = $<HTMLInputElement>("#token");
+tokenInput.value = sessionStorage.getItem(TOKEN_KEY) ?? "";
+tokenInput.addEventListener("change", () => {
+  const t = tokenInput.value.trim();
+  if (t) sessionStorage.setItem(TOKEN_KEY, t);
+  else sessionStorage.removeItem(TOKEN_KEY);
+  client = newClient();
+  void poll();
+});
+
+const charts = {
+  throughput: new Chart($("#chart-throughput"), "Throughput", "rows/s", [{ label: "rows/s", className: "s0" }]),
+  batch: new Chart($("#chart-batch"), "Mean batch size", "rows", [{ label: "rows", className: "s1" }]),
+  queue: new Chart($("#chart-queue"), "Queue depth", "requests", [{ label: "requests", className: "s2" }]),
+  latency: new Chart($("#chart-latency"), "Latency", "ms", [
+    { label: "queue wait p99", className: "s3" },
+    { label: "batch run, mean", className: "s0" },
+  ]),
+};
+
+function pools(e: ExpertInfo): PoolStats[] {
+  return [e.forwardPool, e.backwardPool].filter((p): p is PoolStats => p !== undefined);
+}
+
+/** load sums the experts' pools into the four charted numbers. */
+function load(list: ExpertInfo[]) {
+  let rows = 0;
+  let batches = 0;
+  let batchRows = 0;
+  let queue = 0;
+  let wait = 0;
+  let run = 0;
+  for (const p of list.flatMap(pools)) {
+    rows += p.samplesPerSecond;
+    batches += p.batchesPerSecond;
+    batchRows += p.batchesPerSecond * p.meanBatchSize;
+    queue += Number(p.queueDepth);
+    wait = Math.max(wait, p.queueWaitP99Ms);
+    run = Math.max(run, p.runTimeMeanMs);
+  }
+  return { rows, batch: batches > 0 ? batchRows / batches : 0, queue, wait, run };
+}
+
+function schemaText(s: TensorSchema[]): string {
+  return s.map((t) => `${t.name}:${DType[t.dtype].replace(/^DTYPE_/, "").toLowerCase()}[${t.shape.join(",")}]`).join(", ");
+}
+
+function cell(text: string, className = ""): HTMLTableCellElement {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+function renderExperts(): void {
+  const body = $("#experts tbody");
+  const rows = experts.map((e) => {
+    const tr = document.createElement("tr");
+    tr.dataset.uid = e.uid;
+    const health = cell(e.healthy ? "healthy" : "failing", `badge ${e.healthy ? "ok" : "bad"}`);
+    const digest = e.moduleDigest.replace(/^sha256:/, "");
+    const mod = cell(`${digest.slice(0, 12)}`, "mono");
+    mod.title = e.moduleDigest;
+    const cfg = Object.entries(e.config).map(([k, v]) => `${k}=${v}`).join(" ");
+    const schema = cell(`${schemaText(e.inputs)} → ${schemaText(e.outputs)}`, "mono");
+    schema.title = cfg;
+    const ps = pools(e);
+    const l = load([e]);
+    tr.append(
+      cell(e.uid, "mono uid"),
+      health,
+      schema,
+      mod,
+      cell(fmt(Number(e.parameterCount)), "num"),
+      cell(fmt(l.rows), "num"),
+      cell(l.batch ? l.batch.toFixed(1) : "–", "num"),
+      cell(String(l.queue), "num"),
+      cell(ps.length ? `${fmt(l.wait)} ms` : "–", "num"),
+      cell(`${e.stats?.backwardBatches ?? 0n} steps`, "num"),
+    );
+    return tr;
+  });
+  body.replaceChildren(...rows);
+  $("#expert-count").textContent = `${experts.length} hosted`;
+
+  const select = $<HTMLSelectElement>("#forward-uid");
+  const uids = experts.map((e) => e.uid);
+  if ([...select.options].map((o) => o.value).join() !== uids.join()) {
+    const keep = select.value;
+    select.replaceChildren(...uids.map((u) => new Option(u, u)));
+    if (uids.includes(keep)) select.value = keep;
+  }
+}
+
+function renderServer(): void {
+  const dl = $("#server-info");
+  if (!server) return;
+  const up = server.uptimeSeconds + (Date.now() - serverFetchedAt) / 1000;
+  const items: [string, string][] = [
+    ["version", `${server.version} (${server.goVersion})`],
+    ["uptime", duration(up)],
+    ["listen", server.listenAddress],
+    ["devices", server.devices.map((d) => `${d.name}: ${d.description}`).join("; ") || "–"],
+    ["experts", String(server.expertCount)],
+    ["announce", server.announceAddresses.join(", ") || "none (no DHT node)"],
+    ["peers", server.peers.length ? server.peers.map((p) => p.peerId).join(", ") : "none"],
+  ];
+  dl.replaceChildren(
+    ...items.flatMap(([k, v]) => {
+      const dt = document.createElement("dt");
+      dt.textContent = k;
+      const dd = document.createElement("dd");
+      dd.textContent = v;
+      dd.dataset.key = k;
+      return [dt, dd];
+    }),
+  );
+  $("#server-addr").textContent = server.listenAddress;
+}
+
+function duration(s: number): string {
+  const d = Math.floor(s / 86400);
+  const h = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const sec = Math.floor(s % 60);
+  return d ? `${d}d ${h}h ${m}m` : h ? `${h}h ${m}m ${sec}s` : m ? `${m}m ${sec}s` : `${sec}s`;
+}
+
+function setConnected(ok: boolean, text: string): void {
+  $("#conn").className = `dot ${ok ? "ok" : "bad"}`;
+  $("#conn-text").textContent = text;
+}
+
+function describe(err: unknown): string {
+  return err instanceof ConnectError ? `${codeName(err)}: ${err.rawMessage}` : String(err);
+}
+
+function codeName(err: ConnectError): string {
+  // Code is a numeric enum; print it as the gRPC name users search for.
+  const names = ["ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists", "permission_denied", "resource_exhausted", "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss", "unauthenticated"];
+  return names[err.code] ?? String(err.code);
+}
+
+async function poll(): Promise<void> {
+  try {
+    const now = Date.now();
+    const [list, info] = await Promise.all([
+      client.experts.listExperts({}),
+      now - serverFetchedAt > 5000 ? client.info() : Promise.resolve(undefined),
+    ]);
+    experts = list.experts;
+    if (info) {
+      server = info;
+      serverFetchedAt = now;
+    }
+    const l = load(experts);
+    charts.throughput.push(l.rows);
+    charts.batch.push(l.batch);
+    charts.queue.push(l.queue);
+    charts.latency.push(l.wait, l.run);
+    renderExperts();
+    setConnected(true, "live");
+  } catch (err) {
+    setConnected(false, describe(err));
+  }
+  renderServer();
+}
+
+// Forward on random input: the output's shape and statistics, and a
+// histogram of its values.
+$<HTMLFormElement>("#forward-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const uid = $<HTMLSelectElement>("#forward-uid").value;
+  const rows = Number($<HTMLInputElement>("#forward-rows").value);
+  const e = experts.find((x) => x.uid === uid);
+  const errEl = $("#forward-error");
+  const button = $<HTMLButtonElement>("#forward-run");
+  errEl.hidden = true;
+  if (!e) return;
+  button.disabled = true;
+  try {
+    const inputs = e.inputs.map((s) => randomInput(s, rows));
+    const t0 = performance.now();
+    const outputs = await client.expert(uid).forward(...inputs);
+    const ms = performance.now() - t0;
+    const out = outputs[0];
+    const values = toFloat32Array(out);
+    const st = stats(values);
+    $("#forward-input-shape").textContent = inputs.map((t) => `[${shapeOf(t).join(", ")}]`).join(", ");
+    $("#forward-shape").textContent = `[${shapeOf(out).join(", ")}]`;
+    $("#forward-mean").textContent = `${st.mean.toFixed(4)} ± ${st.std.toFixed(4)}`;
+    $("#forward-range").textContent = `${st.min.toFixed(4)} … ${st.max.toFixed(4)}`;
+    $("#forward-time").textContent = `${ms.toFixed(1)} ms`;
+    histogram(values, st.min, st.max);
+    $("#forward-result").hidden = false;
+  } catch (err) {
+    errEl.textContent = describe(err);
+    errEl.hidden = false;
+  } finally {
+    button.disabled = false;
+  }
+});
+
+function histogram(values: Float32Array, min: number, max: number): void {
+  const bins = new Array<number>(40).fill(0);
+  const span = max - min || 1;
+  for (const v of values) bins[Math.min(bins.length - 1, Math.floor(((v - min) / span) * bins.length))]++;
+  const top = Math.max(...bins);
+  const w = 320 / bins.length;
+  const svg = $("#forward-hist");
+  svg.replaceChildren(
+    ...bins.map((b, i) => {
+      const r = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+      const h = (b / top) * 58;
+      r.setAttribute("x", (i * w + 0.5).toFixed(1));
+      r.setAttribute("width", (w - 1).toFixed(1));
+      r.setAttribute("y", (60 - h).toFixed(1));
+      r.setAttribute("height", h.toFixed(1));
+      return r;
+    }),
+  );
+}
+
+void poll();
+setInterval(() => void poll(), POLL_MS);

@@ -1,0 +1,44 @@
+// startServer runs `moehost serve` on a free loopback port and resolves
+// with its base URL once it serves; stop() ends it. The binary comes from
+// $MOEHOST_BIN (make test-ts builds it).
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export async function startServer(args = []) {
+  const bin = process.env.MOEHOST_BIN;
+  if (!bin) throw new Error("set MOEHOST_BIN to a moehost binary (make test-ts does)");
+  const dataDir = mkdtempSync(join(tmpdir(), "moehost-ts-"));
+  const proc = spawn(bin, ["serve", "--listen", "127.0.0.1:*", "--data-dir", dataDir, ...args], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let log = "";
+  const addr = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`moehost did not start in 120s:\n${log}`)), 120_000);
+    proc.stderr.setEncoding("utf8");
+    proc.stderr.on("data", (chunk) => {
+      log += chunk;
+      const m = /moehost serving.* addr=(\S+)/.exec(log);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    proc.on("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`moehost exited with ${code}:\n${log}`));
+    });
+  });
+  return {
+    baseUrl: `http://${addr}`,
+    addr,
+    async stop() {
+      proc.removeAllListeners("exit");
+      const exited = new Promise((r) => proc.once("exit", r));
+      proc.kill("SIGTERM");
+      await exited;
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
