@@ -77,9 +77,10 @@ test: examples ## Check formatting, vet, build without cgo, and run every test w
 	$(GO) test -race -timeout 12m ./...
 
 .PHONY: bench
-bench: examples ## Serving load test (batching vs none, 64 clients) and the Go benchmarks
+bench: examples ## Serving load test (batching vs none, 64 clients), the Go benchmarks and the DHT (32 nodes: lookup p50/p99, announcing 1,000 experts)
 	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
+	$(GO) test -run '^$$' -bench DHT -benchtime 3x ./host/dht/
 
 .PHONY: fuzz-sandbox
 fuzz-sandbox: ## Fuzz the sandbox: op sequences against a budgeted instance, then the module decoder (FUZZTIME each, default 5m)

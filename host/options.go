@@ -40,6 +40,7 @@ type config struct {
 	checkpoints  *CheckpointConfig
 	updatePeriod time.Duration
 	adminToken   string
+	dht          *DHTConfig
 }
 
 // BatchLimits configure the batching of one expert's requests; each
@@ -206,6 +207,9 @@ func (c *config) validate() error {
 	}
 	if c.dataDir == "" {
 		return errors.New("moehost: data dir is empty")
+	}
+	if err := c.validateDHT(); err != nil {
+		return err
 	}
 	if err := c.optimizer.validate(); err != nil {
 		return fmt.Errorf("moehost: %w", err)

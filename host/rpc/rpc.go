@@ -59,6 +59,19 @@ type Experts interface {
 type Options struct {
 	// MaxRequestBytes caps a request message. Default 256 MiB.
 	MaxRequestBytes int
+	// Services are more Connect services to serve beside ExpertService,
+	// listed in health checks and reflection.
+	Services []Service
+}
+
+// Service is a Connect service another room built, served on the same
+// handler.
+type Service struct {
+	// Name is the fully-qualified service name ("moehost.v1.DiscoveryService").
+	Name string
+	// Path and Handler are what its generated New…Handler returned.
+	Path    string
+	Handler http.Handler
 }
 
 // NewHandler returns an http.Handler that serves ExpertService, gRPC
@@ -78,8 +91,13 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		connect.WithCompressMinBytes(math.MaxInt),
 		connect.WithInterceptors(errorInterceptor{}),
 	))
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(moehostv1connect.ExpertServiceName)))
-	reflector := grpcreflect.NewStaticReflector(moehostv1connect.ExpertServiceName, grpchealth.HealthV1ServiceName)
+	names := []string{moehostv1connect.ExpertServiceName}
+	for _, svc := range opts.Services {
+		mux.Handle(svc.Path, svc.Handler)
+		names = append(names, svc.Name)
+	}
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...)))
+	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	return mux

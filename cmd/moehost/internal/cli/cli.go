@@ -31,6 +31,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
 	root.AddCommand(checkpointCmd(stdout))
+	root.AddCommand(discoverCmd(stdout, stderr))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(stderr, "moehost:", err)
 		return 1
@@ -47,6 +48,8 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		guest                                                 host.GuestLimits
 		memoryLimit                                           string
 		train                                                 trainFlags
+		dhtCfg                                                host.DHTConfig
+		noDHT                                                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -90,6 +93,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithUpdatePeriod(train.updatePeriod),
 				host.WithAdminToken(train.adminToken),
 				train.checkpoints(),
+				dhtOption(noDHT, dhtCfg),
 			)
 			if err != nil {
 				return err
@@ -122,5 +126,9 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.Int64Var(&guest.BytesPerCall, "bytes-per-call", 2<<30, "most host memory one batch may make in an expert (tensor bytes plus 512 per tensor)")
 	f.StringVar(&memoryLimit, "memory-limit", "75%", `memory limit: the Go runtime's soft limit and the ceiling on live tensor bytes, past which new work gets ResourceExhausted; bytes with a unit (2GiB, 1500MB), a percentage of the cgroup's or machine's memory, or "none"`)
 	train.register(f)
+	f.StringSliceVar(&dhtCfg.InitialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join, comma-separated; default none (a one-node swarm)")
+	f.StringSliceVar(&dhtCfg.Listen, "dht-listen", nil, "libp2p multiaddrs for the DHT node; default a free TCP port on the --listen host")
+	f.StringSliceVar(&dhtCfg.Announce, "announce", nil, `public base URL(s) of this server put in its DHT records; default "http://" plus the bound address (required with an unspecified --listen host)`)
+	f.BoolVar(&noDHT, "no-dht", false, "run no DHT node: the server is reachable by address only")
 	return cmd
 }
