@@ -221,7 +221,10 @@ func TestDiscoveryRejectsBadRequests(t *testing.T) {
 		call func() error
 		want string
 	}{
-		{"no names", func() error { _, err := dc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{})); return err }, "no names"},
+		{"no names", func() error {
+			_, err := dc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{}))
+			return err
+		}, "no names"},
 		{"bad name", func() error {
 			_, err := dc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{Names: []string{"a/b"}}))
 			return err

@@ -494,4 +494,3 @@ func dot(a, b []float32) float64 {
 	}
 	return s
 }
-

@@ -11,7 +11,7 @@ import (
 // anything.
 type acceptAll struct{}
 
-func (acceptAll) Validate(string, []byte) error         { return nil }
+func (acceptAll) Validate(string, []byte) error        { return nil }
 func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
 
 // WithDatastore makes the node keep its records in store, for the test to
