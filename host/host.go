@@ -26,6 +26,7 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/moehost/moehost/host/dht"
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/runtime"
 	"github.com/moehost/moehost/host/sandbox"
@@ -75,6 +76,7 @@ type Server struct {
 	served   []any         // what the startup log line says is served
 	// startTime is when the port began serving, for ServerService.
 	startTime time.Time
+	dht       *dht.Service // nil without WithDHT
 
 	// lifeMu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
@@ -284,6 +286,11 @@ func (s *Server) start(ctx context.Context) error {
 	s.worker.Start(ctx)
 	s.startSaving()
 
+	// The DHT node is up and its addresses are on disk before Ready.
+	services, err := s.startDHT(ctx)
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	if path, h, ok := s.checkpointHandler(ln); ok {
@@ -295,6 +302,7 @@ func (s *Server) start(ctx context.Context) error {
 		MaxRequestBytes: s.cfg.maxRequestBytes,
 		Server:          (*describer)(s),
 		CORSOrigins:     s.cfg.corsOrigins,
+		Services:        services,
 	}))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -310,6 +318,11 @@ func (s *Server) start(ctx context.Context) error {
 	s.ln, s.httpSrv, s.serveErr, s.startTime = ln, srv, serveErr, time.Now()
 	s.mu.Unlock()
 	go func() { serveErr <- srv.Serve(ln) }()
+	if s.dht != nil {
+		if err := s.dht.Start(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -357,6 +370,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // release frees whatever start made. It runs without s.mu held while it
 // waits, because in-flight requests still look experts up.
 func (s *Server) release(ctx context.Context) error {
+	// Stop announcing first, so that the records expire while the rest
+	// shuts down.
+	s.stopAnnouncing()
 	s.mu.Lock()
 	httpSrv, serveErr, ln, rt := s.httpSrv, s.serveErr, s.ln, s.rt
 	experts := slices.Collect(maps.Values(s.experts))
@@ -390,6 +406,7 @@ func (s *Server) release(ctx context.Context) error {
 	if rt != nil {
 		errs = append(errs, rt.Close(ctx))
 	}
+	errs = append(errs, s.closeDHT(ctx))
 	return errors.Join(errs...)
 }
 

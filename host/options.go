@@ -43,6 +43,7 @@ type config struct {
 	adminToken   string
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
+	dht                *DHTConfig
 }
 
 // BatchLimits configure the batching of one expert's requests; each
@@ -232,6 +233,9 @@ func (c *config) validate() error {
 	}
 	if c.dataDir == "" {
 		return errors.New("moehost: data dir is empty")
+	}
+	if err := c.validateDHT(); err != nil {
+		return err
 	}
 	if err := c.optimizer.validate(); err != nil {
 		return fmt.Errorf("moehost: %w", err)

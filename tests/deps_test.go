@@ -20,13 +20,15 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"gpuhost", []string{"abi"}},
 		{"sdk/expert", []string{"abi"}},
 		{"modules", []string{"abi"}},
-		{"sdk/client", []string{"abi", "gen/"}},
+		{"sdk/swarm", []string{"gen/"}},
+		{"sdk/client", []string{"abi", "gen/", "sdk/swarm"}},
 		{"host/batch", nil},
 		{"host/runtime", nil},
 		{"host/sandbox", []string{"abi", "gpuhost", "modules"}},
 		{"host/rpc", []string{"abi", "gpuhost", "gen/"}},
 		{"host/checkpoint", []string{"modules"}},
-		{"host", []string{"abi", "gpuhost", "gen/", "host/", "modules"}},
+		{"host/dht", []string{"gen/", "modules", "sdk/swarm"}},
+		{"host", []string{"abi", "gpuhost", "gen/", "host/", "modules", "sdk/swarm"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {

@@ -67,6 +67,19 @@ type Options struct {
 	// CORSOrigins are the origins whose browser pages may call the
 	// procedures; "*" allows any. Default none: same origin only.
 	CORSOrigins []string
+	// Services are more Connect services to serve beside ExpertService,
+	// listed in health checks and reflection.
+	Services []Service
+}
+
+// Service is a Connect service another room built, served on the same
+// handler.
+type Service struct {
+	// Name is the fully-qualified service name ("moehost.v1.DiscoveryService").
+	Name string
+	// Path and Handler are what its generated New…Handler returned.
+	Path    string
+	Handler http.Handler
 }
 
 // NewHandler returns an http.Handler that serves ExpertService,
@@ -87,20 +100,24 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		connect.WithCompressMinBytes(math.MaxInt),
 		connect.WithInterceptors(errorInterceptor{}),
 	))
-	services := []string{moehostv1connect.ExpertServiceName}
+	names := []string{moehostv1connect.ExpertServiceName}
 	if opts.Server != nil {
 		mux.Handle(moehostv1connect.NewServerServiceHandler(
 			serverService{server: opts.Server},
 			connect.WithInterceptors(errorInterceptor{}),
 		))
-		services = append(services, moehostv1connect.ServerServiceName)
+		names = append(names, moehostv1connect.ServerServiceName)
 	}
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
+	for _, svc := range opts.Services {
+		mux.Handle(svc.Path, svc.Handler)
+		names = append(names, svc.Name)
+	}
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...)))
 	resolver, err := reflectionResolver()
 	if err != nil {
 		panic(err) // the embedded set is generated with the code: a bad one is a build bug
 	}
-	reflected := append(services, grpchealth.HealthV1ServiceName)
+	reflected := append(names, grpchealth.HealthV1ServiceName)
 	reflector := grpcreflect.NewReflector(
 		grpcreflect.NamerFunc(func() []string { return reflected }),
 		grpcreflect.WithDescriptorResolver(resolver),

@@ -4,8 +4,9 @@
 //	c := client.New("http://127.0.0.1:7700")
 //	out, err := c.Expert("ffn.0").Forward(ctx, client.Float32([]int64{2, 1024}, x))
 //
-// The DHT (finding experts by uid prefix, mixture-of-experts beam search)
-// will come as another constructor in this package.
+// To find experts, join the DHT swarm with NewSwarm (or ask a server's
+// DiscoveryService with NewDiscoveryClient); MixtureOfExperts calls the
+// top-k experts of a grid that beam search picks.
 package client
 
 import (
@@ -15,6 +16,8 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -31,6 +34,7 @@ type options struct {
 	http     connect.HTTPClient
 	protocol string    // "connect", "grpc", "grpcweb"
 	wire     abi.DType // float32, float16 or bfloat16
+	timeout  time.Duration
 }
 
 type optionFunc func(*options)
@@ -44,6 +48,10 @@ func (f optionFunc) apply(o *options) { f(o) }
 func WithHTTPClient(c connect.HTTPClient) Option {
 	return optionFunc(func(o *options) { o.http = c })
 }
+
+// WithTimeout bounds each call of a RemoteExpert (Info, Forward,
+// Backward) on top of its context's deadline. Default none.
+func WithTimeout(d time.Duration) Option { return optionFunc(func(o *options) { o.timeout = d }) }
 
 // WithGRPC makes the client speak gRPC instead of Connect.
 func WithGRPC() Option { return optionFunc(func(o *options) { o.protocol = "grpc" }) }
@@ -62,37 +70,50 @@ func WithWireDType(dt abi.DType) Option { return optionFunc(func(o *options) { o
 
 // Client calls one moehost server. It is safe for concurrent use.
 type Client struct {
-	svc  moehostv1connect.ExpertServiceClient
-	own  *http.Client // the HTTP client New made, closed by Close
-	wire abi.DType
+	svc     moehostv1connect.ExpertServiceClient
+	own     *http.Client // the HTTP client New made, closed by Close
+	wire    abi.DType
+	timeout time.Duration
+	schemas sync.Map // uid → *moehostv1.ExpertInfo, for CheckInputs
 }
 
 // New returns a client of the server at baseURL ("http://host:port", or
 // "host:port" for plain HTTP).
 func New(baseURL string, opts ...Option) *Client {
+	hc, url, copts, own := connectSetup(baseURL, opts)
+	o := applyOptions(opts)
+	if o.wire != abi.DTypeFloat32 && !half.Is(o.wire) {
+		panic(fmt.Sprintf("client.WithWireDType(%v): want float32, float16 or bfloat16", o.wire))
+	}
+	return &Client{svc: moehostv1connect.NewExpertServiceClient(hc, url, copts...), own: own, wire: o.wire, timeout: o.timeout}
+}
+
+func applyOptions(opts []Option) options {
 	o := options{protocol: "connect", wire: abi.DTypeFloat32}
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	if o.wire != abi.DTypeFloat32 && !half.Is(o.wire) {
-		panic(fmt.Sprintf("client.WithWireDType(%v): want float32, float16 or bfloat16", o.wire))
-	}
+	return o
+}
+
+// connectSetup turns options into an HTTP client (own is the one it made,
+// if any), a URL and Connect client options.
+func connectSetup(baseURL string, opts []Option) (hc connect.HTTPClient, url string, copts []connect.ClientOption, own *http.Client) {
+	o := applyOptions(opts)
 	if !strings.Contains(baseURL, "://") {
 		baseURL = "http://" + baseURL
 	}
-	var own *http.Client
 	if o.http == nil {
 		own = defaultHTTPClient(strings.HasPrefix(baseURL, "http://"))
 		o.http = own
 	}
-	var copts []connect.ClientOption
 	switch o.protocol {
 	case "grpc":
 		copts = append(copts, connect.WithGRPC())
 	case "grpcweb":
 		copts = append(copts, connect.WithGRPCWeb())
 	}
-	return &Client{svc: moehostv1connect.NewExpertServiceClient(o.http, baseURL, copts...), own: own, wire: o.wire}
+	return o.http, baseURL, copts, own
 }
 
 // Close closes the idle connections of the HTTP client that New made; a
@@ -137,22 +158,66 @@ type RemoteExpert struct {
 // UID returns the expert's uid.
 func (e *RemoteExpert) UID() string { return e.uid }
 
+// call bounds ctx by the client's timeout.
+func (e *RemoteExpert) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	if e.c.timeout > 0 {
+		return context.WithTimeout(ctx, e.c.timeout)
+	}
+	return ctx, func() {}
+}
+
 // Info describes the expert.
 func (e *RemoteExpert) Info(ctx context.Context) (*moehostv1.ExpertInfo, error) {
+	ctx, cancel := e.call(ctx)
+	defer cancel()
 	res, err := e.c.svc.Info(ctx, connect.NewRequest(&moehostv1.InfoRequest{Uid: e.uid}))
 	if err != nil {
 		return nil, err
 	}
+	e.c.schemas.Store(e.uid, res.Msg)
 	return res.Msg, nil
+}
+
+// CheckInputs checks inputs against the expert's declared input schema,
+// which it fetches with Info once per client and uid and then caches; a
+// mismatch is a *connect.Error with CodeInvalidArgument, found without
+// sending the batch.
+func (e *RemoteExpert) CheckInputs(ctx context.Context, inputs ...Tensor) error {
+	v, ok := e.c.schemas.Load(e.uid)
+	if !ok {
+		info, err := e.Info(ctx)
+		if err != nil {
+			return err
+		}
+		v = info
+	}
+	schema := v.(*moehostv1.ExpertInfo).GetInputs()
+	if len(inputs) != len(schema) {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expert %s takes %d inputs, got %d", e.uid, len(schema), len(inputs)))
+	}
+	for i, s := range schema {
+		t := inputs[i]
+		if moehostv1.DType(t.DType) != s.GetDtype() {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expert %s input %q is %v, got %v", e.uid, s.GetName(), s.GetDtype(), moehostv1.DType(t.DType)))
+		}
+		ok := len(t.Shape) == len(s.GetShape())
+		for j := 0; ok && j < len(t.Shape); j++ {
+			ok = s.GetShape()[j] == -1 || s.GetShape()[j] == t.Shape[j]
+		}
+		if !ok {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expert %s input %q has shape %v, want %v (-1: any batch size)", e.uid, s.GetName(), s.GetShape(), t.Shape))
+		}
+	}
+	return nil
 }
 
 // Forward computes the expert's outputs for a batch. Errors are
 // *connect.Error values; use connect.CodeOf to branch on them.
 func (e *RemoteExpert) Forward(ctx context.Context, inputs ...Tensor) ([]Tensor, error) {
+	ctx, cancel := e.call(ctx)
+	defer cancel()
 	w := e.c.wire
-	res, err := e.c.svc.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{
-		Uid: e.uid, Inputs: toWire(inputs, w), OutputDtype: moehostv1.DType(w),
-	}))
+	res, err := e.c.svc.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: e.uid, Inputs: toWire(inputs, w), OutputDtype: moehostv1.DType(w)}))
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +228,8 @@ func (e *RemoteExpert) Forward(ctx context.Context, inputs ...Tensor) ([]Tensor,
 // outputs; the server also trains the expert one step.
 func (e *RemoteExpert) Backward(ctx context.Context, inputs, gradOutputs []Tensor) ([]Tensor, error) {
 	w := e.c.wire
+	ctx, cancel := e.call(ctx)
+	defer cancel()
 	res, err := e.c.svc.Backward(ctx, connect.NewRequest(&moehostv1.BackwardRequest{
 		Uid: e.uid, Inputs: toWire(inputs, w), GradOutputs: toWire(gradOutputs, w), GradInputDtype: moehostv1.DType(w),
 	}))

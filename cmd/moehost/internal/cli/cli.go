@@ -39,6 +39,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(checkpointCmd(stdout))
 	root.AddCommand(benchMemoryCmd(stdout))
 	root.AddCommand(versionCmd(stdout))
+	root.AddCommand(discoverCmd(stdout, stderr))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(stderr, "moehost:", err)
 		return 1
@@ -58,6 +59,8 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		logFormat                                             string
 		maxRequestBytes                                       int
 		corsOrigins                                           []string
+		dhtCfg                                                host.DHTConfig
+		noDHT                                                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -105,6 +108,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				train.checkpoints(),
 				host.WithMaxRequestBytes(maxRequestBytes),
 				host.WithCORSOrigins(corsOrigins...),
+				dhtOption(noDHT, dhtCfg),
 			)
 			if err != nil {
 				return err
@@ -140,6 +144,10 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringVar(&logFormat, "log-format", "text", "log format: text (logfmt) or json")
 	f.IntVar(&maxRequestBytes, "max-request-bytes", 256<<20, "largest request message in bytes; clients must raise their own limits to send this much (grpcio's default is 4 MiB)")
 	f.StringSliceVar(&corsOrigins, "cors-origin", nil, `origin whose browser pages may call the server, e.g. "http://localhost:5173", or "*" for any; repeatable or comma-separated`)
+	f.StringSliceVar(&dhtCfg.InitialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join, comma-separated; default none (a one-node swarm)")
+	f.StringSliceVar(&dhtCfg.Listen, "dht-listen", nil, "libp2p multiaddrs for the DHT node; default a free TCP port on the --listen host")
+	f.StringSliceVar(&dhtCfg.Announce, "announce", nil, `public base URL(s) of this server put in its DHT records; default "http://" plus the bound address (required with an unspecified --listen host)`)
+	f.BoolVar(&noDHT, "no-dht", false, "run no DHT node: the server is reachable by address only")
 	return cmd
 }
 

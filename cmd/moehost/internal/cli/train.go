@@ -31,7 +31,7 @@ func (t *trainFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&t.noCheckpoints, "no-checkpoints", false, "neither restore nor save checkpoints")
 	f.BoolVar(&t.allowModuleChange, "allow-module-change", false, "restore checkpoints saved by another module digest when the parameters match")
 	f.StringVar(&t.adminToken, "admin-token", "", "bearer token that lets non-loopback clients use the CheckpointService")
-	f.DurationVar(&t.updatePeriod, "update-period", host.DefaultUpdatePeriod, "how often checkpoints are saved (when an expert's step changed)")
+	f.DurationVar(&t.updatePeriod, "update-period", host.DefaultUpdatePeriod, "how often checkpoints are saved (when an expert's step changed) and experts are announced to the DHT (records expire after max(2x this, 3s))")
 }
 
 func (t *trainFlags) optimizer(name string, lr float64) host.OptimizerConfig {

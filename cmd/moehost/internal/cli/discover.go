@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moehost/moehost/sdk/client"
+)
+
+func discoverCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		initialPeers []string
+		server       string
+		timeout      time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "discover UID_OR_PREFIX...",
+		Short: "Find experts in the DHT swarm",
+		Long: `Find experts in the DHT swarm by uid ("ffn.3.14") or grid prefix ("ffn.",
+"ffn.3."), and print one line per live endpoint: UID<TAB>ENDPOINT<TAB>PEERID.
+
+It joins the swarm through --initial-peers (a server's dht-addrs file lists
+its multiaddrs), or asks the DiscoveryService of the server at --server.
+It exits 1 when nothing is found.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			if (len(initialPeers) == 0) == (server == "") {
+				return errors.New("give either --initial-peers or --server")
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			var dir client.Directory
+			if server != "" {
+				d := client.NewDiscoveryClient(server)
+				defer d.Close()
+				dir = d
+			} else {
+				s, err := client.NewSwarm(ctx, initialPeers)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				dir = s
+			}
+			found, err := dir.Discover(ctx, names)
+			if err != nil {
+				return err
+			}
+			if len(found) == 0 {
+				return fmt.Errorf("no live endpoint of %v", names)
+			}
+			for _, uid := range mapKeys(found) {
+				for _, e := range found[uid] {
+					fmt.Fprintf(stdout, "%s\t%s\t%s\n", uid, e.URL, e.PeerID)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&initialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join through, comma-separated")
+	f.StringVar(&server, "server", "", "base URL of a server whose DiscoveryService to ask instead of joining the swarm")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "give up after this long")
+	return cmd
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,180 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/host/dht"
+	"github.com/moehost/moehost/host/rpc"
+)
+
+// DHTConfig configures the server's DHT node. The zero value joins no one
+// (a one-node swarm) on a free TCP port of the listen host and announces
+// "http://" plus the bound address.
+type DHTConfig struct {
+	// Listen are libp2p multiaddrs to listen on. Default: a free TCP port
+	// on the host of the server's listen address.
+	Listen []string
+	// InitialPeers are multiaddrs (with a /p2p/ part) of peers to join
+	// the swarm through, e.g. the lines of another server's dht-addrs
+	// file. Default none.
+	InitialPeers []string
+	// Announce are the public base URLs of this server, put in its
+	// records. Default "http://" plus the bound address; required when
+	// the server listens on an unspecified address (0.0.0.0, ::).
+	Announce []string
+}
+
+// WithDHT runs a DHT node in the server: it joins the swarm, announces
+// every hosted expert every update period (see WithUpdatePeriod), and
+// serves moehost.v1.DiscoveryService. Without it the server runs no DHT
+// and is reachable by address only.
+func WithDHT(c DHTConfig) Option {
+	return optionFunc(func(cfg *config) { cfg.dht = &c })
+}
+
+// DHTInfo describes the server's DHT node.
+type DHTInfo struct {
+	// PeerID is the node's peer ID, kept across restarts in the data dir.
+	PeerID string
+	// Addrs are its multiaddrs, with the /p2p/ part.
+	Addrs []string
+	// Peers are the peer IDs in its routing table.
+	Peers []string
+	// Records are the names (uids and grid prefixes) it announces.
+	Records []string
+	// Expiry is how long its records live.
+	Expiry time.Duration
+}
+
+// DHT describes the server's DHT node; ok is false when it runs none (no
+// WithDHT, or not started).
+func (s *Server) DHT() (info DHTInfo, ok bool) {
+	s.mu.Lock()
+	d := s.dht
+	s.mu.Unlock()
+	if d == nil {
+		return DHTInfo{}, false
+	}
+	return DHTInfo{PeerID: d.PeerID(), Addrs: d.Addrs(), Peers: d.Peers(), Records: d.Names(), Expiry: d.Expiry()}, true
+}
+
+// validateDHT checks the DHT settings in New.
+func (c *config) validateDHT() error {
+	if c.dht == nil {
+		return nil
+	}
+	for _, u := range c.dht.Announce {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("moehost: announce URL %q is not an http:// or https:// URL", u)
+		}
+	}
+	if len(c.dht.Announce) == 0 {
+		host, _, err := net.SplitHostPort(c.listen)
+		if err != nil {
+			return fmt.Errorf("moehost: listen address %q: %w", c.listen, err)
+		}
+		if ip, err := netip.ParseAddr(host); host == "" || err == nil && ip.IsUnspecified() {
+			return fmt.Errorf("moehost: the server listens on the unspecified address %q, so the DHT needs its public URL: set the announce URLs (--announce)", c.listen)
+		}
+	}
+	return nil
+}
+
+// dhtListen is the default DHT listen multiaddr: a free TCP port on the
+// listen host.
+func dhtListen(listen string) []string {
+	host, _, _ := net.SplitHostPort(listen)
+	if host == "localhost" {
+		host = "127.0.0.1"
+	}
+	ip, err := netip.ParseAddr(host)
+	switch {
+	case err != nil:
+		return []string{"/dns/" + host + "/tcp/0"}
+	case ip.Is4():
+		return []string{"/ip4/" + ip.String() + "/tcp/0"}
+	default:
+		return []string{"/ip6/" + ip.String() + "/tcp/0"}
+	}
+}
+
+// startDHT starts the DHT node once the port is bound and the experts are
+// loaded; it returns the DiscoveryService to serve.
+func (s *Server) startDHT(ctx context.Context) ([]rpc.Service, error) {
+	if s.cfg.dht == nil {
+		return nil, nil
+	}
+	c := *s.cfg.dht
+	if len(c.Listen) == 0 {
+		c.Listen = dhtListen(s.cfg.listen)
+	}
+	if len(c.Announce) == 0 {
+		c.Announce = []string{"http://" + s.Addr()}
+	}
+	period := s.cfg.updatePeriod
+	d, err := dht.New(ctx, dht.Config{
+		DataDir: s.cfg.dataDir, Listen: c.Listen, InitialPeers: c.InitialPeers, URLs: c.Announce,
+		UpdatePeriod: period, Logger: s.log, Registerer: s.metrics.reg,
+	}, (*table)(s))
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.dht = d
+	s.mu.Unlock()
+	path, h := d.Handler()
+	return []rpc.Service{{Name: moehostv1connect.DiscoveryServiceName, Path: path, Handler: h}}, nil
+}
+
+// closeDHT closes the node, if any.
+func (s *Server) closeDHT(ctx context.Context) error {
+	s.mu.Lock()
+	d := s.dht
+	s.dht = nil
+	s.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	return d.Close(ctx)
+}
+
+// stopAnnouncing is the first step of shutdown: the records then expire.
+func (s *Server) stopAnnouncing() {
+	s.mu.Lock()
+	d := s.dht
+	s.mu.Unlock()
+	if d != nil {
+		d.StopAnnouncing()
+	}
+}
+
+// DHTExperts lists the hosted experts for the announcer.
+func (t *table) DHTExperts() []dht.Expert {
+	var out []dht.Expert
+	for _, e := range t.All() {
+		info := e.Info()
+		out = append(out, dht.Expert{
+			UID: info.GetUid(), Digest: info.GetModuleDigest(),
+			QueueDepth:       info.GetForwardPool().GetQueueDepth() + info.GetBackwardPool().GetQueueDepth(),
+			SamplesPerSecond: info.GetForwardPool().GetSamplesPerSecond(),
+		})
+	}
+	return out
+}
+
+var (
+	_ dht.Experts = (*table)(nil)
+	_             = errors.New
+)
+
+// WithoutDHT undoes WithDHT: the server runs no DHT.
+func WithoutDHT() Option {
+	return optionFunc(func(cfg *config) { cfg.dht = nil })
+}

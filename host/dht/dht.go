@@ -1,0 +1,392 @@
+// Package dht is the host's room for the DHT: it runs the server's libp2p
+// Kademlia node (package sdk/swarm), announces the hosted experts every
+// update period, counts what it does in the server's Prometheus registry,
+// and serves moehost.v1.DiscoveryService from the node.
+//
+// It knows the experts only through the small [Experts] interface, which
+// package host implements.
+package dht
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/moehost/moehost/modules"
+	"github.com/moehost/moehost/sdk/swarm"
+)
+
+// DefaultUpdatePeriod is how often experts are announced by default.
+const DefaultUpdatePeriod = 30 * time.Second
+
+// MinExpiry is the shortest record lifetime: records live max(2×update
+// period, MinExpiry).
+const MinExpiry = 3 * time.Second
+
+// Names of the files the service keeps in its data dir.
+const (
+	KeyFile   = "dht-key"
+	AddrsFile = "dht-addrs"
+)
+
+// Expert is what is announced of one hosted expert.
+type Expert struct {
+	UID              string
+	Digest           string
+	QueueDepth       int64
+	SamplesPerSecond float64
+}
+
+// Experts lists the hosted experts at announce time.
+type Experts interface {
+	DHTExperts() []Expert
+}
+
+// Config configures the service.
+type Config struct {
+	// DataDir holds the identity key (KeyFile), so that a restart keeps
+	// the peer ID, and the multiaddrs (AddrsFile). Required.
+	DataDir string
+	// Listen are multiaddrs to listen on. Default swarm.DefaultListen.
+	Listen []string
+	// InitialPeers are multiaddrs (with /p2p/) of peers to join through.
+	InitialPeers []string
+	// URLs are the server's public base URLs, put in every record.
+	// Required.
+	URLs []string
+	// UpdatePeriod is how often the experts are announced. Default
+	// DefaultUpdatePeriod.
+	UpdatePeriod time.Duration
+	// Logger logs; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the DHT metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// Service is the server's DHT node and announcer.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	experts Experts
+	node    *swarm.Node
+	metrics *metrics
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	stopped chan struct{}
+	names   []string // announced in the last round
+}
+
+// New starts the node (loading or creating its identity in the data dir),
+// and writes its multiaddrs to the data dir. It does not announce yet.
+func New(ctx context.Context, cfg Config, experts Experts) (*Service, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("dht: no data dir")
+	}
+	if len(cfg.URLs) == 0 {
+		return nil, errors.New("dht: no public URL to announce")
+	}
+	if cfg.UpdatePeriod <= 0 {
+		cfg.UpdatePeriod = DefaultUpdatePeriod
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	id, err := loadIdentity(filepath.Join(cfg.DataDir, KeyFile))
+	if err != nil {
+		return nil, err
+	}
+	node, err := swarm.NewNode(ctx, swarm.Config{Identity: id, Listen: cfg.Listen, InitialPeers: cfg.InitialPeers})
+	if err != nil {
+		return nil, fmt.Errorf("dht: %w", err)
+	}
+	s := &Service{cfg: cfg, log: log, experts: experts, node: node}
+	s.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(len(node.Peers())) })
+	addrs := node.Addrs()
+	if err := modules.WriteFileAtomic(filepath.Join(cfg.DataDir, AddrsFile), []byte(strings.Join(addrs, "\n")+"\n")); err != nil {
+		return nil, errors.Join(fmt.Errorf("dht: writing %s: %w", AddrsFile, err), s.Close(ctx))
+	}
+	log.Info("dht node up", "peer", node.PeerID(), "addrs", strings.Join(addrs, ","))
+	return s, nil
+}
+
+// loadIdentity reads the key at path, or makes one and writes it there.
+func loadIdentity(path string) (*swarm.Identity, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id, err := swarm.ParseIdentity(b)
+		if err != nil {
+			return nil, fmt.Errorf("dht: %s: %w", path, err)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("dht: reading key: %w", err)
+	}
+	id, err := swarm.NewIdentity()
+	if err != nil {
+		return nil, fmt.Errorf("dht: %w", err)
+	}
+	b, err = id.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("dht: encoding key: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("dht: %w", err)
+	}
+	if err := modules.WriteFileAtomic(path, b); err != nil {
+		return nil, fmt.Errorf("dht: writing key: %w", err)
+	}
+	return id, nil
+}
+
+// PeerID returns the node's peer ID.
+func (s *Service) PeerID() string { return s.node.PeerID() }
+
+// Addrs returns the node's multiaddrs, with its /p2p/ part.
+func (s *Service) Addrs() []string { return s.node.Addrs() }
+
+// Peers returns the peer IDs in the node's routing table.
+func (s *Service) Peers() []string { return s.node.Peers() }
+
+// Expiry returns how long announced records live: max(2×period, MinExpiry).
+func (s *Service) Expiry() time.Duration { return max(2*s.cfg.UpdatePeriod, MinExpiry) }
+
+// Start announces the experts now and then every update period, in the
+// background, until StopAnnouncing or Close.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		return errors.New("dht: already started")
+	}
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel, s.stopped = cancel, make(chan struct{})
+	go s.loop(actx, s.stopped)
+	return nil
+}
+
+// retryAlone is how soon a round that found no peers is retried.
+const retryAlone = 2 * time.Second
+
+func (s *Service) loop(ctx context.Context, stopped chan struct{}) {
+	defer close(stopped)
+	for {
+		wait := s.cfg.UpdatePeriod
+		if err := s.AnnounceOnce(ctx); errors.Is(err, swarm.ErrNoPeers) {
+			wait = min(wait, retryAlone)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// AnnounceOnce announces every hosted expert and its grid prefixes once.
+// Failures are logged and counted; it returns swarm.ErrNoPeers if the node
+// had nobody to announce to, or the first other error.
+func (s *Service) AnnounceOnce(ctx context.Context) error {
+	recs := s.records(time.Now())
+	begin := time.Now()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, 32)
+	)
+	for _, r := range recs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t := time.Now()
+			err := s.node.Announce(ctx, r)
+			s.metrics.announceSeconds.Observe(time.Since(t).Seconds())
+			switch {
+			case err == nil:
+				s.metrics.announced.WithLabelValues("ok").Inc()
+			case errors.Is(err, swarm.ErrNoPeers):
+				s.metrics.announced.WithLabelValues("no_peers").Inc()
+			default:
+				s.metrics.announced.WithLabelValues("error").Inc()
+			}
+			if err != nil {
+				mu.Lock()
+				if first == nil || errors.Is(first, swarm.ErrNoPeers) && !errors.Is(err, swarm.ErrNoPeers) {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	s.metrics.roundSeconds.Observe(time.Since(begin).Seconds())
+	if first != nil && ctx.Err() == nil {
+		level := slog.LevelWarn
+		if errors.Is(first, swarm.ErrNoPeers) {
+			level = slog.LevelDebug
+		}
+		s.log.Log(ctx, level, "dht announce incomplete", "records", len(recs), "err", first)
+	}
+	return first
+}
+
+// records builds this round's records: one per expert, and one per grid
+// prefix listing the coordinates hosted right under it.
+func (s *Service) records(now time.Time) []swarm.Record {
+	expires := now.Add(s.Expiry())
+	experts := s.experts.DHTExperts()
+	children := map[string]map[int32]bool{}
+	recs := make([]swarm.Record, 0, len(experts))
+	for _, e := range experts {
+		if !swarm.ValidName(e.UID) || swarm.IsPrefix(e.UID) {
+			continue
+		}
+		recs = append(recs, swarm.Record{
+			Name: e.UID, URLs: s.cfg.URLs, Digest: e.Digest, Expires: expires,
+			QueueDepth: e.QueueDepth, SamplesPerSecond: e.SamplesPerSecond,
+		})
+		prefixes, coords := swarm.Prefixes(e.UID)
+		for i, p := range prefixes {
+			if children[p] == nil {
+				children[p] = map[int32]bool{}
+			}
+			children[p][coords[i]] = true
+		}
+	}
+	for p, set := range children {
+		cs := make([]int32, 0, len(set))
+		for c := range set {
+			cs = append(cs, c)
+		}
+		slices.Sort(cs)
+		recs = append(recs, swarm.Record{Name: p, Expires: expires, Children: cs})
+	}
+	names := make([]string, len(recs))
+	for i, r := range recs {
+		names[i] = r.Name
+	}
+	slices.Sort(names)
+	s.mu.Lock()
+	s.names = names
+	s.mu.Unlock()
+	return recs
+}
+
+// Names returns the names (uids and prefixes) of the last announce round.
+func (s *Service) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.names)
+}
+
+// StopAnnouncing ends the announce loop and waits for it; the records
+// already out expire on their own. Shutdown calls it first.
+func (s *Service) StopAnnouncing() {
+	s.mu.Lock()
+	cancel, stopped := s.cancel, s.stopped
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-stopped
+	}
+}
+
+// Close stops announcing and closes the node.
+func (s *Service) Close(ctx context.Context) error {
+	s.StopAnnouncing()
+	s.metrics.unregister()
+	if err := s.node.Close(); err != nil {
+		return fmt.Errorf("dht: closing node: %w", err)
+	}
+	return nil
+}
+
+// find is a counted lookup of many names.
+func (s *Service) find(ctx context.Context, names []string) (map[string][]swarm.Record, error) {
+	t := time.Now()
+	out, err := s.node.FindMany(ctx, names)
+	s.metrics.lookupSeconds.Observe(time.Since(t).Seconds())
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	s.metrics.lookups.WithLabelValues(result).Add(float64(len(names)))
+	return out, err
+}
+
+// Find returns the live records of each name (uids or prefixes).
+func (s *Service) Find(ctx context.Context, names []string) (map[string][]swarm.Record, error) {
+	return s.find(ctx, names)
+}
+
+// metrics are the DHT's collectors in the server's registry.
+type metrics struct {
+	reg             prometheus.Registerer
+	cs              []prometheus.Collector
+	announced       *prometheus.CounterVec
+	announceSeconds prometheus.Histogram
+	roundSeconds    prometheus.Histogram
+	lookups         *prometheus.CounterVec
+	lookupSeconds   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, peers func() float64) *metrics {
+	m := &metrics{
+		reg: reg,
+		announced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "records_announced_total",
+			Help: "Records (experts and grid prefixes) announced, by result: ok, no_peers, error.",
+		}, []string{"result"}),
+		announceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "announce_seconds",
+			Help: "Time to announce one record.", Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
+		}),
+		roundSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "announce_round_seconds",
+			Help: "Time to announce every record once.", Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
+		}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "lookups_total",
+			Help: "Names looked up for DiscoveryService, by result: ok, error.",
+		}, []string{"result"}),
+		lookupSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "lookup_seconds",
+			Help: "Time of one batch of lookups.", Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
+		}),
+	}
+	m.cs = []prometheus.Collector{m.announced, m.announceSeconds, m.roundSeconds, m.lookups, m.lookupSeconds,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "peers", Help: "Peers in the DHT routing table.",
+		}, peers)}
+	if reg != nil {
+		for _, c := range m.cs {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+func (m *metrics) unregister() {
+	if m.reg != nil {
+		for _, c := range m.cs {
+			m.reg.Unregister(c)
+		}
+	}
+}

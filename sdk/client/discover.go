@@ -1,0 +1,320 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/sdk/swarm"
+)
+
+// Endpoint is one server hosting one expert, as found in the swarm.
+type Endpoint struct {
+	// URL is the server's base URL, as New accepts it.
+	URL string
+	// PeerID is the server's libp2p peer ID, which signed the record.
+	PeerID string
+	// Digest is the expert's module digest: two servers of one uid with
+	// different digests run diverging copies.
+	Digest string
+	// Expires is when the record stops being valid.
+	Expires time.Time
+	// QueueDepth and SamplesPerSecond are the expert's announced load.
+	QueueDepth       int64
+	SamplesPerSecond float64
+}
+
+// Choice is an expert chosen by beam search, with its endpoints.
+type Choice struct {
+	UID       string
+	Score     float64
+	Endpoints []Endpoint
+}
+
+// Directory finds experts: a Swarm (the DHT itself) or a DiscoveryClient
+// (a server's DiscoveryService).
+type Directory interface {
+	// Discover returns the live endpoints of each uid; a prefix ("ffn."
+	// or "ffn.3.") stands for every uid under it. Names with no live
+	// endpoint are absent.
+	Discover(ctx context.Context, names []string) (map[string][]Endpoint, error)
+	// BeamSearch returns the k existing experts of the grid prefix.i.j…
+	// with the highest sum of per-dimension scores, best first.
+	BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int) ([]Choice, error)
+}
+
+// SwarmOption configures a Swarm.
+type SwarmOption interface{ applySwarm(*swarmOptions) }
+
+type swarmOptions struct {
+	cacheTTL, negativeTTL time.Duration
+	listen                []string
+}
+
+type swarmOptionFunc func(*swarmOptions)
+
+func (f swarmOptionFunc) applySwarm(o *swarmOptions) { f(o) }
+
+// WithCacheTTL sets how long found records are reused (never past their
+// expiry). Default 2s; 0 disables the cache.
+func WithCacheTTL(d time.Duration) SwarmOption {
+	return swarmOptionFunc(func(o *swarmOptions) { o.cacheTTL = d })
+}
+
+// WithNegativeTTL sets how long a name found empty (an empty grid prefix,
+// a uid nobody hosts) is not looked up again. Default 5s.
+func WithNegativeTTL(d time.Duration) SwarmOption {
+	return swarmOptionFunc(func(o *swarmOptions) { o.negativeTTL = d })
+}
+
+// WithSwarmListen sets the multiaddrs the client's node listens on.
+// Default a free TCP port on loopback.
+func WithSwarmListen(addrs ...string) SwarmOption {
+	return swarmOptionFunc(func(o *swarmOptions) { o.listen = addrs })
+}
+
+// Swarm is a client's node in the DHT swarm (a DHT client: it looks up
+// and stores nothing for others). It is safe for concurrent use.
+type Swarm struct {
+	node *swarm.Node
+	opts swarmOptions
+
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+type cached struct {
+	recs  []swarm.Record
+	until time.Time
+}
+
+// NewSwarm joins the swarm through initial peers (multiaddrs with a
+// /p2p/ part, such as the lines of a server's dht-addrs file).
+func NewSwarm(ctx context.Context, initialPeers []string, opts ...SwarmOption) (*Swarm, error) {
+	o := swarmOptions{cacheTTL: 2 * time.Second, negativeTTL: 5 * time.Second}
+	for _, opt := range opts {
+		opt.applySwarm(&o)
+	}
+	if len(initialPeers) == 0 {
+		return nil, errors.New("client: no initial peers to join the swarm through")
+	}
+	n, err := swarm.NewNode(ctx, swarm.Config{Client: true, InitialPeers: initialPeers, Listen: o.listen})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Swarm{node: n, opts: o, cache: map[string]cached{}}, nil
+}
+
+// Close leaves the swarm.
+func (s *Swarm) Close() error { return s.node.Close() }
+
+// find looks names up through the caches.
+func (s *Swarm) find(ctx context.Context, names []string) (map[string][]swarm.Record, error) {
+	now := time.Now()
+	out := make(map[string][]swarm.Record, len(names))
+	var missing []string
+	s.mu.Lock()
+	for _, n := range names {
+		if c, ok := s.cache[n]; ok && now.Before(c.until) {
+			out[n] = c.recs
+		} else {
+			missing = append(missing, n)
+		}
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	found, err := s.node.FindMany(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range missing {
+		recs := found[n]
+		out[n] = recs
+		ttl := s.opts.cacheTTL
+		if len(recs) == 0 {
+			ttl = s.opts.negativeTTL
+		}
+		until := now.Add(ttl)
+		for _, r := range recs {
+			if r.Expires.Before(until) {
+				until = r.Expires
+			}
+		}
+		if ttl > 0 {
+			s.cache[n] = cached{recs: recs, until: until}
+		}
+	}
+	return out, nil
+}
+
+// Discover implements Directory.
+func (s *Swarm) Discover(ctx context.Context, names []string) (map[string][]Endpoint, error) {
+	return expand(ctx, names, func(ctx context.Context, names []string) (map[string][]Endpoint, map[string][]int32, error) {
+		found, err := s.find(ctx, names)
+		if err != nil {
+			return nil, nil, err
+		}
+		eps, kids := map[string][]Endpoint{}, map[string][]int32{}
+		for n, recs := range found {
+			if swarm.IsPrefix(n) {
+				for _, r := range recs {
+					kids[n] = append(kids[n], r.Children...)
+				}
+			} else if len(recs) > 0 {
+				eps[n] = endpointsOf(recs)
+			}
+		}
+		return eps, kids, nil
+	})
+}
+
+// BeamSearch implements Directory.
+func (s *Swarm) BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int) ([]Choice, error) {
+	best, err := swarm.BeamSearch(ctx, s.find, prefix, scores, k)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Choice, len(best))
+	for i, b := range best {
+		out[i] = Choice{UID: b.UID, Score: b.Score, Endpoints: endpointsOf(b.Records)}
+	}
+	return out, nil
+}
+
+func endpointsOf(recs []swarm.Record) []Endpoint {
+	var out []Endpoint
+	for _, r := range recs {
+		for _, u := range r.URLs {
+			out = append(out, Endpoint{URL: u, PeerID: r.PeerID, Digest: r.Digest, Expires: r.Expires, QueueDepth: r.QueueDepth, SamplesPerSecond: r.SamplesPerSecond})
+		}
+	}
+	return out
+}
+
+// maxExpand bounds the uids a prefix may expand to in Discover.
+const maxExpand = 1 << 16
+
+// expand resolves uids and prefixes: a prefix's children are tried as
+// uids and as deeper prefixes until only uids remain.
+func expand(ctx context.Context, names []string, lookup func(context.Context, []string) (map[string][]Endpoint, map[string][]int32, error)) (map[string][]Endpoint, error) {
+	out := map[string][]Endpoint{}
+	seen := map[string]bool{}
+	todo := slices.Clone(names)
+	for len(todo) > 0 {
+		var batch []string
+		for _, n := range todo {
+			if !seen[n] {
+				seen[n] = true
+				batch = append(batch, n)
+			}
+		}
+		todo = nil
+		if len(seen) > maxExpand {
+			return nil, fmt.Errorf("client: prefixes expand to more than %d names", maxExpand)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		eps, kids, err := lookup(ctx, batch)
+		if err != nil {
+			return nil, err
+		}
+		for n, e := range eps {
+			out[n] = e
+		}
+		for p, cs := range kids {
+			for _, c := range cs {
+				child := p + strconv.Itoa(int(c))
+				todo = append(todo, child, child+".")
+			}
+		}
+	}
+	return out, nil
+}
+
+// DiscoveryClient finds experts through one server's DiscoveryService,
+// for callers that do not join the swarm.
+type DiscoveryClient struct {
+	svc moehostv1connect.DiscoveryServiceClient
+	own *http.Client
+}
+
+// NewDiscoveryClient returns a Directory backed by the DiscoveryService of
+// the server at baseURL. It takes the same options as New.
+func NewDiscoveryClient(baseURL string, opts ...Option) *DiscoveryClient {
+	hc, url, copts, own := connectSetup(baseURL, opts)
+	return &DiscoveryClient{svc: moehostv1connect.NewDiscoveryServiceClient(hc, url, copts...), own: own}
+}
+
+// Close closes the idle connections of the HTTP client it made.
+func (d *DiscoveryClient) Close() {
+	if d.own != nil {
+		d.own.CloseIdleConnections()
+	}
+}
+
+// Discover implements Directory.
+func (d *DiscoveryClient) Discover(ctx context.Context, names []string) (map[string][]Endpoint, error) {
+	return expand(ctx, names, func(ctx context.Context, names []string) (map[string][]Endpoint, map[string][]int32, error) {
+		eps, kids := map[string][]Endpoint{}, map[string][]int32{}
+		for chunk := range slices.Chunk(names, 1024) {
+			res, err := d.svc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{Names: chunk}))
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, f := range res.Msg.GetFound() {
+				if strings.HasSuffix(f.GetName(), ".") {
+					kids[f.GetName()] = f.GetChildren()
+				} else if len(f.GetEndpoints()) > 0 {
+					eps[f.GetName()] = endpointsFromWire(f.GetEndpoints())
+				}
+			}
+		}
+		return eps, kids, nil
+	})
+}
+
+// BeamSearch implements Directory.
+func (d *DiscoveryClient) BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int) ([]Choice, error) {
+	req := &moehostv1.BeamSearchRequest{Prefix: prefix, K: int32(min(k, swarm.MaxBeamK+1))}
+	for _, s := range scores {
+		req.GridScores = append(req.GridScores, &moehostv1.Scores{Values: s})
+	}
+	res, err := d.svc.BeamSearch(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	var out []Choice
+	for _, e := range res.Msg.GetExperts() {
+		out = append(out, Choice{UID: e.GetUid(), Score: e.GetScore(), Endpoints: endpointsFromWire(e.GetEndpoints())})
+	}
+	return out, nil
+}
+
+func endpointsFromWire(eps []*moehostv1.Endpoint) []Endpoint {
+	out := make([]Endpoint, len(eps))
+	for i, e := range eps {
+		out[i] = Endpoint{URL: e.GetUrl(), PeerID: e.GetPeerId(), Digest: e.GetDigest(), Expires: time.UnixMilli(e.GetExpiresUnixMs()),
+			QueueDepth: e.GetQueueDepth(), SamplesPerSecond: e.GetSamplesPerSecond()}
+	}
+	return out
+}
+
+var (
+	_ Directory = (*Swarm)(nil)
+	_ Directory = (*DiscoveryClient)(nil)
+)

@@ -1,0 +1,175 @@
+package swarm
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Finder looks names (uids or prefixes) up, returning the live records of
+// each. Node.FindMany is one; a client wraps it with caches.
+type Finder func(ctx context.Context, names []string) (map[string][]Record, error)
+
+// Scored is an expert chosen by BeamSearch.
+type Scored struct {
+	// UID names the expert.
+	UID string
+	// Score is the sum of its coordinates' scores.
+	Score float64
+	// Records are its live records, one per server.
+	Records []Record
+}
+
+// MaxBeamK bounds BeamSearch's k.
+const MaxBeamK = 1024
+
+// Prefixes returns the grid prefixes under which uid is announced, with
+// the coordinate that follows each: "ffn.3.14" gives ("ffn.", 3) and
+// ("ffn.3.", 14). The chain stops at the first coordinate that is not a
+// non-negative int32, so "expert_a" has none.
+func Prefixes(uid string) (prefixes []string, children []int32) {
+	parts := strings.Split(uid, ".")
+	for i := 1; i < len(parts); i++ {
+		c, err := strconv.ParseInt(parts[i], 10, 32)
+		if err != nil || c < 0 || strconv.FormatInt(c, 10) != parts[i] {
+			break
+		}
+		prefixes = append(prefixes, strings.Join(parts[:i], ".")+".")
+		children = append(children, int32(c))
+	}
+	return prefixes, children
+}
+
+// BeamSearch returns the k existing experts of the grid prefix.i.j… with
+// the highest sum of scores[d][coordinate d], best first (ties by uid).
+// An expert exists if some server has a live record of its uid.
+//
+// Unlike hivemind's beam search, which keeps the best k prefixes at each
+// level and can miss a better expert under a pruned prefix, this is a
+// best-first search with an admissible bound (a prefix's score plus the
+// best score of each remaining dimension), so its answer equals a brute
+// force over every existing expert. It expands up to k prefixes per round
+// and looks them up in parallel, so a search takes a few rounds of
+// lookups, not one per prefix.
+func BeamSearch(ctx context.Context, find Finder, prefix string, scores [][]float64, k int) ([]Scored, error) {
+	if k < 1 || k > MaxBeamK {
+		return nil, fmt.Errorf("k = %d, want 1 to %d", k, MaxBeamK)
+	}
+	if len(scores) == 0 {
+		return nil, errors.New("no grid dimensions")
+	}
+	if !ValidName(prefix) || IsPrefix(prefix) {
+		return nil, fmt.Errorf("grid prefix %q is not a valid name (without the trailing dot)", prefix)
+	}
+	dims := len(scores)
+	// rest[d] is the best score that dimensions d… can still add.
+	rest := make([]float64, dims+1)
+	for d := dims - 1; d >= 0; d-- {
+		if len(scores[d]) == 0 {
+			return nil, fmt.Errorf("dimension %d has no scores", d)
+		}
+		best := math.Inf(-1)
+		for _, s := range scores[d] {
+			if math.IsNaN(s) || math.IsInf(s, 0) {
+				return nil, fmt.Errorf("dimension %d has a score that is not finite", d)
+			}
+			best = max(best, s)
+		}
+		rest[d] = rest[d+1] + best
+	}
+	q := &beamQueue{{name: prefix + ".", bound: rest[0]}}
+	var out []Scored
+	for len(out) < k && q.Len() > 0 {
+		if (*q)[0].checked {
+			it := heap.Pop(q).(*beamItem)
+			out = append(out, Scored{UID: it.name, Score: it.score, Records: it.records})
+			continue
+		}
+		// Expand the best unchecked items (up to k) in one round.
+		var batch []*beamItem
+		var deferred []*beamItem
+		for q.Len() > 0 && len(batch) < k {
+			it := heap.Pop(q).(*beamItem)
+			if it.checked {
+				deferred = append(deferred, it)
+				break
+			}
+			batch = append(batch, it)
+		}
+		for _, it := range deferred {
+			heap.Push(q, it)
+		}
+		names := make([]string, len(batch))
+		for i, it := range batch {
+			names[i] = it.name
+		}
+		found, err := find(ctx, names)
+		if err != nil {
+			return nil, fmt.Errorf("beam search: %w", err)
+		}
+		for _, it := range batch {
+			recs := found[it.name]
+			if it.depth == dims {
+				var live []Record
+				for _, r := range recs {
+					if len(r.URLs) > 0 {
+						live = append(live, r)
+					}
+				}
+				if len(live) > 0 {
+					heap.Push(q, &beamItem{name: it.name, depth: dims, score: it.score, bound: it.score, checked: true, records: live})
+				}
+				continue
+			}
+			seen := map[int32]bool{}
+			for _, r := range recs {
+				for _, c := range r.Children {
+					if seen[c] || int(c) >= len(scores[it.depth]) {
+						continue
+					}
+					seen[c] = true
+					child := it.name + strconv.Itoa(int(c))
+					s := it.score + scores[it.depth][c]
+					if it.depth+1 < dims {
+						child += "."
+					}
+					heap.Push(q, &beamItem{name: child, depth: it.depth + 1, score: s, bound: s + rest[it.depth+1]})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// beamItem is a prefix (or uid) in the search.
+type beamItem struct {
+	name    string
+	depth   int     // coordinates fixed
+	score   float64 // their scores' sum
+	bound   float64 // score plus the best the rest can add
+	checked bool    // a uid whose records were looked up and are live
+	records []Record
+}
+
+// beamQueue is a max-heap by bound, ties by name.
+type beamQueue []*beamItem
+
+func (q beamQueue) Len() int { return len(q) }
+func (q beamQueue) Less(i, j int) bool {
+	if q[i].bound != q[j].bound {
+		return q[i].bound > q[j].bound
+	}
+	return q[i].name < q[j].name
+}
+func (q beamQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *beamQueue) Push(x any)   { *q = append(*q, x.(*beamItem)) }
+func (q *beamQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return it
+}

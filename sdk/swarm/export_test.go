@@ -1,0 +1,39 @@
+package swarm
+
+import (
+	"context"
+
+	ds "github.com/ipfs/go-datastore"
+	record "github.com/libp2p/go-libp2p-record"
+)
+
+// acceptAll is the validator of a malicious peer: it stores and sends
+// anything.
+type acceptAll struct{}
+
+func (acceptAll) Validate(string, []byte) error        { return nil }
+func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
+
+// WithDatastore makes the node keep its records in store, for the test to
+// read.
+func WithDatastore(cfg Config, store ds.Batching) Config {
+	cfg.datastore = store
+	return cfg
+}
+
+// Malicious makes the node accept and send records that Validator
+// rejects.
+func Malicious(cfg Config) Config {
+	cfg.validator = acceptAll{}
+	return cfg
+}
+
+// PutRaw stores value under key in the DHT without signing or checking it.
+func (n *Node) PutRaw(ctx context.Context, key string, value []byte) error {
+	return n.dht.PutValue(ctx, key, value)
+}
+
+// Sign is Identity.Sign without setting the peer ID, to forge records.
+func SignAs(i *Identity, r Record) ([]byte, error) { return i.sign(r) }
+
+var _ record.Validator = acceptAll{}

@@ -1,0 +1,344 @@
+// Package swarm is moehost's DHT as both sides use it: the signed record
+// format and its validator, a libp2p Kademlia node (a server's, or a
+// client's), lookups and exact beam search over a grid of uids.
+//
+// One server's entry for one uid (or grid prefix) is one signed record
+// under "/moehost/<peer-id>/<name>"; the server also provides the name's
+// content ID, so that a lookup finds every peer that announced the name
+// (FindProviders) and then reads each peer's record. Records expire; a
+// dead server's names vanish once its records do.
+//
+// The package is used by package host's DHT room and by the Go client
+// (sdk/client); it exposes no libp2p type.
+package swarm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	ds "github.com/ipfs/go-datastore"
+	"github.com/libp2p/go-libp2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p-kad-dht/records"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	"github.com/libp2p/go-libp2p/p2p/security/noise"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
+	mh "github.com/multiformats/go-multihash"
+)
+
+// ProtocolPrefix is the DHT protocol prefix: moehost's swarm is its own,
+// apart from IPFS's.
+const ProtocolPrefix = "/moehost"
+
+// DefaultListen is where a node listens when Config.Listen is empty: a
+// free TCP port on loopback.
+const DefaultListen = "/ip4/127.0.0.1/tcp/0"
+
+// ErrNoPeers is returned by Announce when the node knows no other peer:
+// the record is kept locally and should be announced again later.
+var ErrNoPeers = errors.New("no DHT peers to announce to")
+
+// Config configures a Node.
+type Config struct {
+	// Identity is the node's key; nil makes a fresh one.
+	Identity *Identity
+	// Listen are the multiaddrs to listen on. Default DefaultListen.
+	Listen []string
+	// InitialPeers are multiaddrs with a /p2p/ part, of peers to join the
+	// swarm through.
+	InitialPeers []string
+	// Client makes the node a DHT client: it looks up but stores nothing
+	// for others (ModeClient). Servers leave it false (ModeServer).
+	Client bool
+	// ProvideValidity is how long peers keep a provider entry. Liveness
+	// comes from record expiry, so this only bounds stale entries.
+	// Default 10 minutes.
+	ProvideValidity time.Duration
+
+	// Test hooks: a validator other than Validator, and a datastore the
+	// test can read.
+	validator record.Validator
+	datastore ds.Batching
+}
+
+// Node is a libp2p host running a Kademlia DHT in moehost's namespace.
+type Node struct {
+	id  *Identity
+	h   host.Host
+	dht *dht.IpfsDHT
+}
+
+// NewNode starts a node and connects it to its initial peers. It fails if
+// none of several initial peers can be reached; with one unreachable
+// peer among others it goes on.
+func NewNode(ctx context.Context, cfg Config) (*Node, error) {
+	id := cfg.Identity
+	if id == nil {
+		var err error
+		if id, err = NewIdentity(); err != nil {
+			return nil, err
+		}
+	}
+	listen := cfg.Listen
+	if len(listen) == 0 {
+		listen = []string{DefaultListen}
+	}
+	peers := make([]peer.AddrInfo, 0, len(cfg.InitialPeers))
+	for _, s := range cfg.InitialPeers {
+		ai, err := peer.AddrInfoFromString(s)
+		if err != nil {
+			return nil, fmt.Errorf("initial peer %q: %w", s, err)
+		}
+		peers = append(peers, *ai)
+	}
+	// TCP, Noise and yamux only: no QUIC, relay, NAT traversal or metrics
+	// in libp2p's global registry. Servers are reachable hosts.
+	h, err := libp2p.New(
+		libp2p.Identity(id.priv),
+		libp2p.ListenAddrStrings(listen...),
+		libp2p.NoTransports,
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Security(noise.ID, noise.New),
+		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
+		libp2p.DisableRelay(),
+		libp2p.DisableMetrics(),
+		libp2p.Ping(false),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("starting libp2p host: %w", err)
+	}
+	mode := dht.ModeServer
+	if cfg.Client {
+		mode = dht.ModeClient
+	}
+	validity := cfg.ProvideValidity
+	if validity <= 0 {
+		validity = 10 * time.Minute
+	}
+	var v record.Validator = Validator{}
+	if cfg.validator != nil {
+		v = cfg.validator
+	}
+	opts := []dht.Option{
+		dht.Mode(mode),
+		dht.ProtocolPrefix(ProtocolPrefix),
+		dht.Validator(record.NamespacedValidator{Namespace: v}),
+		dht.ProviderManagerOpts(records.ProvideValidity(validity)),
+		dht.MaxRecordAge(MaxTTL),
+	}
+	if cfg.datastore != nil {
+		opts = append(opts, dht.Datastore(cfg.datastore))
+	}
+	d, err := dht.New(h, opts...)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("starting DHT: %w", err), h.Close())
+	}
+	n := &Node{id: id, h: h, dht: d}
+	if err := n.connect(ctx, peers); err != nil {
+		return nil, errors.Join(err, n.Close())
+	}
+	return n, nil
+}
+
+// connect dials the initial peers in parallel; it fails only if every
+// one of them failed.
+func (n *Node) connect(ctx context.Context, peers []peer.AddrInfo) error {
+	if len(peers) == 0 {
+		return nil
+	}
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, ai := range peers {
+		wg.Go(func() {
+			if err := n.h.Connect(ctx, ai); err != nil {
+				errs[i] = fmt.Errorf("connecting to initial peer %s: %w", ai.ID, err)
+			}
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed == len(peers) {
+		return errors.Join(errs...)
+	}
+	// A connected peer enters the routing table once libp2p's identify
+	// has confirmed that it speaks our DHT protocol; lookups before that
+	// would find no one.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(10 * time.Second)
+	for n.dht.RoutingTable().Size() == 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for initial peers to join the routing table: %w", ctx.Err())
+		case <-timeout:
+			return errors.New("no initial peer joined the routing table within 10s: do they run moehost's DHT?")
+		case <-tick.C:
+		}
+	}
+	// Fill the routing table in the background; lookups work before.
+	go func() { _ = n.dht.Bootstrap(context.WithoutCancel(ctx)) }()
+	return nil
+}
+
+// PeerID returns the node's peer ID.
+func (n *Node) PeerID() string { return n.h.ID().String() }
+
+// Identity returns the node's identity.
+func (n *Node) Identity() *Identity { return n.id }
+
+// Addrs returns the node's multiaddrs with its /p2p/ part, which other
+// nodes take as initial peers.
+func (n *Node) Addrs() []string {
+	self := ma.StringCast("/p2p/" + n.h.ID().String())
+	var out []string
+	for _, a := range n.h.Addrs() {
+		out = append(out, a.Encapsulate(self).String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Peers returns the peers in the node's routing table, sorted.
+func (n *Node) Peers() []string {
+	var out []string
+	for _, p := range n.dht.RoutingTable().ListPeers() {
+		out = append(out, p.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Connect joins the node to more peers (multiaddrs with a /p2p/ part).
+func (n *Node) Connect(ctx context.Context, addrs ...string) error {
+	peers := make([]peer.AddrInfo, 0, len(addrs))
+	for _, s := range addrs {
+		ai, err := peer.AddrInfoFromString(s)
+		if err != nil {
+			return fmt.Errorf("peer %q: %w", s, err)
+		}
+		peers = append(peers, *ai)
+	}
+	return n.connect(ctx, peers)
+}
+
+// Close stops the DHT and the libp2p host.
+func (n *Node) Close() error {
+	return errors.Join(n.dht.Close(), n.h.Close())
+}
+
+// contentID is the DHT content ID that servers of name provide.
+func contentID(name string) cid.Cid {
+	sum, err := mh.Sum([]byte("moehost:"+name), mh.SHA2_256, -1)
+	if err != nil {
+		panic("BUG: sha2-256 multihash: " + err.Error())
+	}
+	return cid.NewCidV1(cid.Raw, sum)
+}
+
+// Announce signs r with the node's identity, stores it in the DHT and
+// provides its name. With no peers it keeps the record locally and
+// returns ErrNoPeers at once.
+func (n *Node) Announce(ctx context.Context, r Record) error {
+	if !ValidName(r.Name) {
+		return fmt.Errorf("%w: name %q is not a valid uid or prefix", ErrInvalidRecord, r.Name)
+	}
+	value, err := n.id.Sign(r)
+	if err != nil {
+		return err
+	}
+	if _, err := Decode(Key(n.PeerID(), r.Name), value, time.Now()); err != nil {
+		return err
+	}
+	alone := n.dht.RoutingTable().Size() == 0
+	putErr := n.dht.PutValue(ctx, Key(n.PeerID(), r.Name), value)
+	provErr := n.dht.Provide(ctx, contentID(r.Name), !alone)
+	if alone {
+		return fmt.Errorf("announcing %q: %w", r.Name, ErrNoPeers)
+	}
+	if err := errors.Join(putErr, provErr); err != nil {
+		return fmt.Errorf("announcing %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// Find returns every live record of name, one per announcing peer, sorted
+// by peer ID.
+func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
+	if !ValidName(name) {
+		return nil, fmt.Errorf("%q is not a valid uid or prefix", name)
+	}
+	var (
+		mu  sync.Mutex
+		out []Record
+		wg  sync.WaitGroup
+	)
+	for ai := range n.dht.FindProvidersAsync(ctx, contentID(name), 0) {
+		if ai.ID != n.h.ID() && len(ai.Addrs) > 0 {
+			n.h.Peerstore().AddAddrs(ai.ID, ai.Addrs, time.Minute)
+		}
+		wg.Go(func() {
+			v, err := n.dht.GetValue(ctx, Key(ai.ID.String(), name), dht.Quorum(1))
+			if err != nil {
+				return // expired, never stored, or unreachable: not live
+			}
+			r, err := Decode(Key(ai.ID.String(), name), v, time.Now())
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out = append(out, r)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("looking up %q: %w", name, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
+	return out, nil
+}
+
+// FindMany looks names up in parallel.
+func (n *Node) FindMany(ctx context.Context, names []string) (map[string][]Record, error) {
+	return findMany(ctx, names, n.Find)
+}
+
+// findMany runs find for each name, a few at a time.
+func findMany(ctx context.Context, names []string, find func(context.Context, string) ([]Record, error)) (map[string][]Record, error) {
+	out := make(map[string][]Record, len(names))
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, 32)
+	)
+	for _, name := range names {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			recs, err := find(ctx, name)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			out[name] = recs
+		})
+	}
+	wg.Wait()
+	return out, first
+}
