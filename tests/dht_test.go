@@ -28,26 +28,10 @@ import (
 // grpcurlVersion is the grpcurl the tests build (into .tmp/bin) and run.
 const grpcurlVersion = "v1.9.4"
 
-var buildOnce = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "moehost-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "moehost")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/moehost").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
 // moehostBinary builds the moehost binary once per test run.
 func moehostBinary(t *testing.T) string {
 	t.Helper()
-	bin, err := buildOnce()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return buildMoehost(t, "")
 }
 
 // grpcurl builds the pinned grpcurl into .tmp/bin once.
