@@ -272,7 +272,7 @@ func (d *cpuDevice) Admit(n int64) error {
 		return nil
 	}
 	d.mem.mu.Lock()
-	d.mem.refused++
+	d.mem.notAdmit++
 	d.mem.mu.Unlock()
 	c := d.mem.ceiling
 	return fmt.Errorf("%w: cpu: admitting %d bytes of new work: %d of the ceiling's %d bytes are in use, and new work may take %.0f%%", ErrOutOfMemory, n, c.Used(), c.Limit(), 100*AdmitFraction)

@@ -97,9 +97,9 @@ type MemStats struct {
 	// PoolHits and PoolMisses count float32 allocations served from the
 	// pool and from fresh memory.
 	PoolHits, PoolMisses int64
-	// Refused counts allocations, reservations and admissions refused
-	// with ErrOutOfMemory.
-	Refused int64
+	// Refused counts allocations and reservations refused with
+	// ErrOutOfMemory, and NotAdmitted the refusals of Admit.
+	Refused, NotAdmitted int64
 	// GrantedBytes and RequestedBytes add up, over every float32
 	// allocation, the storage given (the size class, or a larger pooled
 	// buffer) and the storage asked for; GrantedBytes/RequestedBytes - 1
@@ -173,6 +173,7 @@ type memory struct {
 	hits      int64
 	misses    int64
 	refused   int64
+	notAdmit  int64
 	granted   int64
 	requested int64
 }
@@ -359,6 +360,7 @@ func (m *memory) stats() MemStats {
 		PoolHits:       m.hits,
 		PoolMisses:     m.misses,
 		Refused:        m.refused,
+		NotAdmitted:    m.notAdmit,
 		Limit:          m.ceiling.Limit(),
 		GrantedBytes:   m.granted,
 		RequestedBytes: m.requested,

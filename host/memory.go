@@ -167,6 +167,7 @@ type memCollector struct {
 	devices                   func() []DeviceMemory
 	live, peak, pool, hitRate *prometheus.Desc
 	hits, misses, refused     *prometheus.Desc
+	notAdmitted               *prometheus.Desc
 	limit, granted, requested *prometheus.Desc
 }
 
@@ -175,22 +176,23 @@ func newMemCollector(devices func() []DeviceMemory) *memCollector {
 		return prometheus.NewDesc("moehost_device_"+name, help, []string{"device"}, nil)
 	}
 	return &memCollector{
-		devices:   devices,
-		live:      d("live_tensor_bytes", "Bytes held by live tensors (at their size class) and reservations."),
-		peak:      d("peak_tensor_bytes", "Recent high-water mark of live tensor bytes; it bounds live plus pool bytes."),
-		pool:      d("pool_bytes", "Released tensor storage kept for reuse."),
-		hitRate:   d("pool_hit_rate", "Share of float32 allocations served from the pool."),
-		hits:      d("pool_hits_total", "Float32 allocations served from the pool."),
-		misses:    d("pool_misses_total", "Float32 allocations served from fresh memory."),
-		refused:   d("refused_allocations_total", "Allocations refused because they would pass the memory limit."),
-		limit:     d("memory_limit_bytes", "Ceiling on live tensor bytes (shared by all devices; 0: none)."),
-		granted:   d("granted_bytes_total", "Float32 storage given by allocations, at size class (or larger pooled buffer) size."),
-		requested: d("requested_bytes_total", "Float32 storage asked for by allocations; granted/requested - 1 is the waste of size classes."),
+		devices:     devices,
+		live:        d("live_tensor_bytes", "Bytes held by live tensors (at their size class) and reservations."),
+		peak:        d("peak_tensor_bytes", "Recent high-water mark of live tensor bytes; it bounds live plus pool bytes."),
+		pool:        d("pool_bytes", "Released tensor storage kept for reuse."),
+		hitRate:     d("pool_hit_rate", "Share of float32 allocations served from the pool."),
+		hits:        d("pool_hits_total", "Float32 allocations served from the pool."),
+		misses:      d("pool_misses_total", "Float32 allocations served from fresh memory."),
+		refused:     d("refused_allocations_total", "Allocations refused because they would pass the memory limit."),
+		notAdmitted: d("refused_admissions_total", "Requests refused at the door because their tensors would leave too little of the memory limit."),
+		limit:       d("memory_limit_bytes", "Ceiling on live tensor bytes (shared by all devices; 0: none)."),
+		granted:     d("granted_bytes_total", "Float32 storage given by allocations, at size class (or larger pooled buffer) size."),
+		requested:   d("requested_bytes_total", "Float32 storage asked for by allocations; granted/requested - 1 is the waste of size classes."),
 	}
 }
 
 func (c *memCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.live, c.peak, c.pool, c.hitRate, c.hits, c.misses, c.refused, c.limit, c.granted, c.requested} {
+	for _, d := range []*prometheus.Desc{c.live, c.peak, c.pool, c.hitRate, c.hits, c.misses, c.refused, c.notAdmitted, c.limit, c.granted, c.requested} {
 		ch <- d
 	}
 }
@@ -211,6 +213,7 @@ func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
 		n(c.hits, m.PoolHits)
 		n(c.misses, m.PoolMisses)
 		n(c.refused, m.Refused)
+		n(c.notAdmitted, m.NotAdmitted)
 		n(c.granted, m.GrantedBytes)
 		n(c.requested, m.RequestedBytes)
 	}
