@@ -98,7 +98,9 @@ func TestHostileSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := host.ExpertConfig{UID: "ffn.0", Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": goodHidden}}
+	// The C ffn: no language runtime to start, so the suite stays quick
+	// under -race on a loaded machine.
+	good := host.ExpertConfig{UID: "ffn.0", Module: host.ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hidden_dim": goodHidden}}
 
 	// The ffn's solo reference.
 	_, solo := startHost(t, good)
