@@ -124,9 +124,10 @@ func TestHostileSuite(t *testing.T) {
 			}
 		}
 	}
-	// Guest errors are Internal today; issue 9's blame work may make a
-	// culprit InvalidArgument or FailedPrecondition.
-	guestCodes := []connect.Code{connect.CodeInternal, connect.CodeInvalidArgument, connect.CodeFailedPrecondition}
+	// A guest that returns the host's "budget exceeded" gets
+	// ResourceExhausted: the budget is a quota (issue 9's blame work
+	// makes other guest errors InvalidArgument).
+	guestCodes := []connect.Code{connect.CodeResourceExhausted}
 	tests := []struct {
 		name  string
 		c     float32
