@@ -138,9 +138,15 @@ func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.
 	// Admission: a request whose tensors would leave too little of the
 	// memory limit for the work already running is refused whole,
 	// before anything is decoded.
+	// A float16 or bfloat16 tensor takes twice its wire bytes on the
+	// device, once widened to float32.
 	var total int64
 	for _, pb := range pbs {
-		total += int64(len(pb.GetData()))
+		n := int64(len(pb.GetData()))
+		if half.Is(abi.DType(pb.GetDtype())) {
+			n *= 2
+		}
+		total += n
 	}
 	if err := dev.Admit(total); err != nil {
 		return nil, 0, fmt.Errorf("%w: %ss: %w", ErrResourceExhausted, what, err)
