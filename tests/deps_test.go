@@ -26,6 +26,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/sandbox", []string{"abi", "gpuhost", "modules"}},
 		{"host/rpc", []string{"abi", "gpuhost", "gen/"}},
 		{"host/checkpoint", []string{"modules"}},
+		{"host/ui", nil},
 		{"host", []string{"abi", "gpuhost", "gen/", "host/", "modules"}},
 	}
 	for _, tt := range tests {
