@@ -28,6 +28,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/rpc", []string{"abi", "gpuhost", "gen/"}},
 		{"host/checkpoint", []string{"modules"}},
 		{"host/dht", []string{"gen/", "modules", "sdk/swarm"}},
+		{"host/ui", nil},
 		{"host", []string{"abi", "gpuhost", "gen/", "host/", "modules", "sdk/swarm"}},
 	}
 	for _, tt := range tests {
