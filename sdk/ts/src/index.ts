@@ -9,6 +9,7 @@ import { ServerService, type GetServerInfoResponse } from "./gen/moehost/v1/serv
 import { DType, type Tensor, type TensorSchema } from "./gen/moehost/v1/tensor_pb.js";
 
 export * from "./gen/moehost/v1/checkpoint_pb.js";
+export * from "./gen/moehost/v1/discovery_pb.js";
 export * from "./gen/moehost/v1/expert_pb.js";
 export * from "./gen/moehost/v1/server_pb.js";
 export * from "./gen/moehost/v1/tensor_pb.js";

@@ -4,7 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Tensor, TensorSchema } from "./tensor_pb.js";
+import type { DType, Tensor, TensorSchema } from "./tensor_pb.js";
 import { file_moehost_v1_tensor } from "./tensor_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file moehost/v1/expert.proto.
  */
 export const file_moehost_v1_expert: GenFile = /*@__PURE__*/
-  fileDesc("Chdtb2Vob3N0L3YxL2V4cGVydC5wcm90bxIKbW9laG9zdC52MSJBCg5Gb3J3YXJkUmVxdWVzdBILCgN1aWQYASABKAkSIgoGaW5wdXRzGAIgAygLMhIubW9laG9zdC52MS5UZW5zb3IiNgoPRm9yd2FyZFJlc3BvbnNlEiMKB291dHB1dHMYASADKAsyEi5tb2Vob3N0LnYxLlRlbnNvciJsCg9CYWNrd2FyZFJlcXVlc3QSCwoDdWlkGAEgASgJEiIKBmlucHV0cxgCIAMoCzISLm1vZWhvc3QudjEuVGVuc29yEigKDGdyYWRfb3V0cHV0cxgDIAMoCzISLm1vZWhvc3QudjEuVGVuc29yIjsKEEJhY2t3YXJkUmVzcG9uc2USJwoLZ3JhZF9pbnB1dHMYASADKAsyEi5tb2Vob3N0LnYxLlRlbnNvciIaCgtJbmZvUmVxdWVzdBILCgN1aWQYASABKAkiqgMKCkV4cGVydEluZm8SCwoDdWlkGAEgASgJEigKBmlucHV0cxgCIAMoCzIYLm1vZWhvc3QudjEuVGVuc29yU2NoZW1hEikKB291dHB1dHMYAyADKAsyGC5tb2Vob3N0LnYxLlRlbnNvclNjaGVtYRIVCg1tb2R1bGVfZGlnZXN0GAQgASgJEhMKC2FiaV92ZXJzaW9uGAUgASgFEhcKD3BhcmFtZXRlcl9jb3VudBgGIAEoAxImCgVzdGF0cxgHIAEoCzIXLm1vZWhvc3QudjEuRXhwZXJ0U3RhdHMSMgoGY29uZmlnGAggAygLMiIubW9laG9zdC52MS5FeHBlcnRJbmZvLkNvbmZpZ0VudHJ5Eg8KB2hlYWx0aHkYCSABKAgSKwoMZm9yd2FyZF9wb29sGAogASgLMhUubW9laG9zdC52MS5Qb29sU3RhdHMSLAoNYmFja3dhcmRfcG9vbBgLIAEoCzIVLm1vZWhvc3QudjEuUG9vbFN0YXRzGi0KC0NvbmZpZ0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEi1AIKCVBvb2xTdGF0cxIWCg5tYXhfYmF0Y2hfc2l6ZRgBIAEoAxIWCg5taW5fYmF0Y2hfc2l6ZRgCIAEoAxITCgttYXhfd2FpdF9tcxgDIAEoARISCgpxdWV1ZV9zaXplGAQgASgDEhMKC3F1ZXVlX2RlcHRoGAUgASgDEg8KB2JhdGNoZXMYBiABKAMSFgoOZmFpbGVkX2JhdGNoZXMYByABKAMSDwoHc2FtcGxlcxgIIAEoAxIaChJiYXRjaGVzX3Blcl9zZWNvbmQYCSABKAESGgoSc2FtcGxlc19wZXJfc2Vjb25kGAogASgBEhcKD21lYW5fYmF0Y2hfc2l6ZRgLIAEoARIZChFxdWV1ZV93YWl0X3A1MF9tcxgMIAEoARIZChFxdWV1ZV93YWl0X3A5OV9tcxgNIAEoARIYChBydW5fdGltZV9tZWFuX21zGA4gASgBIqcBCgtFeHBlcnRTdGF0cxIXCg9mb3J3YXJkX2JhdGNoZXMYASABKAMSGAoQYmFja3dhcmRfYmF0Y2hlcxgCIAEoAxIYChBmb3J3YXJkX2V4YW1wbGVzGAMgASgDEhkKEWJhY2t3YXJkX2V4YW1wbGVzGAQgASgDEhkKEWluc3RhbmNlX3Jlc3RhcnRzGAUgASgDEhUKDWNhbGxfdGltZW91dHMYBiABKAMiFAoSTGlzdEV4cGVydHNSZXF1ZXN0Ij4KE0xpc3RFeHBlcnRzUmVzcG9uc2USJwoHZXhwZXJ0cxgBIAMoCzIWLm1vZWhvc3QudjEuRXhwZXJ0SW5mbzKyAgoNRXhwZXJ0U2VydmljZRJHCgdGb3J3YXJkEhoubW9laG9zdC52MS5Gb3J3YXJkUmVxdWVzdBobLm1vZWhvc3QudjEuRm9yd2FyZFJlc3BvbnNlIgOQAgESRQoIQmFja3dhcmQSGy5tb2Vob3N0LnYxLkJhY2t3YXJkUmVxdWVzdBocLm1vZWhvc3QudjEuQmFja3dhcmRSZXNwb25zZRI8CgRJbmZvEhcubW9laG9zdC52MS5JbmZvUmVxdWVzdBoWLm1vZWhvc3QudjEuRXhwZXJ0SW5mbyIDkAIBElMKC0xpc3RFeHBlcnRzEh4ubW9laG9zdC52MS5MaXN0RXhwZXJ0c1JlcXVlc3QaHy5tb2Vob3N0LnYxLkxpc3RFeHBlcnRzUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_moehost_v1_tensor]);
+  fileDesc("Chdtb2Vob3N0L3YxL2V4cGVydC5wcm90bxIKbW9laG9zdC52MSJqCg5Gb3J3YXJkUmVxdWVzdBILCgN1aWQYASABKAkSIgoGaW5wdXRzGAIgAygLMhIubW9laG9zdC52MS5UZW5zb3ISJwoMb3V0cHV0X2R0eXBlGAMgASgOMhEubW9laG9zdC52MS5EVHlwZSI2Cg9Gb3J3YXJkUmVzcG9uc2USIwoHb3V0cHV0cxgBIAMoCzISLm1vZWhvc3QudjEuVGVuc29yIpkBCg9CYWNrd2FyZFJlcXVlc3QSCwoDdWlkGAEgASgJEiIKBmlucHV0cxgCIAMoCzISLm1vZWhvc3QudjEuVGVuc29yEigKDGdyYWRfb3V0cHV0cxgDIAMoCzISLm1vZWhvc3QudjEuVGVuc29yEisKEGdyYWRfaW5wdXRfZHR5cGUYBCABKA4yES5tb2Vob3N0LnYxLkRUeXBlIjsKEEJhY2t3YXJkUmVzcG9uc2USJwoLZ3JhZF9pbnB1dHMYASADKAsyEi5tb2Vob3N0LnYxLlRlbnNvciIaCgtJbmZvUmVxdWVzdBILCgN1aWQYASABKAkiqgMKCkV4cGVydEluZm8SCwoDdWlkGAEgASgJEigKBmlucHV0cxgCIAMoCzIYLm1vZWhvc3QudjEuVGVuc29yU2NoZW1hEikKB291dHB1dHMYAyADKAsyGC5tb2Vob3N0LnYxLlRlbnNvclNjaGVtYRIVCg1tb2R1bGVfZGlnZXN0GAQgASgJEhMKC2FiaV92ZXJzaW9uGAUgASgFEhcKD3BhcmFtZXRlcl9jb3VudBgGIAEoAxImCgVzdGF0cxgHIAEoCzIXLm1vZWhvc3QudjEuRXhwZXJ0U3RhdHMSMgoGY29uZmlnGAggAygLMiIubW9laG9zdC52MS5FeHBlcnRJbmZvLkNvbmZpZ0VudHJ5Eg8KB2hlYWx0aHkYCSABKAgSKwoMZm9yd2FyZF9wb29sGAogASgLMhUubW9laG9zdC52MS5Qb29sU3RhdHMSLAoNYmFja3dhcmRfcG9vbBgLIAEoCzIVLm1vZWhvc3QudjEuUG9vbFN0YXRzGi0KC0NvbmZpZ0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEi1AIKCVBvb2xTdGF0cxIWCg5tYXhfYmF0Y2hfc2l6ZRgBIAEoAxIWCg5taW5fYmF0Y2hfc2l6ZRgCIAEoAxITCgttYXhfd2FpdF9tcxgDIAEoARISCgpxdWV1ZV9zaXplGAQgASgDEhMKC3F1ZXVlX2RlcHRoGAUgASgDEg8KB2JhdGNoZXMYBiABKAMSFgoOZmFpbGVkX2JhdGNoZXMYByABKAMSDwoHc2FtcGxlcxgIIAEoAxIaChJiYXRjaGVzX3Blcl9zZWNvbmQYCSABKAESGgoSc2FtcGxlc19wZXJfc2Vjb25kGAogASgBEhcKD21lYW5fYmF0Y2hfc2l6ZRgLIAEoARIZChFxdWV1ZV93YWl0X3A1MF9tcxgMIAEoARIZChFxdWV1ZV93YWl0X3A5OV9tcxgNIAEoARIYChBydW5fdGltZV9tZWFuX21zGA4gASgBIqcBCgtFeHBlcnRTdGF0cxIXCg9mb3J3YXJkX2JhdGNoZXMYASABKAMSGAoQYmFja3dhcmRfYmF0Y2hlcxgCIAEoAxIYChBmb3J3YXJkX2V4YW1wbGVzGAMgASgDEhkKEWJhY2t3YXJkX2V4YW1wbGVzGAQgASgDEhkKEWluc3RhbmNlX3Jlc3RhcnRzGAUgASgDEhUKDWNhbGxfdGltZW91dHMYBiABKAMiFAoSTGlzdEV4cGVydHNSZXF1ZXN0Ij4KE0xpc3RFeHBlcnRzUmVzcG9uc2USJwoHZXhwZXJ0cxgBIAMoCzIWLm1vZWhvc3QudjEuRXhwZXJ0SW5mbzKyAgoNRXhwZXJ0U2VydmljZRJHCgdGb3J3YXJkEhoubW9laG9zdC52MS5Gb3J3YXJkUmVxdWVzdBobLm1vZWhvc3QudjEuRm9yd2FyZFJlc3BvbnNlIgOQAgESRQoIQmFja3dhcmQSGy5tb2Vob3N0LnYxLkJhY2t3YXJkUmVxdWVzdBocLm1vZWhvc3QudjEuQmFja3dhcmRSZXNwb25zZRI8CgRJbmZvEhcubW9laG9zdC52MS5JbmZvUmVxdWVzdBoWLm1vZWhvc3QudjEuRXhwZXJ0SW5mbyIDkAIBElMKC0xpc3RFeHBlcnRzEh4ubW9laG9zdC52MS5MaXN0RXhwZXJ0c1JlcXVlc3QaHy5tb2Vob3N0LnYxLkxpc3RFeHBlcnRzUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_moehost_v1_tensor]);
 
 /**
  * ForwardRequest asks an expert to compute its outputs for a batch.
@@ -28,11 +28,24 @@ export type ForwardRequest = Message<"moehost.v1.ForwardRequest"> & {
   uid: string;
 
   /**
-   * inputs are the batch inputs, in the order of ExpertInfo.inputs.
+   * inputs are the batch inputs, in the order of ExpertInfo.inputs. An
+   * input the schema declares float32 may be sent as DTYPE_FLOAT16 or
+   * DTYPE_BFLOAT16 instead, to halve its bytes; the server widens it to
+   * float32, exactly, before compute.
    *
    * @generated from field: repeated moehost.v1.Tensor inputs = 2;
    */
   inputs: Tensor[];
+
+  /**
+   * output_dtype asks for the float32 outputs in DTYPE_FLOAT16 or
+   * DTYPE_BFLOAT16 (rounded to nearest, ties to even) to halve the
+   * response. Unspecified or DTYPE_FLOAT32 sends float32. Outputs of
+   * other dtypes are sent as they are.
+   *
+   * @generated from field: moehost.v1.DType output_dtype = 3;
+   */
+  outputDtype: DType;
 };
 
 /**
@@ -86,11 +99,20 @@ export type BackwardRequest = Message<"moehost.v1.BackwardRequest"> & {
 
   /**
    * grad_outputs are the loss gradients with respect to each output, in the
-   * order of ExpertInfo.outputs.
+   * order of ExpertInfo.outputs. Like inputs, float32 ones may be sent as
+   * DTYPE_FLOAT16 or DTYPE_BFLOAT16.
    *
    * @generated from field: repeated moehost.v1.Tensor grad_outputs = 3;
    */
   gradOutputs: Tensor[];
+
+  /**
+   * grad_input_dtype asks for the float32 input gradients in
+   * DTYPE_FLOAT16 or DTYPE_BFLOAT16, like ForwardRequest.output_dtype.
+   *
+   * @generated from field: moehost.v1.DType grad_input_dtype = 4;
+   */
+  gradInputDtype: DType;
 };
 
 /**
