@@ -47,6 +47,8 @@ type DHTInfo struct {
 	Addrs []string
 	// Peers are the peer IDs in its routing table.
 	Peers []string
+	// URLs are the base URLs its records give for this server.
+	URLs []string
 	// Records are the names (uids and grid prefixes) it announces.
 	Records []string
 	// Expiry is how long its records live.
@@ -62,7 +64,7 @@ func (s *Server) DHT() (info DHTInfo, ok bool) {
 	if d == nil {
 		return DHTInfo{}, false
 	}
-	return DHTInfo{PeerID: d.PeerID(), Addrs: d.Addrs(), Peers: d.Peers(), Records: d.Names(), Expiry: d.Expiry()}, true
+	return DHTInfo{PeerID: d.PeerID(), Addrs: d.Addrs(), Peers: d.Peers(), URLs: d.URLs(), Records: d.Names(), Expiry: d.Expiry()}, true
 }
 
 // validateDHT checks the DHT settings in New.

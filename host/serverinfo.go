@@ -34,27 +34,39 @@ func Version() string {
 // describer is the server as ServerService sees it.
 type describer Server
 
-// Describe reports the server as it is now. Announce addresses and peers
-// stay empty until the server runs a DHT node.
+// Describe reports the server as it is now: its devices with their
+// tensor memory, and its DHT node when it runs one.
 func (d *describer) Describe() *moehostv1.GetServerInfoResponse {
-	d.mu.Lock()
-	start, addr, n, dev := d.startTime, d.addr, len(d.sorted), d.dev
-	d.mu.Unlock()
+	s := (*Server)(d)
+	s.mu.Lock()
+	start, addr, n := s.startTime, s.addr, len(s.sorted)
+	s.mu.Unlock()
 	res := &moehostv1.GetServerInfoResponse{
-		Version:       Version(),
-		ListenAddress: addr,
-		ExpertCount:   int32(n),
-		GoVersion:     goruntime.Version(),
+		Version:          Version(),
+		ListenAddress:    addr,
+		ExpertCount:      int32(n),
+		GoVersion:        goruntime.Version(),
+		MemoryLimitBytes: s.MemoryLimit(),
 	}
-	if dev != nil {
-		res.Devices = []*moehostv1.DeviceInfo{{
-			Name:        dev.Name(),
-			Description: fmt.Sprintf("%s/%s, %d threads", goruntime.GOOS, goruntime.GOARCH, goruntime.GOMAXPROCS(0)),
-		}}
+	for _, m := range s.MemoryStats() {
+		res.Devices = append(res.Devices, &moehostv1.DeviceInfo{
+			Name:            m.Device,
+			Description:     fmt.Sprintf("%s/%s, %d threads", goruntime.GOOS, goruntime.GOARCH, goruntime.GOMAXPROCS(0)),
+			LiveTensorBytes: m.LiveBytes,
+			PeakTensorBytes: m.PeakBytes,
+			PoolBytes:       m.PoolBytes,
+			PoolHitRate:     m.HitRate(),
+		})
 	}
 	if !start.IsZero() {
 		res.StartTime = timestamppb.New(start)
 		res.UptimeSeconds = time.Since(start).Seconds()
+	}
+	if info, ok := s.DHT(); ok {
+		res.PeerId, res.DhtAddresses, res.DhtRecords, res.AnnounceAddresses = info.PeerID, info.Addrs, info.Records, info.URLs
+		for _, p := range info.Peers {
+			res.Peers = append(res.Peers, &moehostv1.PeerInfo{PeerId: p})
+		}
 	}
 	return res
 }

@@ -47,7 +47,17 @@ func TestGetServerInfo(t *testing.T) {
 				t.Errorf("version %q, go version %q", got.GetVersion(), got.GetGoVersion())
 			}
 			if len(got.GetDevices()) != 1 || got.GetDevices()[0].GetName() != "cpu" || got.GetDevices()[0].GetDescription() == "" {
-				t.Errorf("devices %v, want one cpu described", got.GetDevices())
+				t.Fatalf("devices %v, want one cpu described", got.GetDevices())
+			}
+			// The test server's experts hold parameters, so live bytes are
+			// positive and within the limit and the recent peak.
+			dev, limit := got.GetDevices()[0], got.GetMemoryLimitBytes()
+			if want := testServer.MemoryLimit(); limit != want || limit <= 0 {
+				t.Errorf("memory limit %d, want the server's %d", limit, want)
+			}
+			if live := dev.GetLiveTensorBytes(); live <= 0 || live > limit || live > dev.GetPeakTensorBytes() ||
+				dev.GetPoolHitRate() < 0 || dev.GetPoolHitRate() > 1 {
+				t.Errorf("device memory %v under a limit of %d", dev, limit)
 			}
 			start := got.GetStartTime().AsTime()
 			if age := time.Since(start); got.GetStartTime() == nil || age < 0 || age > time.Hour {
@@ -56,8 +66,8 @@ func TestGetServerInfo(t *testing.T) {
 			if up := got.GetUptimeSeconds(); up <= 0 || up > time.Since(start).Seconds()+1 {
 				t.Errorf("uptime %gs, started %v ago", up, time.Since(start))
 			}
-			if len(got.GetAnnounceAddresses()) != 0 || len(got.GetPeers()) != 0 {
-				t.Errorf("announce %v, peers %v without a DHT node", got.GetAnnounceAddresses(), got.GetPeers())
+			if len(got.GetAnnounceAddresses()) != 0 || len(got.GetPeers()) != 0 || got.GetPeerId() != "" || len(got.GetDhtRecords()) != 0 {
+				t.Errorf("announce %v, peers %v, peer id %q, records %v without a DHT node", got.GetAnnounceAddresses(), got.GetPeers(), got.GetPeerId(), got.GetDhtRecords())
 			}
 		})
 	}

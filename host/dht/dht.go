@@ -159,6 +159,9 @@ func (s *Service) Addrs() []string { return s.node.Addrs() }
 // Peers returns the peer IDs in the node's routing table.
 func (s *Service) Peers() []string { return s.node.Peers() }
 
+// URLs returns the base URLs the node puts in its records.
+func (s *Service) URLs() []string { return slices.Clone(s.cfg.URLs) }
+
 // Expiry returns how long announced records live: max(2×period, MinExpiry).
 func (s *Service) Expiry() time.Duration { return max(2*s.cfg.UpdatePeriod, MinExpiry) }
 

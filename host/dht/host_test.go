@@ -104,6 +104,16 @@ func TestServerJoinsAnnouncesAndServesDiscovery(t *testing.T) {
 		t.Errorf("DHT().Records = %v", info.Records)
 	}
 
+	// ServerService reports the node as DHT() does.
+	sres, err := moehostv1connect.NewServerServiceClient(http.DefaultClient, url).GetServerInfo(ctx, connect.NewRequest(&moehostv1.GetServerInfoRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si := sres.Msg; si.GetPeerId() != info.PeerID || !slices.Equal(si.GetDhtAddresses(), info.Addrs) ||
+		!slices.Equal(si.GetAnnounceAddresses(), []string{url}) || !slices.Contains(si.GetDhtRecords(), "nop.2.0") {
+		t.Errorf("GetServerInfo = %v, want peer %s at %v announcing %s", si, info.PeerID, info.Addrs, url)
+	}
+
 	dc := moehostv1connect.NewDiscoveryServiceClient(http.DefaultClient, url, connect.WithGRPC())
 	res, err := dc.BeamSearch(ctx, connect.NewRequest(&moehostv1.BeamSearchRequest{Prefix: "nop", K: 5,
 		GridScores: []*moehostv1.Scores{{Values: []float64{1, 0, 3}}, {Values: []float64{0.5, 0.25}}}}))

@@ -59,9 +59,8 @@ func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
 	return file_moehost_v1_server_proto_rawDescGZIP(), []int{0}
 }
 
-// GetServerInfoResponse describes one running server. Fields will be added
-// (device memory, DHT records) as the server learns to report them; clients
-// ignore the ones they do not know.
+// GetServerInfoResponse describes one running server. Clients ignore the
+// fields they do not know, so fields may be added.
 type GetServerInfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version is the moehost build's version, e.g. "v0.3.1" or "(devel)".
@@ -74,17 +73,29 @@ type GetServerInfoResponse struct {
 	Devices []*DeviceInfo `protobuf:"bytes,4,rep,name=devices,proto3" json:"devices,omitempty"`
 	// listen_address is the "host:port" the server listens on.
 	ListenAddress string `protobuf:"bytes,5,opt,name=listen_address,json=listenAddress,proto3" json:"listen_address,omitempty"`
-	// announce_addresses are the addresses the server gives its peers (DHT
-	// multiaddrs); empty while the server runs without a DHT node.
+	// announce_addresses are the base URLs the server's DHT records give
+	// for it (--announce); empty while the server runs without a DHT node.
 	AnnounceAddresses []string `protobuf:"bytes,6,rep,name=announce_addresses,json=announceAddresses,proto3" json:"announce_addresses,omitempty"`
 	// peers are the DHT peers the server knows; empty without a DHT node.
 	Peers []*PeerInfo `protobuf:"bytes,7,rep,name=peers,proto3" json:"peers,omitempty"`
 	// expert_count is the number of experts hosted.
 	ExpertCount int32 `protobuf:"varint,8,opt,name=expert_count,json=expertCount,proto3" json:"expert_count,omitempty"`
 	// go_version is the Go toolchain that built the server.
-	GoVersion     string `protobuf:"bytes,9,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GoVersion string `protobuf:"bytes,9,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	// peer_id is the libp2p id of the server's DHT node; empty without one.
+	PeerId string `protobuf:"bytes,10,opt,name=peer_id,json=peerId,proto3" json:"peer_id,omitempty"`
+	// dht_addresses are the DHT node's multiaddrs (with /p2p/), the values
+	// other servers pass to --initial-peers.
+	DhtAddresses []string `protobuf:"bytes,11,rep,name=dht_addresses,json=dhtAddresses,proto3" json:"dht_addresses,omitempty"`
+	// dht_records are the names (uids and grid prefixes) the server
+	// announces.
+	DhtRecords []string `protobuf:"bytes,12,rep,name=dht_records,json=dhtRecords,proto3" json:"dht_records,omitempty"`
+	// memory_limit_bytes is the server's memory limit (--memory-limit): the
+	// Go runtime's soft limit and the ceiling on live tensor bytes; 0 for
+	// none.
+	MemoryLimitBytes int64 `protobuf:"varint,13,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetServerInfoResponse) Reset() {
@@ -180,13 +191,49 @@ func (x *GetServerInfoResponse) GetGoVersion() string {
 	return ""
 }
 
+func (x *GetServerInfoResponse) GetPeerId() string {
+	if x != nil {
+		return x.PeerId
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetDhtAddresses() []string {
+	if x != nil {
+		return x.DhtAddresses
+	}
+	return nil
+}
+
+func (x *GetServerInfoResponse) GetDhtRecords() []string {
+	if x != nil {
+		return x.DhtRecords
+	}
+	return nil
+}
+
+func (x *GetServerInfoResponse) GetMemoryLimitBytes() int64 {
+	if x != nil {
+		return x.MemoryLimitBytes
+	}
+	return 0
+}
+
 // DeviceInfo describes one compute device.
 type DeviceInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the device's kind and backend, e.g. "cpu" or "cuda".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// description says more, for people: threads, model, driver.
-	Description   string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// live_tensor_bytes is the storage of the tensors alive on the device.
+	LiveTensorBytes int64 `protobuf:"varint,3,opt,name=live_tensor_bytes,json=liveTensorBytes,proto3" json:"live_tensor_bytes,omitempty"`
+	// peak_tensor_bytes is the recent high-water mark of live_tensor_bytes.
+	PeakTensorBytes int64 `protobuf:"varint,4,opt,name=peak_tensor_bytes,json=peakTensorBytes,proto3" json:"peak_tensor_bytes,omitempty"`
+	// pool_bytes is released storage the device keeps for reuse.
+	PoolBytes int64 `protobuf:"varint,5,opt,name=pool_bytes,json=poolBytes,proto3" json:"pool_bytes,omitempty"`
+	// pool_hit_rate is the share of allocations served from the pool.
+	PoolHitRate   float64 `protobuf:"fixed64,6,opt,name=pool_hit_rate,json=poolHitRate,proto3" json:"pool_hit_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -233,6 +280,34 @@ func (x *DeviceInfo) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *DeviceInfo) GetLiveTensorBytes() int64 {
+	if x != nil {
+		return x.LiveTensorBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetPeakTensorBytes() int64 {
+	if x != nil {
+		return x.PeakTensorBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetPoolBytes() int64 {
+	if x != nil {
+		return x.PoolBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetPoolHitRate() float64 {
+	if x != nil {
+		return x.PoolHitRate
+	}
+	return 0
 }
 
 // PeerInfo describes one peer of the server's DHT node.
@@ -296,7 +371,7 @@ const file_moehost_v1_server_proto_rawDesc = "" +
 	"\n" +
 	"\x17moehost/v1/server.proto\x12\n" +
 	"moehost.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x16\n" +
-	"\x14GetServerInfoRequest\"\x89\x03\n" +
+	"\x14GetServerInfoRequest\"\x96\x04\n" +
 	"\x15GetServerInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x129\n" +
 	"\n" +
@@ -308,11 +383,22 @@ const file_moehost_v1_server_proto_rawDesc = "" +
 	"\x05peers\x18\a \x03(\v2\x14.moehost.v1.PeerInfoR\x05peers\x12!\n" +
 	"\fexpert_count\x18\b \x01(\x05R\vexpertCount\x12\x1d\n" +
 	"\n" +
-	"go_version\x18\t \x01(\tR\tgoVersion\"B\n" +
+	"go_version\x18\t \x01(\tR\tgoVersion\x12\x17\n" +
+	"\apeer_id\x18\n" +
+	" \x01(\tR\x06peerId\x12#\n" +
+	"\rdht_addresses\x18\v \x03(\tR\fdhtAddresses\x12\x1f\n" +
+	"\vdht_records\x18\f \x03(\tR\n" +
+	"dhtRecords\x12,\n" +
+	"\x12memory_limit_bytes\x18\r \x01(\x03R\x10memoryLimitBytes\"\xdd\x01\n" +
 	"\n" +
 	"DeviceInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription\"A\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
+	"\x11live_tensor_bytes\x18\x03 \x01(\x03R\x0fliveTensorBytes\x12*\n" +
+	"\x11peak_tensor_bytes\x18\x04 \x01(\x03R\x0fpeakTensorBytes\x12\x1d\n" +
+	"\n" +
+	"pool_bytes\x18\x05 \x01(\x03R\tpoolBytes\x12\"\n" +
+	"\rpool_hit_rate\x18\x06 \x01(\x01R\vpoolHitRate\"A\n" +
 	"\bPeerInfo\x12\x17\n" +
 	"\apeer_id\x18\x01 \x01(\tR\x06peerId\x12\x1c\n" +
 	"\taddresses\x18\x02 \x03(\tR\taddresses2j\n" +

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file moehost/v1/server.proto.
  */
 export const file_moehost_v1_server: GenFile = /*@__PURE__*/
-  fileDesc("Chdtb2Vob3N0L3YxL3NlcnZlci5wcm90bxIKbW9laG9zdC52MSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCKcAgoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEg8KB3ZlcnNpb24YASABKAkSLgoKc3RhcnRfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOdXB0aW1lX3NlY29uZHMYAyABKAESJwoHZGV2aWNlcxgEIAMoCzIWLm1vZWhvc3QudjEuRGV2aWNlSW5mbxIWCg5saXN0ZW5fYWRkcmVzcxgFIAEoCRIaChJhbm5vdW5jZV9hZGRyZXNzZXMYBiADKAkSIwoFcGVlcnMYByADKAsyFC5tb2Vob3N0LnYxLlBlZXJJbmZvEhQKDGV4cGVydF9jb3VudBgIIAEoBRISCgpnb192ZXJzaW9uGAkgASgJIi8KCkRldmljZUluZm8SDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCSIuCghQZWVySW5mbxIPCgdwZWVyX2lkGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCTJqCg1TZXJ2ZXJTZXJ2aWNlElkKDUdldFNlcnZlckluZm8SIC5tb2Vob3N0LnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GiEubW9laG9zdC52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Chdtb2Vob3N0L3YxL3NlcnZlci5wcm90bxIKbW9laG9zdC52MSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCL1AgoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEg8KB3ZlcnNpb24YASABKAkSLgoKc3RhcnRfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOdXB0aW1lX3NlY29uZHMYAyABKAESJwoHZGV2aWNlcxgEIAMoCzIWLm1vZWhvc3QudjEuRGV2aWNlSW5mbxIWCg5saXN0ZW5fYWRkcmVzcxgFIAEoCRIaChJhbm5vdW5jZV9hZGRyZXNzZXMYBiADKAkSIwoFcGVlcnMYByADKAsyFC5tb2Vob3N0LnYxLlBlZXJJbmZvEhQKDGV4cGVydF9jb3VudBgIIAEoBRISCgpnb192ZXJzaW9uGAkgASgJEg8KB3BlZXJfaWQYCiABKAkSFQoNZGh0X2FkZHJlc3NlcxgLIAMoCRITCgtkaHRfcmVjb3JkcxgMIAMoCRIaChJtZW1vcnlfbGltaXRfYnl0ZXMYDSABKAMikAEKCkRldmljZUluZm8SDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIZChFsaXZlX3RlbnNvcl9ieXRlcxgDIAEoAxIZChFwZWFrX3RlbnNvcl9ieXRlcxgEIAEoAxISCgpwb29sX2J5dGVzGAUgASgDEhUKDXBvb2xfaGl0X3JhdGUYBiABKAEiLgoIUGVlckluZm8SDwoHcGVlcl9pZBgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkyagoNU2VydmVyU2VydmljZRJZCg1HZXRTZXJ2ZXJJbmZvEiAubW9laG9zdC52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBohLm1vZWhvc3QudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * GetServerInfoRequest asks for the server's description; it has no fields yet.
@@ -30,9 +30,8 @@ export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@_
   messageDesc(file_moehost_v1_server, 0);
 
 /**
- * GetServerInfoResponse describes one running server. Fields will be added
- * (device memory, DHT records) as the server learns to report them; clients
- * ignore the ones they do not know.
+ * GetServerInfoResponse describes one running server. Clients ignore the
+ * fields they do not know, so fields may be added.
  *
  * @generated from message moehost.v1.GetServerInfoResponse
  */
@@ -73,8 +72,8 @@ export type GetServerInfoResponse = Message<"moehost.v1.GetServerInfoResponse"> 
   listenAddress: string;
 
   /**
-   * announce_addresses are the addresses the server gives its peers (DHT
-   * multiaddrs); empty while the server runs without a DHT node.
+   * announce_addresses are the base URLs the server's DHT records give
+   * for it (--announce); empty while the server runs without a DHT node.
    *
    * @generated from field: repeated string announce_addresses = 6;
    */
@@ -100,6 +99,38 @@ export type GetServerInfoResponse = Message<"moehost.v1.GetServerInfoResponse"> 
    * @generated from field: string go_version = 9;
    */
   goVersion: string;
+
+  /**
+   * peer_id is the libp2p id of the server's DHT node; empty without one.
+   *
+   * @generated from field: string peer_id = 10;
+   */
+  peerId: string;
+
+  /**
+   * dht_addresses are the DHT node's multiaddrs (with /p2p/), the values
+   * other servers pass to --initial-peers.
+   *
+   * @generated from field: repeated string dht_addresses = 11;
+   */
+  dhtAddresses: string[];
+
+  /**
+   * dht_records are the names (uids and grid prefixes) the server
+   * announces.
+   *
+   * @generated from field: repeated string dht_records = 12;
+   */
+  dhtRecords: string[];
+
+  /**
+   * memory_limit_bytes is the server's memory limit (--memory-limit): the
+   * Go runtime's soft limit and the ceiling on live tensor bytes; 0 for
+   * none.
+   *
+   * @generated from field: int64 memory_limit_bytes = 13;
+   */
+  memoryLimitBytes: bigint;
 };
 
 /**
@@ -128,6 +159,34 @@ export type DeviceInfo = Message<"moehost.v1.DeviceInfo"> & {
    * @generated from field: string description = 2;
    */
   description: string;
+
+  /**
+   * live_tensor_bytes is the storage of the tensors alive on the device.
+   *
+   * @generated from field: int64 live_tensor_bytes = 3;
+   */
+  liveTensorBytes: bigint;
+
+  /**
+   * peak_tensor_bytes is the recent high-water mark of live_tensor_bytes.
+   *
+   * @generated from field: int64 peak_tensor_bytes = 4;
+   */
+  peakTensorBytes: bigint;
+
+  /**
+   * pool_bytes is released storage the device keeps for reuse.
+   *
+   * @generated from field: int64 pool_bytes = 5;
+   */
+  poolBytes: bigint;
+
+  /**
+   * pool_hit_rate is the share of allocations served from the pool.
+   *
+   * @generated from field: double pool_hit_rate = 6;
+   */
+  poolHitRate: number;
 };
 
 /**
