@@ -18,27 +18,8 @@ import struct
 import sys
 
 import torch
-from torch import nn
 
-
-def gelu_fast(x):
-    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
-
-
-class FeedforwardBlock(nn.Module):
-    """hivemind/moe/server/layers/common.py's FeedforwardBlock."""
-
-    def __init__(self, hid_dim):
-        super().__init__()
-        self.ffn = nn.Linear(hid_dim, 4 * hid_dim)
-        self.ffn_output = nn.Linear(4 * hid_dim, hid_dim)
-        self.layer_norm = nn.LayerNorm(hid_dim, eps=1e-12)
-
-    def forward(self, x):
-        ffn_output = self.ffn(x)
-        ffn_output = gelu_fast(ffn_output)
-        ffn_output = self.ffn_output(ffn_output)
-        return self.layer_norm(x + ffn_output)
+from hivemind_ffn import FeedforwardBlock  # beside this script
 
 
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32}
