@@ -151,6 +151,10 @@ func urlsOf(eps []client.Endpoint) []string {
 // within the record expiry.
 func TestDHTSwarm(t *testing.T) {
 	t.Parallel()
+	// Build the tools first: on a fresh machine that takes minutes, which
+	// must not eat the swarm's deadlines.
+	grpcurlBin := grpcurl(t)
+	moehostBinary(t)
 	var nodes []*swarm.Node
 	for i := range 6 {
 		cfg := swarm.Config{}
@@ -183,7 +187,9 @@ func TestDHTSwarm(t *testing.T) {
 	}
 	check := func(want map[string][]string) func() (bool, string) {
 		return func() (bool, string) {
-			found, err := sw.Discover(ctx, []string{"ffn."})
+			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			found, err := sw.Discover(lctx, []string{"ffn."})
 			if err != nil {
 				return false, err.Error()
 			}
@@ -229,7 +235,7 @@ func TestDHTSwarm(t *testing.T) {
 	if f := res.Msg.GetFound(); len(f) != 2 || len(f[0].GetEndpoints()) != 2 || !slices.Equal(f[1].GetChildren(), []int32{0, 1, 2}) {
 		t.Errorf("FindExperts = %v", res.Msg)
 	}
-	out, err := exec.Command(grpcurl(t), "-plaintext", "-d", `{"prefix":"ffn","grid_scores":[{"values":[0.1,0.5,0.3]}],"k":2}`,
+	out, err := exec.Command(grpcurlBin, "-plaintext", "-d", `{"prefix":"ffn","grid_scores":[{"values":[0.1,0.5,0.3]}],"k":2}`,
 		strings.TrimPrefix(a.url, "http://"), "moehost.v1.DiscoveryService/BeamSearch").CombinedOutput()
 	if err != nil {
 		t.Fatalf("grpcurl: %v\n%s", err, out)
