@@ -55,27 +55,27 @@ func (d *cpuDevice) Name() string {
 
 // alloc returns a zero-filled tensor.
 func (d *cpuDevice) alloc(dt abi.DType, shape []int) (*Tensor, error) {
-	return d.allocate(dt, shape, true)
+	return d.allocate(dt, shape, true, true)
 }
 
 // allocDirty returns a tensor whose float32 storage may hold a released
 // tensor's values, for callers that overwrite all of it.
 func (d *cpuDevice) allocDirty(dt abi.DType, shape []int) (*Tensor, error) {
-	return d.allocate(dt, shape, false)
+	return d.allocate(dt, shape, false, true)
 }
 
 // allocate returns a tensor, with float32 storage from the pool when it
 // has a buffer of the size class, cleared if zero is set. The storage is
 // charged against the ceiling first, so a refusal (ErrOutOfMemory)
 // allocates nothing.
-func (d *cpuDevice) allocate(dt abi.DType, shape []int, zero bool) (*Tensor, error) {
+func (d *cpuDevice) allocate(dt abi.DType, shape []int, zero, fit bool) (*Tensor, error) {
 	n, err := checkShape(dt, shape)
 	if err != nil {
 		return nil, err
 	}
 	t := &Tensor{dt: dt, shape: append([]int{}, shape...), n: n, dev: d}
 	if dt == abi.DTypeFloat32 {
-		b, err := d.mem.getFloats(n)
+		b, err := d.mem.getFloats(n, fit)
 		if err != nil {
 			return nil, err
 		}
@@ -97,7 +97,9 @@ func (d *cpuDevice) allocate(dt abi.DType, shape []int, zero bool) (*Tensor, err
 
 // Zeros returns a zero-filled tensor.
 func (d *cpuDevice) Zeros(dt abi.DType, shape []int) (*Tensor, error) {
-	t, err := d.alloc(dt, shape)
+	// Zeros makes long-lived tensors such as optimizer state: storage of
+	// exactly its size class (see memory.getFloats).
+	t, err := d.allocate(dt, shape, true, false)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: zeros: %w", err)
 	}

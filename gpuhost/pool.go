@@ -215,14 +215,21 @@ func (m *memory) uncharge(n int64) {
 
 // getFloats returns storage of n floats, with stale contents when it
 // comes from the pool, charged as live; or ErrOutOfMemory before
-// allocating anything. A pooled buffer of n's class is taken first, then
-// one of the next classes up to twice the size: a spare buffer a bit too
-// large serves better than a fresh one, and it goes back to its own class.
-func (m *memory) getFloats(n int) ([]float32, error) {
+// allocating anything. A pooled buffer of n's class is taken first, then,
+// with fit, one of the next classes up to twice the size: for a
+// short-lived tensor a spare buffer a bit too large serves better than a
+// fresh one, and it goes back to its own class. Long-lived storage
+// (optimizer state) passes fit false, so that it never keeps a larger
+// buffer than its class for the life of the server.
+func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 	c := m.class(n)
+	most := c
+	if fit {
+		most = 2 * c
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for k := c; k <= 2*c && len(m.free) > 0; k = m.class(k + 1) {
+	for k := c; k <= most && len(m.free) > 0; k = m.class(k + 1) {
 		l := m.free[k]
 		if len(l) == 0 {
 			if m.exact {
