@@ -7,18 +7,16 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/moehost/moehost/host"
 )
 
-// Version says which moehost this is: the module version (a tag, or
-// "(devel)" in a checkout), the commit with "+dirty" for uncommitted
+// Version says which moehost this is: the module version ([host.Version]), the commit with "+dirty" for uncommitted
 // changes when the build recorded them, and the Go version.
 func Version() string {
-	v, rev := "(devel)", ""
+	v, rev := host.Version(), ""
 	dirty := false
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
