@@ -13,7 +13,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 	a := r.args
 	gy := gys[0]
 	// newGrad allocates a gradient shaped like arg i.
-	newGrad := func(i int) (*Tensor, error) { return dev.Zeros(abi.DTypeFloat32, a[i].shape) }
+	newGrad := func(i int) (*Tensor, error) { return gs.zeros(a[i].shape) }
 	// gemmInto computes a gradient for arg i with one GEMM.
 	gemmInto := func(i int, ta, tb bool, m, n, k int, x, y *Tensor) error {
 		if !needs[a[i]] {
@@ -321,7 +321,7 @@ func addAll(gs *gradSet, args, gt []*Tensor) error {
 // each summed over the leading dims its arg was broadcast along.
 func binaryBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, fn binaryFn, gy *Tensor) error {
 	a, b, y := r.args[0], r.args[1], r.outs[0]
-	full := func() (*Tensor, error) { return dev.Zeros(abi.DTypeFloat32, gy.shape) }
+	full := func() (*Tensor, error) { return gs.zeros(gy.shape) }
 	if needs[a] {
 		switch fn {
 		case binarySub:
@@ -376,7 +376,7 @@ func crossEntropyBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *re
 	rows := gy
 	if r.reduction != 0 {
 		var err error
-		if rows, err = dev.Zeros(abi.DTypeFloat32, []int{logits.shape[0]}); err != nil {
+		if rows, err = gs.zeros([]int{logits.shape[0]}); err != nil {
 			return err
 		}
 		if err := dev.addRepeat(rows, rows, gy); err != nil {
@@ -388,7 +388,7 @@ func crossEntropyBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *re
 			}
 		}
 	}
-	g, err := dev.Zeros(abi.DTypeFloat32, logits.shape)
+	g, err := gs.zeros(logits.shape)
 	if err != nil {
 		return err
 	}

@@ -6,21 +6,45 @@ import (
 )
 
 // parallelFor runs fn over [0, n) in up to d.threads contiguous chunks of at
-// least grain items, the last chunk on the calling goroutine.
-func (d *cpuDevice) parallelFor(n, grain int, fn func(lo, hi int)) {
-	workers := min(d.threads, max(1, n/max(grain, 1)))
+// least grain items, the last chunk on the calling goroutine. With a stop
+// channel, each chunk runs in steps of stepGrains grains (a fraction of a
+// millisecond of work) and looks at stop between steps, so that a kernel
+// outlives its op's deadline by at most a step; it then returns
+// errStopped and leaves its output half-written.
+func (d *cpuDevice) parallelFor(stop <-chan struct{}, n, grain int, fn func(lo, hi int)) error {
+	grain = max(grain, 1)
+	run := fn
+	if stop != nil {
+		step := grain * stepGrains
+		run = func(lo, hi int) {
+			for s := lo; s < hi && !stopped(stop); s += step {
+				fn(s, min(s+step, hi))
+			}
+		}
+	}
+	workers := min(d.threads, max(1, n/grain))
 	if workers <= 1 {
-		fn(0, n)
-		return
+		run(0, n)
+	} else {
+		var wg sync.WaitGroup
+		for w := range workers - 1 {
+			lo, hi := n*w/workers, n*(w+1)/workers
+			wg.Go(func() { run(lo, hi) })
+		}
+		run(n*(workers-1)/workers, n)
+		wg.Wait()
 	}
-	var wg sync.WaitGroup
-	for w := range workers - 1 {
-		lo, hi := n*w/workers, n*(w+1)/workers
-		wg.Go(func() { fn(lo, hi) })
+	if stopped(stop) {
+		return errStopped
 	}
-	fn(n*(workers-1)/workers, n)
-	wg.Wait()
+	return nil
 }
+
+// stepGrains is how many grains a kernel runs between looks at its stop
+// channel: grains are tens of microseconds, so a step is well under a
+// millisecond (a few under -race), and the look, a non-blocking receive,
+// costs nothing next to it.
+const stepGrains = 8
 
 // Grains: the items one goroutine should get at least, so that spawning it
 // pays off (about tens of microseconds of work).
@@ -29,22 +53,22 @@ const (
 	grainTanh  = 1 << 12 // elements of gelu
 )
 
-// addRepeat implements kernels.addRepeat.
+// addRepeat implements kernels.addRepeat: small repeats along dst, and
+// each chunk of dst is walked in runs within one repeat, as in binary.
 func (d *cpuDevice) addRepeat(dst, src, small *Tensor) error {
 	o, x, s := dst.f32(), src.f32(), small.f32()
 	ns := len(s)
-	// Whole repeats of small per chunk, so the inner loop is a plain zip.
-	reps := len(o) / ns
-	d.parallelFor(reps, max(1, grainCheap/ns), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			oo := o[r*ns : (r+1)*ns]
-			xx := x[r*ns : (r+1)*ns]
-			for i, v := range s {
+	return d.parallelFor(dst.stop, len(o), grainCheap, func(lo, hi int) {
+		for lo < hi {
+			off := lo % ns
+			end := min(hi, lo-off+ns)
+			oo, xx, ss := o[lo:end], x[lo:end], s[off:off+end-lo]
+			for i, v := range ss {
 				oo[i] = xx[i] + v
 			}
+			lo = end
 		}
 	})
-	return nil
 }
 
 // sumRows implements kernels.sumRows. Columns are split across threads and
@@ -53,7 +77,7 @@ func (d *cpuDevice) sumRows(dst, src *Tensor) error {
 	o, x := dst.f32(), src.f32()
 	n := len(o)
 	rows := len(x) / n
-	d.parallelFor(n, max(1, grainCheap/rows), func(lo, hi int) {
+	if err := d.parallelFor(dst.stop, n, max(1, grainCheap/rows), func(lo, hi int) {
 		acc := make([]float32, hi-lo)
 		for r := range rows {
 			row := x[r*n+lo : r*n+hi]
@@ -62,7 +86,9 @@ func (d *cpuDevice) sumRows(dst, src *Tensor) error {
 			}
 		}
 		copy(o[lo:hi], acc)
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -82,14 +108,16 @@ const (
 // approximation; the AVX2 kernel takes whole runs of 8.
 func (d *cpuDevice) geluForward(y, x *Tensor) error {
 	o, in := y.f32(), x.f32()
-	d.parallelFor(len(in), grainTanh, func(lo, hi int) {
+	if err := d.parallelFor(y.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx := o[lo:hi], in[lo:hi]
 		done := 0
 		if d.asm {
 			done = geluForwardVec(oo, xx)
 		}
 		geluForward32(oo[done:], xx[done:])
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -97,14 +125,16 @@ func (d *cpuDevice) geluForward(y, x *Tensor) error {
 // the tanh form: ½(1+t) + ½x(1−t²)·c(1+3a·x²), t = tanh(c(x+a·x³)).
 func (d *cpuDevice) geluBackward(gx, x, gy *Tensor) error {
 	o, in, g := gx.f32(), x.f32(), gy.f32()
-	d.parallelFor(len(in), grainTanh, func(lo, hi int) {
+	if err := d.parallelFor(gx.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx, gg := o[lo:hi], in[lo:hi], g[lo:hi]
 		done := 0
 		if d.asm {
 			done = geluBackwardVec(oo, xx, gg)
 		}
 		geluBackward32(oo[done:], xx[done:], gg[done:])
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -171,7 +201,7 @@ func (d *cpuDevice) layerNormForward(y, mean, rstd, x, w, b *Tensor, eps float64
 	o, in, ww, bb := y.f32(), x.f32(), w.f32(), b.f32()
 	mu, rs := mean.f32(), rstd.f32()
 	h := len(ww)
-	d.parallelFor(len(mu), max(1, grainCheap/h), func(lo, hi int) {
+	if err := d.parallelFor(y.stop, len(mu), max(1, grainCheap/h), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr := in[r*h : (r+1)*h]
 			or := o[r*h : (r+1)*h]
@@ -194,7 +224,9 @@ func (d *cpuDevice) layerNormForward(y, mean, rstd, x, w, b *Tensor, eps float64
 				or[i] = float32((float64(v)-m)*inv)*ww[i] + bb[i]
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -208,7 +240,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 	rows := len(mu)
 	if gx != nil {
 		o := gx.f32()
-		d.parallelFor(rows, max(1, grainCheap/h), func(lo, hi int) {
+		if err := d.parallelFor(gx.stop, rows, max(1, grainCheap/h), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				xr := in[r*h : (r+1)*h]
 				gr := g[r*h : (r+1)*h]
@@ -230,13 +262,15 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 					or[i] = float32(inv * (gh - sg - xh*sgx))
 				}
 			}
-		})
+		}); err != nil {
+			return err
+		}
 	}
 	if gw == nil && gb == nil {
 		return nil
 	}
 	// Column sums; split columns across threads, as in sumRows.
-	d.parallelFor(h, max(1, grainCheap/rows), func(lo, hi int) {
+	if err := d.parallelFor(gradStop(gw, gb), h, max(1, grainCheap/rows), func(lo, hi int) {
 		sw := make([]float64, hi-lo)
 		sb := make([]float64, hi-lo)
 		for r := range rows {
@@ -262,7 +296,9 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 				o[i] = float32(v)
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -279,7 +315,7 @@ func (d *cpuDevice) sgdStep(p, g, buf *Tensor, c sgdCoeffs) error {
 	wd := float32(c.weightDecay)
 	mom := float32(c.momentum)
 	scale := float32(c.gradScale)
-	d.parallelFor(len(pp), grainCheap, func(lo, hi int) {
+	if err := d.parallelFor(nil, len(pp), grainCheap, func(lo, hi int) {
 		ps, gs := pp[lo:hi], gg[lo:hi]
 		gs = gs[:len(ps)]
 		for i, pv := range ps {
@@ -297,7 +333,9 @@ func (d *cpuDevice) sgdStep(p, g, buf *Tensor, c sgdCoeffs) error {
 			}
 			ps[i] = pv - float32(l*gv)
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -317,7 +355,7 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 	step := float32(c.lr / c.bc1)
 	bc2s := float32(math.Sqrt(c.bc2))
 	eps := float32(c.eps)
-	d.parallelFor(len(pp), grainCheap/4, func(lo, hi int) {
+	if err := d.parallelFor(nil, len(pp), grainCheap/4, func(lo, hi int) {
 		ps, gs, ms, vs := pp[lo:hi], gg[lo:hi], mm[lo:hi], vv[lo:hi]
 		gs, ms, vs = gs[:len(ps)], ms[:len(ps)], vs[:len(ps)]
 		for i, pv := range ps {
@@ -338,7 +376,9 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 			den := float32(float32(math.Sqrt(float64(vv)))/bc2s) + eps
 			ps[i] = pv - float32(step*float32(mv/den))
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -15,7 +15,7 @@ func (d *cpuDevice) unary(fn unaryFn, p float64, y, x *Tensor) error {
 	if fn <= unaryRelu || fn == unaryNeg {
 		grain = grainCheap
 	}
-	d.parallelFor(len(in), grain, func(lo, hi int) {
+	if err := d.parallelFor(y.stop, len(in), grain, func(lo, hi int) {
 		oo, xx := o[lo:hi], in[lo:hi]
 		oo = oo[:len(xx)]
 		switch fn {
@@ -42,7 +42,9 @@ func (d *cpuDevice) unary(fn unaryFn, p float64, y, x *Tensor) error {
 				oo[i] = float32(unaryF64(fn, float64(v)))
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -72,7 +74,7 @@ func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 // unaryBackward implements kernels.unaryBackward.
 func (d *cpuDevice) unaryBackward(fn unaryFn, p float64, gx, x, y, gy *Tensor) error {
 	o, in, out, g := gx.f32(), x.f32(), y.f32(), gy.f32()
-	d.parallelFor(len(in), grainTanh, func(lo, hi int) {
+	if err := d.parallelFor(gx.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx, yy, gg := o[lo:hi], in[lo:hi], out[lo:hi], g[lo:hi]
 		oo, yy, gg = oo[:len(xx)], yy[:len(xx)], gg[:len(xx)]
 		for i, v := range xx {
@@ -108,26 +110,32 @@ func (d *cpuDevice) unaryBackward(fn unaryFn, p float64, gx, x, y, gy *Tensor) e
 			}
 			oo[i] = float32(gv * dy)
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
-// binary implements kernels.binary. It walks dst in blocks of the smaller
-// operand's length, so each block is a plain zip.
+// binary implements kernels.binary. The smaller operand repeats along
+// dst; each chunk of dst is walked in runs that stay within one repeat, so
+// that every run is a plain zip, and chunks are elements, not repeats, so
+// that one huge repeat still stops between chunks.
 func (d *cpuDevice) binary(fn binaryFn, dst, a, b *Tensor) error {
 	o, x, y := dst.f32(), a.f32(), b.f32()
-	blk := min(len(x), len(y))
-	d.parallelFor(len(o)/blk, max(1, grainCheap/blk), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			oo := o[r*blk : (r+1)*blk]
-			xx, yy := x, y
-			if len(x) > blk {
-				xx = x[r*blk : (r+1)*blk]
+	n := len(o)
+	return d.parallelFor(dst.stop, n, grainCheap, func(lo, hi int) {
+		for lo < hi {
+			end, xs, ys := hi, lo, lo
+			if len(x) < n {
+				xs = lo % len(x)
+				end = min(end, lo-xs+len(x))
 			}
-			if len(y) > blk {
-				yy = y[r*blk : (r+1)*blk]
+			if len(y) < n {
+				ys = lo % len(y)
+				end = min(end, lo-ys+len(y))
 			}
-			xx, yy = xx[:len(oo)], yy[:len(oo)]
+			oo := o[lo:end]
+			xx, yy := x[xs:xs+len(oo)], y[ys:ys+len(oo)]
 			switch fn {
 			case binaryAdd:
 				for i := range oo {
@@ -146,37 +154,59 @@ func (d *cpuDevice) binary(fn binaryFn, dst, a, b *Tensor) error {
 					oo[i] = xx[i] / yy[i]
 				}
 			}
+			lo = end
 		}
 	})
-	return nil
 }
 
 // softmax implements kernels.softmax in float64 per row.
 func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error {
 	o, in := y.f32(), x.f32()
-	d.parallelFor(outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
+	if err := d.parallelFor(y.stop, outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
 			m := math.Inf(-1)
-			for j := range dim {
-				m = max(m, float64(in[base+j*inner]))
+			for j0 := 0; j0 < dim; j0 += rowStep {
+				if j0 > 0 && stopped(y.stop) {
+					return
+				}
+				for j := j0; j < min(dim, j0+rowStep); j++ {
+					m = max(m, float64(in[base+j*inner]))
+				}
 			}
 			var s float64
-			for j := range dim {
-				s += math.Exp(float64(in[base+j*inner]) - m)
+			for j0 := 0; j0 < dim; j0 += rowStep {
+				if j0 > 0 && stopped(y.stop) {
+					return
+				}
+				for j := j0; j < min(dim, j0+rowStep); j++ {
+					s += math.Exp(float64(in[base+j*inner]) - m)
+				}
 			}
 			if log {
 				ls := m + math.Log(s)
-				for j := range dim {
-					o[base+j*inner] = float32(float64(in[base+j*inner]) - ls)
+				for j0 := 0; j0 < dim; j0 += rowStep {
+					if j0 > 0 && stopped(y.stop) {
+						return
+					}
+					for j := j0; j < min(dim, j0+rowStep); j++ {
+						o[base+j*inner] = float32(float64(in[base+j*inner]) - ls)
+					}
 				}
 				continue
 			}
-			for j := range dim {
-				o[base+j*inner] = float32(math.Exp(float64(in[base+j*inner])-m) / s)
+			for j0 := 0; j0 < dim; j0 += rowStep {
+				if j0 > 0 && stopped(y.stop) {
+					return
+				}
+				for j := j0; j < min(dim, j0+rowStep); j++ {
+					o[base+j*inner] = float32(math.Exp(float64(in[base+j*inner])-m) / s)
+				}
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -184,28 +214,40 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 // gx = y·(gy − Σ gy·y), log-softmax gx = gy − e^y·Σ gy.
 func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, log bool) error {
 	o, out, g := gx.f32(), y.f32(), gy.f32()
-	d.parallelFor(outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
+	if err := d.parallelFor(gx.stop, outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
 			var s float64
-			for j := range dim {
-				i := base + j*inner
-				if log {
-					s += float64(g[i])
-				} else {
-					s += float64(g[i]) * float64(out[i])
+			for j0 := 0; j0 < dim; j0 += rowStep {
+				if j0 > 0 && stopped(gx.stop) {
+					return
+				}
+				for j := j0; j < min(dim, j0+rowStep); j++ {
+					i := base + j*inner
+					if log {
+						s += float64(g[i])
+					} else {
+						s += float64(g[i]) * float64(out[i])
+					}
 				}
 			}
-			for j := range dim {
-				i := base + j*inner
-				if log {
-					o[i] = float32(float64(g[i]) - math.Exp(float64(out[i]))*s)
-				} else {
-					o[i] = float32(float64(out[i]) * (float64(g[i]) - s))
+			for j0 := 0; j0 < dim; j0 += rowStep {
+				if j0 > 0 && stopped(gx.stop) {
+					return
+				}
+				for j := j0; j < min(dim, j0+rowStep); j++ {
+					i := base + j*inner
+					if log {
+						o[i] = float32(float64(g[i]) - math.Exp(float64(out[i]))*s)
+					} else {
+						o[i] = float32(float64(out[i]) * (float64(g[i]) - s))
+					}
 				}
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -213,7 +255,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 func (d *cpuDevice) rmsNormForward(y, rstd, x, w *Tensor, eps float64) error {
 	o, in, ww, rs := y.f32(), x.f32(), w.f32(), rstd.f32()
 	h := len(ww)
-	d.parallelFor(len(rs), max(1, grainCheap/h), func(lo, hi int) {
+	if err := d.parallelFor(y.stop, len(rs), max(1, grainCheap/h), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := in[r*h:(r+1)*h], o[r*h:(r+1)*h]
 			var q float64
@@ -226,7 +268,9 @@ func (d *cpuDevice) rmsNormForward(y, rstd, x, w *Tensor, eps float64) error {
 				or[i] = float32(float64(v)*inv) * ww[i]
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -237,7 +281,7 @@ func (d *cpuDevice) rmsNormBackward(gx, gw, x, w, rstd, gy *Tensor) error {
 	h, rows := len(ww), len(rs)
 	if gx != nil {
 		o := gx.f32()
-		d.parallelFor(rows, max(1, grainCheap/h), func(lo, hi int) {
+		if err := d.parallelFor(gx.stop, rows, max(1, grainCheap/h), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				xr, gr, or := in[r*h:(r+1)*h], g[r*h:(r+1)*h], o[r*h:(r+1)*h]
 				inv := float64(rs[r])
@@ -250,13 +294,15 @@ func (d *cpuDevice) rmsNormBackward(gx, gw, x, w, rstd, gy *Tensor) error {
 					or[i] = float32(inv*float64(gr[i])*float64(ww[i]) - c*float64(v))
 				}
 			}
-		})
+		}); err != nil {
+			return err
+		}
 	}
 	if gw == nil {
 		return nil
 	}
 	o := gw.f32()
-	d.parallelFor(h, max(1, grainCheap/rows), func(lo, hi int) {
+	if err := d.parallelFor(gradStop(gw), h, max(1, grainCheap/rows), func(lo, hi int) {
 		acc := make([]float64, hi-lo)
 		for r := range rows {
 			inv := float64(rs[r])
@@ -268,7 +314,9 @@ func (d *cpuDevice) rmsNormBackward(gx, gw, x, w, rstd, gy *Tensor) error {
 		for i, v := range acc {
 			o[lo+i] = float32(v)
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -295,7 +343,7 @@ func (d *cpuDevice) permute(dst, src *Tensor, perm []int) error {
 	last := dshape[rank-1]
 	ls := pstr[rank-1]
 	rows := len(o) / last
-	d.parallelFor(rows, max(1, grainCheap/last), func(lo, hi int) {
+	if err := d.parallelFor(dst.stop, rows, max(1, grainCheap/last), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			// The src offset of dst row r.
 			off, rem := 0, r
@@ -308,18 +356,22 @@ func (d *cpuDevice) permute(dst, src *Tensor, perm []int) error {
 				or[j] = in[off+j*ls]
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
 // copy2D implements kernels.copy2D.
 func (d *cpuDevice) copy2D(dst *Tensor, dOff, dStride int, src *Tensor, sOff, sStride, rows, width int) error {
 	o, in := dst.f32(), src.f32()
-	d.parallelFor(rows, max(1, grainCheap/width), func(lo, hi int) {
+	if err := d.parallelFor(dst.stop, rows, max(1, grainCheap/width), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			copy(o[dOff+r*dStride:dOff+r*dStride+width], in[sOff+r*sStride:sOff+r*sStride+width])
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -330,24 +382,34 @@ func (d *cpuDevice) reduceAxis(fn reduceFn, dst, arg, src *Tensor, outer, dim, i
 	if arg != nil {
 		idx = arg.mem.([]byte)
 	}
-	d.parallelFor(outer*inner, max(1, grainCheap/dim), func(lo, hi int) {
+	if err := d.parallelFor(dst.stop, outer*inner, max(1, grainCheap/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
 			switch fn {
 			case reduceMax:
 				best, at := in[base], 0
-				for j := 1; j < dim; j++ {
-					v := in[base+j*inner]
-					if v > best || (v != v && best == best) {
-						best, at = v, j
+				for j0 := 1; j0 < dim; j0 += rowStep {
+					if j0 > 1 && stopped(dst.stop) {
+						return
+					}
+					for j := j0; j < min(dim, j0+rowStep); j++ {
+						v := in[base+j*inner]
+						if v > best || (v != v && best == best) {
+							best, at = v, j
+						}
 					}
 				}
 				o[r] = best
 				binary.LittleEndian.PutUint32(idx[4*r:], uint32(at))
 			default:
 				var s float64
-				for j := range dim {
-					s += float64(in[base+j*inner])
+				for j0 := 0; j0 < dim; j0 += rowStep {
+					if j0 > 0 && stopped(dst.stop) {
+						return
+					}
+					for j := j0; j < min(dim, j0+rowStep); j++ {
+						s += float64(in[base+j*inner])
+					}
 				}
 				if fn == reduceMean {
 					s /= float64(dim)
@@ -355,7 +417,9 @@ func (d *cpuDevice) reduceAxis(fn reduceFn, dst, arg, src *Tensor, outer, dim, i
 				o[r] = float32(s)
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -366,7 +430,7 @@ func (d *cpuDevice) reduceAxisBackward(fn reduceFn, gx, gy, arg *Tensor, outer, 
 	if arg != nil {
 		idx = arg.mem.([]byte)
 	}
-	d.parallelFor(outer*inner, max(1, grainCheap/dim), func(lo, hi int) {
+	if err := d.parallelFor(gx.stop, outer*inner, max(1, grainCheap/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
 			switch fn {
@@ -386,7 +450,9 @@ func (d *cpuDevice) reduceAxisBackward(fn reduceFn, gx, gy, arg *Tensor, outer, 
 				}
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -408,12 +474,14 @@ func (d *cpuDevice) embedding(y, ids, table *Tensor) error {
 		}
 	}
 	o, tb := y.f32(), table.f32()
-	d.parallelFor(ids.n, max(1, grainCheap/dd), func(lo, hi int) {
+	if err := d.parallelFor(y.stop, ids.n, max(1, grainCheap/dd), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			id := int(idAt(ids, b, i))
 			copy(o[i*dd:(i+1)*dd], tb[id*dd:(id+1)*dd])
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -423,7 +491,7 @@ func (d *cpuDevice) embeddingBackward(gtable, ids, gy *Tensor) error {
 	b := ids.mem.([]byte)
 	dd := gtable.shape[1]
 	o, g := gtable.f32(), gy.f32()
-	d.parallelFor(dd, max(1, grainCheap/ids.n), func(lo, hi int) {
+	if err := d.parallelFor(gtable.stop, dd, max(1, grainCheap/ids.n), func(lo, hi int) {
 		for i := range ids.n {
 			id := int(idAt(ids, b, i))
 			or, gr := o[id*dd+lo:id*dd+hi], g[i*dd+lo:i*dd+hi]
@@ -431,7 +499,9 @@ func (d *cpuDevice) embeddingBackward(gtable, ids, gy *Tensor) error {
 				or[j] += v
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -451,7 +521,7 @@ func (d *cpuDevice) crossEntropy(loss, lse, logits, targets *Tensor, ignore int6
 		count++
 	}
 	x, l, ls := logits.f32(), loss.f32(), lse.f32()
-	d.parallelFor(n, max(1, grainTanh/c), func(lo, hi int) {
+	if err := d.parallelFor(loss.stop, n, max(1, grainTanh/c), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row := x[r*c : (r+1)*c]
 			m := math.Inf(-1)
@@ -470,7 +540,9 @@ func (d *cpuDevice) crossEntropy(loss, lse, logits, targets *Tensor, ignore int6
 				l[r] = 0
 			}
 		}
-	})
+	}); err != nil {
+		return 0, err
+	}
 	return count, nil
 }
 
@@ -479,7 +551,7 @@ func (d *cpuDevice) crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, i
 	b := targets.mem.([]byte)
 	n, c := logits.shape[0], logits.shape[1]
 	o, x, ls, g := gx.f32(), logits.f32(), lse.f32(), gy.f32()
-	d.parallelFor(n, max(1, grainTanh/c), func(lo, hi int) {
+	if err := d.parallelFor(gx.stop, n, max(1, grainTanh/c), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			or := o[r*c : (r+1)*c]
 			t := idAt(targets, b, r)
@@ -493,7 +565,9 @@ func (d *cpuDevice) crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, i
 			}
 			or[t] -= float32(gr)
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -502,7 +576,7 @@ func (d *cpuDevice) crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, i
 func (d *cpuDevice) bmm(ta, tb bool, batch, m, n, k int, a *Tensor, na int, b *Tensor, nb int, c *Tensor, nc int, acc bool) error {
 	x, y, z := a.f32(), b.f32(), c.f32()
 	sa, sb, sc := m*k, k*n, m*n
-	d.parallelFor(nc, max(1, gemmMinWork/max(1, sa*n*(batch/nc))), func(lo, hi int) {
+	if err := d.parallelFor(c.stop, nc, max(1, gemmMinWork/max(1, sa*n*(batch/nc))), func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			cj := z[j*sc : (j+1)*sc]
 			first := !acc
@@ -512,7 +586,9 @@ func (d *cpuDevice) bmm(ta, tb bool, batch, m, n, k int, a *Tensor, na int, b *T
 				first = false
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	if stopped(c.stop) {
 		return errStopped
 	}
@@ -529,7 +605,7 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 	}
 	sq, sk, sv, sp, so := a.tq*a.d, a.tk*a.d, a.tk*a.dv, a.tq*a.tk, a.tq*a.dv
 	work := a.tq * a.tk * (a.d + a.dv)
-	d.parallelFor(a.b*a.h, max(1, gemmMinWork/max(1, work)), func(lo, hi int) {
+	if err := d.parallelFor(out.stop, a.b*a.h, max(1, gemmMinWork/max(1, work)), func(lo, hi int) {
 		for bh := lo; bh < hi && !stopped(out.stop); bh++ {
 			p := pp[bh*sp : (bh+1)*sp]
 			d.gemmStop(out.stop, false, true, a.tq, a.tk, a.d, qq[bh*sq:(bh+1)*sq], kk[bh*sk:(bh+1)*sk], p, false)
@@ -539,6 +615,9 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 				mrow = mb[b*a.tk : (b+1)*a.tk]
 			}
 			for i := range a.tq {
+				if stopped(out.stop) { // a row is tk exps: the long part of a wide head
+					return
+				}
 				row := p[i*a.tk : (i+1)*a.tk]
 				lim := a.tk // keys j < lim are visible
 				if a.causal {
@@ -572,7 +651,9 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 			}
 			d.gemmStop(out.stop, false, false, a.tq, a.dv, a.tk, p, vv[bh*sv:(bh+1)*sv], oo[bh*so:(bh+1)*so], false)
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	if stopped(out.stop) {
 		return errStopped
 	}
@@ -586,18 +667,22 @@ func (d *cpuDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor, 
 	qq, kk, vv, pp, g := q.f32(), k.f32(), v.f32(), probs.f32(), gout.f32()
 	sq, sk, sv, sp, so := a.tq*a.d, a.tk*a.d, a.tk*a.dv, a.tq*a.tk, a.tq*a.dv
 	work := a.tq * a.tk * (a.d + a.dv)
-	d.parallelFor(a.b*a.h, max(1, gemmMinWork/max(1, 2*work)), func(lo, hi int) {
+	stop := gradStop(gq, gk, gv)
+	if err := d.parallelFor(stop, a.b*a.h, max(1, gemmMinWork/max(1, 2*work)), func(lo, hi int) {
 		ds := make([]float32, sp)
-		for bh := lo; bh < hi; bh++ {
+		for bh := lo; bh < hi && !stopped(stop); bh++ {
 			p, gb := pp[bh*sp:(bh+1)*sp], g[bh*so:(bh+1)*so]
 			if gv != nil {
-				d.gemmF32(true, false, a.tk, a.dv, a.tq, p, gb, gv.f32()[bh*sv:(bh+1)*sv], false)
+				d.gemmStop(stop, true, false, a.tk, a.dv, a.tq, p, gb, gv.f32()[bh*sv:(bh+1)*sv], false)
 			}
 			if gq == nil && gk == nil {
 				continue
 			}
-			d.gemmF32(false, true, a.tq, a.tk, a.dv, gb, vv[bh*sv:(bh+1)*sv], ds, false)
+			d.gemmStop(stop, false, true, a.tq, a.tk, a.dv, gb, vv[bh*sv:(bh+1)*sv], ds, false)
 			for i := range a.tq {
+				if stopped(stop) {
+					return
+				}
 				pr, dr := p[i*a.tk:(i+1)*a.tk], ds[i*a.tk:(i+1)*a.tk]
 				var s float64
 				for j, x := range pr {
@@ -608,12 +693,14 @@ func (d *cpuDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor, 
 				}
 			}
 			if gq != nil {
-				d.gemmF32(false, false, a.tq, a.d, a.tk, ds, kk[bh*sk:(bh+1)*sk], gq.f32()[bh*sq:(bh+1)*sq], false)
+				d.gemmStop(stop, false, false, a.tq, a.d, a.tk, ds, kk[bh*sk:(bh+1)*sk], gq.f32()[bh*sq:(bh+1)*sq], false)
 			}
 			if gk != nil {
-				d.gemmF32(true, false, a.tk, a.d, a.tq, ds, qq[bh*sq:(bh+1)*sq], gk.f32()[bh*sk:(bh+1)*sk], false)
+				d.gemmStop(stop, true, false, a.tk, a.d, a.tq, ds, qq[bh*sq:(bh+1)*sq], gk.f32()[bh*sk:(bh+1)*sk], false)
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	return nil
 }

@@ -26,3 +26,20 @@ func forwardUntil(ctx context.Context, dev Device, rec *record) error {
 	}
 	return err
 }
+
+// gradStop returns the stop channel of the first of a kernel's outputs
+// that it writes (the others may be nil: gradients nobody needs).
+func gradStop(ts ...*Tensor) <-chan struct{} {
+	for _, t := range ts {
+		if t != nil {
+			return t.stop
+		}
+	}
+	return nil
+}
+
+// rowStep is how many elements of one row a reduction or softmax walks
+// between looks at its stop channel, so that one enormous row (a softmax
+// over 2²⁸ elements) still stops within about a millisecond. Rows that
+// fit in one step are never checked: the chunk loop around them is.
+const rowStep = 1 << 16

@@ -1,6 +1,8 @@
 package gpuhost
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -40,6 +42,19 @@ type gradSet struct {
 	// orphans are owned gradients dropped while other entries still
 	// shared them; they are released at the end unless still in use.
 	orphans []*Tensor
+	// stop is the backward's context's Done channel: the kernels that
+	// write the gradients look at it between chunks.
+	stop <-chan struct{}
+}
+
+// zeros allocates a gradient that the backward's kernels will write.
+func (s *gradSet) zeros(shape []int) (*Tensor, error) {
+	t, err := s.dev.Zeros(abi.DTypeFloat32, shape)
+	if err != nil {
+		return nil, err
+	}
+	t.stop = s.stop
+	return t, nil
 }
 
 // add adds g to t's gradient.
@@ -123,7 +138,7 @@ func (s *gradSet) releaseOrphans(results []*Tensor) {
 }
 
 func (s *gradSet) clone(t *Tensor) (*Tensor, error) {
-	c, err := s.dev.Zeros(abi.DTypeFloat32, t.shape)
+	c, err := s.zeros(t.shape)
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +169,14 @@ func (tp *Tape) Release(dev Device) {
 // owned by the caller. Backward does not change the tape, so it may run
 // again with other gradOutputs.
 func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Tensor, error) {
+	return tp.BackwardContext(context.Background(), dev, outputs, gradOutputs, wrt)
+}
+
+// BackwardContext is [Tape.Backward] that gives up once ctx is done: it
+// looks between ops, and the kernels look between chunks of about a
+// millisecond, so that a backward outlives its deadline by no more than
+// that. It then returns ctx's error and no gradients.
+func (tp *Tape) BackwardContext(ctx context.Context, dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Tensor, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%w: backward: nil device", ErrArgument)
 	}
@@ -200,7 +223,7 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 		isWrt[t] = true
 	}
 
-	gs := &gradSet{dev: dev, m: make(map[*Tensor]*grad)}
+	gs := &gradSet{dev: dev, m: make(map[*Tensor]*grad), stop: ctx.Done()}
 	for i, o := range outputs {
 		if needs[o] {
 			if err := gs.add(o, gradOutputs[i], false); err != nil {
@@ -220,7 +243,12 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 		if !some {
 			continue
 		}
-		if err := backwardOp(dev, gs, needs, r, gys); err != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("backward stopped before %s (op %d): %w", r.op, i, context.Cause(ctx))
+		}
+		if err := backwardOp(dev, gs, needs, r, gys); errors.Is(err, errStopped) {
+			return nil, fmt.Errorf("backward stopped in %s (op %d): %w", r.op, i, context.Cause(ctx))
+		} else if err != nil {
 			return nil, fmt.Errorf("backward: %s (op %d): %w", r.op, i, err)
 		}
 		for _, o := range r.outs {
@@ -249,6 +277,9 @@ func (tp *Tape) Backward(dev Device, outputs, gradOutputs, wrt []*Tensor) ([]*Te
 		given[res[i]] = true
 	}
 	gs.releaseOrphans(res)
+	for _, t := range res {
+		t.stop = nil // the caller's now, past this backward's deadline
+	}
 	return res, nil
 }
 
@@ -258,7 +289,7 @@ func reduceInto(dev Device, gs *gradSet, t, gy *Tensor) error {
 	if slices.Equal(t.shape, gy.shape) {
 		return gs.add(t, gy, false)
 	}
-	g, err := dev.Zeros(abi.DTypeFloat32, t.shape)
+	g, err := gs.zeros(t.shape)
 	if err != nil {
 		return err
 	}

@@ -357,8 +357,23 @@ func (e *expert) tapeGradients(ctx context.Context, inst *sandbox.Instance, inpu
 		}
 	}
 	wrt = append(wrt, params...)
-	grads, err := tape.Backward(e.Device(), outs, gradOutputs, wrt)
-	if err != nil {
+	// The tape's backward runs the guest's graph on the host: it gets the
+	// guest's CallTimeout, and the kernels stop within about a
+	// millisecond of it or of the callers leaving.
+	bctx := ctx
+	if e.callTimeout > 0 {
+		var cancel context.CancelFunc
+		bctx, cancel = context.WithTimeoutCause(ctx, e.callTimeout, errTapeTimeout)
+		defer cancel()
+	}
+	grads, err := tape.BackwardContext(bctx, e.Device(), outs, gradOutputs, wrt)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, nil, fmt.Errorf("backward through the tape: %w", err)
+	case errors.Is(err, errTapeTimeout):
+		return nil, nil, fmt.Errorf("backward through the tape: %w", err)
+	default:
 		return nil, nil, fmt.Errorf("%w: backward through the tape: %w", rpc.ErrInternal, err)
 	}
 	gradInputs = make([]*gpuhost.Tensor, len(inputs))
@@ -386,6 +401,11 @@ func (e *expert) customGradients(ctx context.Context, inst *sandbox.Instance, in
 	return gradInputs, gradParams, nil
 }
 
+// errTapeTimeout is the cause of a tape backward stopped at the call
+// timeout: like a guest past its CallTimeout, the expert is quarantined,
+// but its instance is not broken and stays.
+var errTapeTimeout = fmt.Errorf("%w: the tape's backward ran past the call timeout", context.DeadlineExceeded)
+
 // fail maps a failed call's err for the RPC layer. Only the host's and the
 // instance's failures (traps, timeouts, internal errors) count towards
 // unhealthy: bad inputs, a guest's error code and cancellations come from
@@ -402,7 +422,8 @@ func (e *expert) fail(err error) error {
 		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
 	case errors.Is(err, sandbox.ErrGuest):
 		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
-	case errors.Is(err, sandbox.ErrTrap) && errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, sandbox.ErrTrap) && errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, errTapeTimeout):
 		e.failures.Add(1)
 		e.timeouts.Add(1)
 		d := e.quarantine()
