@@ -97,6 +97,34 @@ func TestHostileGuests(t *testing.T) {
 	}
 }
 
+// TestHostileWASICalls runs a guest that calls WASI's clock forever:
+// WASI calls count against HostCallsPerCall like the ABI's, and past it the
+// call fails as a trap that names the limit, while another instance of the
+// module keeps answering.
+func TestHostileWASICalls(t *testing.T) {
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{HostCallsPerCall: 5000, CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Compile(ctx, hostileWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, good := newHostile(t, m), newHostile(t, m)
+	good.identity(t)
+	_, err = bad.call(7, 0)
+	if !errors.Is(err, sandbox.ErrTrap) || !strings.Contains(err.Error(), "more than 5000 host calls") ||
+		!strings.Contains(err.Error(), "clock_time_get") {
+		t.Fatalf("got %v; want a trap naming the 5000 host calls and clock_time_get", err)
+	}
+	if n := bad.inst.LastCall().HostCalls; n != 5000 {
+		t.Errorf("counted %d host calls, want 5000 (the input and tensor_read, then the clock)", n)
+	}
+	good.identity(t)
+}
+
 // TestHostileParams checks that parameters pay their per-object overhead:
 // one-element parameters run into ParamBytes after about ParamBytes/1 KiB
 // of them, and init fails with ErrInvalidModule naming the budget.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/moehost/moehost/abi"
@@ -67,7 +68,9 @@ type Limits struct {
 	// box), see RATIONALE.
 	CallTimeout time.Duration
 	// HostCallsPerCall caps the calls of host functions (every one of
-	// them, failed ones included) in one export call, moe_init included.
+	// them, WASI's too, failed ones included) in one export call,
+	// moe_init included. A WASI call past it traps: WASI has no code for
+	// "budget exceeded".
 	// Default 1000000: ten for each op of OpsPerCall's default.
 	HostCallsPerCall int
 	// MaxInputs and MaxOutputs cap the inputs and outputs moe_init may
@@ -147,8 +150,9 @@ func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, 
 	r := wazero.NewRuntimeWithConfig(ctx, cfg)
 	rt := &Runtime{r: r, cache: cache, limits: limits}
 	// Go and wasi-libc guests need WASI for their runtimes. Instances get
-	// no files, no environment and no network (see Module.Instantiate).
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+	// no files, no environment and no network (see Module.Instantiate),
+	// and their WASI calls count against HostCallsPerCall.
+	if _, err := wasi_snapshot_preview1.Instantiate(experimental.WithFunctionListenerFactory(ctx, wasiCounter{}), r); err != nil {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("instantiating WASI: %w", err)
 	}

@@ -11,9 +11,11 @@
   (import "moehost_v1" "tensor_read" (func $tensor_read (param i32 i32 i32) (result i32)))
   (import "moehost_v1" "tensor_dtype" (func $tensor_dtype (param i32) (result i32)))
   (import "moehost_v1" "op" (func $op (param i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $clock_time_get (param i32 i64 i32) (result i32)))
   (memory (export "memory") 1)
   ;; 0 "x", 8 "y", 16 shape [-1 2], 48 shape [2^20 1], 64 shape [1 2^20],
-  ;; 80 shape [1 1 16384 1], 112 shape [1], 128 args, 1024 input data.
+  ;; 80 shape [1 1 16384 1], 112 shape [1], 128 args, 256 the clock,
+  ;; 1024 input data.
   (data (i32.const 0) "x")
   (data (i32.const 8) "y")
   (data (i32.const 16) "\ff\ff\ff\ff\ff\ff\ff\ff\02\00\00\00\00\00\00\00")
@@ -91,5 +93,10 @@
         (local.set $h (call $tensor_dtype (local.get $x)))
         (br_if $more (i32.ge_s (local.get $h) (i32.const 0))))
       (return (local.get $h))))
+    ;; 7: WASI calls (the clock) with no end: they count too.
+    (if (i32.eq (local.get $case) (i32.const 7)) (then
+      (loop $more
+        (drop (call $clock_time_get (i32.const 1) (i64.const 0) (i32.const 256)))
+        (br $more))))
     (unreachable))
 )
