@@ -236,19 +236,48 @@ func (e *expert) step(params, gradParams []*gpuhost.Tensor, gradInputs ...[]*gpu
 
 // blamable reports whether a batch's error may come from one request's
 // data, so that rerunning the requests one by one can find the culprit: a
-// guest's error code. Traps and timeouts are not rerun: they cost an
-// instance each.
-func blamable(err error) bool { return errors.Is(err, sandbox.ErrGuest) }
+// guest's error code, or a trap (a guest that divides by an input, say).
+// Timeouts are not rerun: the expert is quarantined.
+func blamable(err error) bool {
+	return errors.Is(err, sandbox.ErrGuest) || trapped(err)
+}
+
+// trapped reports whether err is a trap that is not a timeout or a
+// cancellation: one that cost the instance.
+func trapped(err error) bool {
+	return errors.Is(err, sandbox.ErrTrap) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+// rerunTraps bounds the traps that the one-by-one rerun of a failed batch
+// may cost, since each replaces the instance: past it, the requests not
+// yet rerun fail instead. Two find a single culprit and serve every
+// batch-mate; a batch with more culprits than that looks like an attack.
+const rerunTraps = 2
+
+// rerun tells whether the one-by-one rerun may run another request, and
+// otherwise gives its error; traps counts the rerun's traps so far.
+func (e *expert) rerun(traps int) error {
+	if traps < rerunTraps {
+		return nil
+	}
+	return fmt.Errorf("%w: expert %q trapped on %d requests of this batch; the rest were not run", rpc.ErrUnavailable, e.uid, traps)
+}
 
 // forwardEach runs each request as a batch of its own, after their batch
-// failed with a guest error, so that the culprit gets the error and its
-// batch-mates their results. Called by the device worker.
+// failed with a guest error or a trap, so that the culprit gets the error
+// and its batch-mates their results. Called by the device worker.
 func (e *expert) forwardEach(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.Tensor, error) {
 	res := make([][]*gpuhost.Tensor, len(reqs))
 	errs := make(batch.Errors, len(reqs))
-	failed := false
+	failed, traps := false, 0
 	for i, r := range reqs {
-		res[i], errs[i] = e.forward(ctx, r.inputs)
+		if errs[i] = e.rerun(traps); errs[i] == nil {
+			res[i], errs[i] = e.forward(ctx, r.inputs)
+		}
+		if trapped(errs[i]) {
+			traps++
+		}
 		failed = failed || errs[i] != nil
 	}
 	if !failed {
@@ -271,9 +300,16 @@ func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.
 	errs := make(batch.Errors, len(reqs))
 	var sum, params []*gpuhost.Tensor
 	examples := 0
+	traps := 0
 	for i, r := range reqs {
+		if errs[i] = e.rerun(traps); errs[i] != nil {
+			continue
+		}
 		gradInputs, gradParams, ps, err := e.gradients(ctx, r.inputs, r.gradOutputs)
 		if err != nil {
+			if trapped(err) {
+				traps++
+			}
 			errs[i] = err
 			continue
 		}

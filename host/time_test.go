@@ -13,10 +13,12 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/sandbox"
 )
 
 // pickyWasm is an identity expert on x:float32[-1,4] that refuses a batch
-// holding a 13 and runs as many ops as its first element says.
+// holding a 13, traps on one holding a 66, and runs as many ops as its
+// first element says.
 //
 // Rebuild: wat2wasm testdata/picky.wat -o testdata/picky.wasm
 //
@@ -198,6 +200,91 @@ func TestBlameTheCulprit(t *testing.T) {
 				t.Errorf("after a guest error: healthy %v, %d restarts", info.GetHealthy(), info.GetStats().GetInstanceRestarts())
 			}
 			_ = k
+		})
+	}
+}
+
+// TestTrapBlamesTheCulprit sends batches in which one or two requests make
+// the guest trap: the batch is rerun one request at a time on fresh
+// instances, so that a single culprit gets the trap (Internal) and all of
+// its batch-mates their results; with two culprits the rerun stops at the
+// second, and the requests after it get Unavailable instead of costing
+// more instances.
+func TestTrapBlamesTheCulprit(t *testing.T) {
+	const n = 8
+	tests := []struct {
+		name     string
+		culprits []int
+		backward bool
+		restarts int64 // the batch's trap, then each rerun trap that is not last
+	}{
+		{"forward, one culprit", []int{5}, false, 2},
+		{"backward, one culprit", []int{5}, true, 2},
+		{"forward, the last is the culprit", []int{n - 1}, false, 1},
+		{"forward, two culprits", []int{2, 4}, false, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startTestServer(t, WithOptimizer(OptimizerConfig{Name: "sgd", LR: 1}), WithExperts(ExpertConfig{
+				UID: "picky.0", Module: ModuleBytes(pickyWasm),
+				Batching: &BatchLimits{MinBatchSize: n, MaxWait: time.Minute},
+			}))
+			dev, e := srv.Device(), srv.experts["picky.0"]
+			input := func(i int) []float32 {
+				v := []float32{0, float32(10 * i), float32(10*i + 1), float32(10*i + 2)}
+				if slices.Contains(tt.culprits, i) {
+					v[3] = 66
+				}
+				return v
+			}
+			var wg sync.WaitGroup
+			outs := make([][]*gpuhost.Tensor, n)
+			errs := make([]error, n)
+			pool := func() int64 {
+				if tt.backward {
+					return e.Info().GetBackwardPool().GetQueueDepth()
+				}
+				return e.Info().GetForwardPool().GetQueueDepth()
+			}
+			for i := range n {
+				x := rows(t, dev, input(i)...)
+				// One at a time, so that the batch and its rerun keep
+				// this order.
+				for pool() < int64(i) {
+					time.Sleep(time.Millisecond)
+				}
+				wg.Go(func() {
+					if tt.backward {
+						g := rows(t, dev, input(i)...)
+						outs[i], errs[i] = srv.Backward(context.Background(), "picky.0", []*gpuhost.Tensor{x}, []*gpuhost.Tensor{g})
+						return
+					}
+					outs[i], errs[i] = srv.Forward(context.Background(), "picky.0", []*gpuhost.Tensor{x})
+				})
+			}
+			wg.Wait()
+			last := tt.culprits[len(tt.culprits)-1]
+			for i := range n {
+				switch {
+				case slices.Contains(tt.culprits, i):
+					if !errors.Is(errs[i], rpc.ErrInternal) || !errors.Is(errs[i], sandbox.ErrTrap) {
+						t.Errorf("culprit %d: %v, want an internal error for the trap", i, errs[i])
+					}
+				case len(tt.culprits) > 1 && i > last:
+					if !errors.Is(errs[i], rpc.ErrUnavailable) || !strings.Contains(errs[i].Error(), "trapped on 2 requests") {
+						t.Errorf("request %d after the second culprit: %v, want unavailable", i, errs[i])
+					}
+				case errs[i] != nil:
+					t.Errorf("request %d: %v", i, errs[i])
+				default:
+					if got := mustFloats(t, dev, outs[i][0]); !slices.Equal(got, input(i)) {
+						t.Errorf("request %d got %v, want %v", i, got, input(i))
+					}
+				}
+			}
+			if got := e.Info().GetStats().GetInstanceRestarts(); got != tt.restarts {
+				t.Errorf("%d instance restarts, want %d", got, tt.restarts)
+			}
 		})
 	}
 }

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -113,7 +114,10 @@ func TestHostileSuite(t *testing.T) {
 		want = append(want, out)
 	}
 
-	_, c := startHost(t, good, host.ExpertConfig{UID: "hostile.0", Module: host.ModuleBytes(hostile)})
+	const mates = 16 // the trap mid-batch's requests, which "hostile.batch" waits for
+	_, c := startHost(t, good, host.ExpertConfig{UID: "hostile.0", Module: host.ModuleBytes(hostile)},
+		host.ExpertConfig{UID: "hostile.batch", Module: host.ModuleBytes(hostile),
+			Batching: &host.BatchLimits{MinBatchSize: mates, MaxWait: time.Minute}})
 	checkGood := func(t *testing.T) {
 		t.Helper()
 		for i, x := range goodInputs() {
@@ -173,22 +177,37 @@ func TestHostileSuite(t *testing.T) {
 
 	t.Run("trap mid-batch", func(t *testing.T) {
 		// Valid requests and a trapping one reach the hostile expert
-		// together; whatever happens to the batch, the well-behaved
-		// expert answers right throughout and the host stays up.
+		// in one batch: the batch is rerun one request at a time, so the
+		// trapping request alone gets Internal and the others their
+		// results, and the well-behaved expert answers right throughout.
 		var wg sync.WaitGroup
-		for i := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+		const n, culprit = mates, 7
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
 				c0 := float32(0)
-				if i == 7 {
+				if i == culprit {
 					c0 = 99
 				}
-				forward(c, "hostile.0", f32Tensor([]int64{1, 2}, []float32{c0, float32(i)}))
-			}()
+				x := f32Tensor([]int64{1, 2}, []float32{c0, float32(i)})
+				var got []byte
+				got, errs[i] = forward(c, "hostile.batch", x)
+				if errs[i] == nil && !slices.Equal(got, x.Data) {
+					errs[i] = fmt.Errorf("got %v, want the input back", got)
+				}
+			})
 		}
 		checkGood(t)
 		wg.Wait()
+		for i, err := range errs {
+			if i == culprit {
+				if connect.CodeOf(err) != connect.CodeInternal || !strings.Contains(err.Error(), "unreachable") {
+					t.Errorf("the trapping request: %v, want internal naming the trap", err)
+				}
+			} else if err != nil {
+				t.Errorf("request %d, a batch-mate of a trap: %v", i, err)
+			}
+		}
 		checkGood(t)
 		got, err := forward(c, "hostile.0", f32Tensor([]int64{1, 2}, []float32{0, 5}))
 		if err != nil || !slices.Equal(got, f32Tensor(nil, []float32{0, 5}).Data) {

@@ -2,6 +2,7 @@
 ;; input data chooses, for the host tests of cancellation and blame:
 ;; - when any element of the batch is 13, it refuses the batch with `fail`
 ;;   ("input holds 13") and returns ErrInvalidArgument (-3);
+;; - when any element is 66, it traps (unreachable);
 ;; - otherwise, when the first element n is positive, it runs n relu ops
 ;;   on x before it answers, and returns the first op error it gets.
 ;; It reads at most the first 60 KiB of the batch (3840 rows).
@@ -38,6 +39,8 @@
           (then
             (drop (call $fail (i32.const 32) (i32.const 14)))
             (return (i32.const -3))))
+        (if (f32.eq (f32.load (i32.add (i32.const 1024) (local.get $i))) (f32.const 66))
+          (then (unreachable)))
         (local.set $i (i32.add (local.get $i) (i32.const 4)))
         (br $scan)))
     ;; Run n relu ops.
