@@ -1,7 +1,18 @@
 // Package modules is the registry of expert modules: a content-addressed
-// store of .wasm files on disk, named by their sha256 digest. Writes are
-// atomic (temp file, fsync, rename, fsync of the directory), so a crash
-// leaves either the whole module or nothing.
+// store of .wasm files on disk, named by their sha256 digest, and an index
+// of which tenant uploaded which digest. It stores bytes and references;
+// validating a module is host/sandbox's job.
+//
+// Writes are atomic (temp file, fsync, rename, fsync of the directory), so
+// a crash leaves either the whole module or nothing. Bytes are written
+// before the index refers to them and unreferenced in the index before they
+// are removed, so a crash in between leaves only unreferenced bytes, which
+// Open removes.
+//
+// Tenants share bytes but never visibility: two tenants that upload the
+// same module each hold a reference, each sees only its own, each is
+// charged the module's full size, and the bytes go when the last reference
+// does.
 package modules
 
 import (
@@ -9,14 +20,23 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 )
 
-// ErrNotFound: no module with that digest is stored.
-var ErrNotFound = errors.New("module not found")
+// Errors that callers branch on; the errors returned wrap them with
+// details.
+var (
+	// ErrNotFound: no module with that digest is stored (for that tenant).
+	ErrNotFound = errors.New("module not found")
+	// ErrTooLarge: an upload ran past its size cap.
+	ErrTooLarge = errors.New("module too large")
+	// ErrQuota: keeping the module would put the tenant over a cap.
+	ErrQuota = errors.New("module quota exceeded")
+	// ErrInUse: the module is pinned (deployed), so it cannot be deleted.
+	ErrInUse = errors.New("module in use")
+)
 
 // DigestPrefix starts every digest.
 const DigestPrefix = "sha256:"
@@ -40,57 +60,6 @@ func ParseDigest(d string) (string, error) {
 		}
 	}
 	return h, nil
-}
-
-// Store keeps modules under a directory.
-type Store struct {
-	dir string
-}
-
-// Open opens (creating it if needed) the store in dir.
-func Open(dir string) (*Store, error) {
-	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o755); err != nil {
-		return nil, fmt.Errorf("opening module store: %w", err)
-	}
-	return &Store{dir: dir}, nil
-}
-
-func (s *Store) path(hexDigest string) string {
-	return filepath.Join(s.dir, "sha256", hexDigest+".wasm")
-}
-
-// Put stores wasm and returns its digest. Storing a module twice is cheap.
-func (s *Store) Put(wasm []byte) (string, error) {
-	d := Digest(wasm)
-	h, _ := ParseDigest(d)
-	dst := s.path(h)
-	if _, err := os.Stat(dst); err == nil {
-		return d, nil
-	}
-	if err := WriteFileAtomic(dst, wasm); err != nil {
-		return "", fmt.Errorf("storing module %s: %w", d, err)
-	}
-	return d, nil
-}
-
-// Get returns the module with digest d, checking that its bytes still
-// match it.
-func (s *Store) Get(d string) ([]byte, error) {
-	h, err := ParseDigest(d)
-	if err != nil {
-		return nil, err
-	}
-	b, err := os.ReadFile(s.path(h))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, d)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading module %s: %w", d, err)
-	}
-	if Digest(b) != d {
-		return nil, fmt.Errorf("module %s is corrupt on disk: its bytes hash to %s", d, Digest(b))
-	}
-	return b, nil
 }
 
 // WriteFileAtomic writes data to path so that readers see the old file or

@@ -1,0 +1,320 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moehost/moehost/host/runtime"
+)
+
+// clock is a fake clock that only batches move.
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+func newClock() *clock                   { c := &clock{}; c.ns.Store(int64(time.Hour)); return c }
+
+// recorder logs the batches that ran and stops every pool after limit.
+type recorder struct {
+	mu    sync.Mutex
+	log   []string
+	busy  map[string]time.Duration // run time per group
+	limit int
+	done  chan struct{}
+	hook  func(n int) // called after the nth batch, on the worker
+}
+
+func newRecorder(limit int) *recorder {
+	return &recorder{busy: map[string]time.Duration{}, limit: limit, done: make(chan struct{})}
+}
+
+func (r *recorder) finished() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.log) >= r.limit
+}
+
+func (r *recorder) ran(pool, group string, d time.Duration) {
+	r.mu.Lock()
+	if len(r.log) >= r.limit {
+		r.mu.Unlock()
+		return
+	}
+	r.log = append(r.log, pool)
+	r.busy[group] += d
+	n := len(r.log)
+	if n == r.limit {
+		close(r.done)
+	}
+	r.mu.Unlock()
+	if r.hook != nil {
+		r.hook(n)
+	}
+}
+
+// pool is a fake pool whose batches cost a fixed time on the fake clock.
+// With backlog it always has a request, enqueued when its last batch
+// ended; otherwise it serves queue, one request per batch.
+type pool struct {
+	name, group string
+	cost        time.Duration
+	clk         *clock
+	rec         *recorder
+
+	mu      sync.Mutex
+	backlog bool
+	last    time.Time
+	queue   []time.Time
+}
+
+func (p *pool) Poll() (time.Time, time.Time, bool) {
+	if p.rec.finished() {
+		return time.Time{}, time.Time{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.backlog {
+		return p.last, time.Time{}, true
+	}
+	if len(p.queue) == 0 {
+		return time.Time{}, time.Time{}, false
+	}
+	return p.queue[0], time.Time{}, true
+}
+
+func (p *pool) RunBatch(context.Context) {
+	p.clk.advance(p.cost)
+	p.mu.Lock()
+	p.last = p.clk.now()
+	if !p.backlog && len(p.queue) > 0 {
+		p.queue = p.queue[1:]
+	}
+	p.mu.Unlock()
+	p.rec.ran(p.name, p.group, p.cost)
+}
+
+func run(t *testing.T, w *runtime.Worker, rec *recorder) {
+	t.Helper()
+	w.Start(context.Background())
+	defer w.Close(context.Background())
+	select {
+	case <-rec.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("only %d of %d batches ran", len(rec.log), rec.limit)
+	}
+}
+
+// TestShares checks that backlogged groups share run time by weight,
+// however many pools each has and whatever their batches cost.
+func TestShares(t *testing.T) {
+	t.Parallel()
+	type spec struct {
+		group  string
+		weight float64 // 0: no WithGroup (the operator)
+		pools  int
+		cost   time.Duration
+	}
+	for _, tt := range []struct {
+		name  string
+		specs []spec
+		want  map[string]float64 // share of run time
+	}{
+		{"many pools vs one", []spec{{"a", 1, 8, 3 * time.Millisecond}, {"b", 1, 1, time.Millisecond}},
+			map[string]float64{"a": 0.5, "b": 0.5}},
+		{"weights 1:3", []spec{{"a", 1, 2, 2 * time.Millisecond}, {"b", 3, 1, 2 * time.Millisecond}},
+			map[string]float64{"a": 0.25, "b": 0.75}},
+		{"operator and two tenants", []spec{{"", 0, 3, 5 * time.Millisecond}, {"a", 1, 1, 500 * time.Microsecond}, {"b", 2, 4, 7 * time.Millisecond}},
+			map[string]float64{"": 0.25, "a": 0.25, "b": 0.5}},
+		{"batches far past the quantum", []spec{{"a", 1, 4, 50 * time.Millisecond}, {"b", 1, 1, 10 * time.Millisecond}},
+			map[string]float64{"a": 0.5, "b": 0.5}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk, rec := newClock(), newRecorder(2000)
+			w := runtime.NewWorker()
+			runtime.SetClock(w, clk.now)
+			for _, s := range tt.specs {
+				for i := range s.pools {
+					p := &pool{name: fmt.Sprintf("%s%d", s.group, i), group: s.group, cost: s.cost, clk: clk, rec: rec, backlog: true}
+					if s.weight == 0 {
+						w.Add(p)
+					} else {
+						w.Add(p, runtime.WithGroup(s.group, s.weight))
+					}
+				}
+			}
+			run(t, w, rec)
+			var total time.Duration
+			for _, d := range rec.busy {
+				total += d
+			}
+			for g, want := range tt.want {
+				got := float64(rec.busy[g]) / float64(total)
+				t.Logf("group %q: %.3f of run time (want %.3f)", g, got, want)
+				if got < want*0.95 || got > want*1.05 {
+					t.Errorf("group %q got %.3f of run time, want %.3f ± 5%%", g, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestOldestFirstWithinGroup checks that a group's ready pools run oldest
+// request first.
+func TestOldestFirstWithinGroup(t *testing.T) {
+	t.Parallel()
+	clk, rec := newClock(), newRecorder(6)
+	w := runtime.NewWorker()
+	runtime.SetClock(w, clk.now)
+	at := func(s ...int) []time.Time {
+		var ts []time.Time
+		for _, x := range s {
+			ts = append(ts, time.Unix(int64(x), 0))
+		}
+		return ts
+	}
+	for _, p := range []*pool{
+		{name: "p1", queue: at(3, 6)},
+		{name: "p2", queue: at(1, 5)},
+		{name: "p3", queue: at(2, 4)},
+	} {
+		p.group, p.cost, p.clk, p.rec = "a", time.Millisecond, clk, rec
+		w.Add(p, runtime.WithGroup("a", 1))
+	}
+	run(t, w, rec)
+	if got, want := strings.Join(rec.log, " "), "p2 p3 p1 p3 p2 p1"; got != want {
+		t.Errorf("order %q, want %q", got, want)
+	}
+}
+
+// TestIdleGroupBanksNoCredit checks that a group that was idle while
+// another ran gets its share from the moment it has work, not a burst to
+// make up for the time it did not use.
+func TestIdleGroupBanksNoCredit(t *testing.T) {
+	t.Parallel()
+	clk, rec := newClock(), newRecorder(400)
+	w := runtime.NewWorker()
+	runtime.SetClock(w, clk.now)
+	a := &pool{name: "a", group: "a", cost: time.Millisecond, clk: clk, rec: rec, backlog: true}
+	b := &pool{name: "b", group: "b", cost: time.Millisecond, clk: clk, rec: rec}
+	// a runs alone for 100 batches, then b gets a backlog.
+	rec.hook = func(n int) {
+		if n == 100 {
+			b.mu.Lock()
+			b.backlog, b.last = true, clk.now()
+			b.mu.Unlock()
+		}
+	}
+	w.Add(a, runtime.WithGroup("a", 1))
+	w.Add(b, runtime.WithGroup("b", 1))
+	run(t, w, rec)
+	// From b's first batch on, no group runs more than twice in a row.
+	log := strings.Join(rec.log, "")
+	first := strings.Index(log, "b")
+	if first < 0 {
+		t.Fatal("b never ran")
+	}
+	if first > 101 {
+		t.Errorf("b first ran at batch %d, want it within one batch of getting work (100)", first)
+	}
+	rest := log[first : len(log)-2] // the very end may stop mid-turn
+	if strings.Contains(rest, "bbb") || strings.Contains(rest, "aaa") {
+		t.Errorf("turns after b woke are not alternating: %s", rest)
+	}
+}
+
+// blockPool's batches block until released.
+type blockPool struct {
+	started chan struct{}
+	release chan struct{}
+	runs    atomic.Int64
+}
+
+func (p *blockPool) Poll() (time.Time, time.Time, bool) { return time.Time{}, time.Time{}, true }
+func (p *blockPool) RunBatch(context.Context) {
+	p.runs.Add(1)
+	select {
+	case p.started <- struct{}{}:
+	default:
+	}
+	<-p.release
+}
+
+// TestRemoveWhileRunning checks that Remove lets a running batch end,
+// returns only then, and that the pool never runs again while others do.
+func TestRemoveWhileRunning(t *testing.T) {
+	t.Parallel()
+	w := runtime.NewWorker()
+	p := &blockPool{started: make(chan struct{}, 1), release: make(chan struct{})}
+	other := &blockPool{started: make(chan struct{}, 100), release: make(chan struct{})}
+	close(other.release)
+	w.Add(p, runtime.WithGroup("t", 1))
+	w.Start(context.Background())
+	defer w.Close(context.Background())
+	var once sync.Once
+	release := func() { once.Do(func() { close(p.release) }) }
+	defer release()
+	<-p.started
+
+	removed := make(chan struct{})
+	go func() { w.Remove(p); close(removed) }()
+	select {
+	case <-removed:
+		t.Fatal("Remove returned while the pool's batch was running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.Add(other)
+	release()
+	select {
+	case <-removed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Remove did not return after the batch ended")
+	}
+	n := p.runs.Load()
+	for range 20 {
+		<-other.started
+	}
+	if got := p.runs.Load(); got != n {
+		t.Errorf("removed pool ran %d more batches", got-n)
+	}
+	// Removing a pool that is not running, or was never added, returns.
+	w.Remove(other)
+	w.Remove(p)
+}
+
+// TestAddRemoveHammer adds and removes pools of many groups while the
+// worker runs them (run with -race).
+func TestAddRemoveHammer(t *testing.T) {
+	t.Parallel()
+	w := runtime.NewWorker()
+	w.Start(context.Background())
+	defer w.Close(context.Background())
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				p := &blockPool{started: make(chan struct{}, 1000), release: make(chan struct{})}
+				close(p.release)
+				w.Add(p, runtime.WithGroup(fmt.Sprint(g), float64(i%3)))
+				w.Remove(p)
+				w.Remove(p)
+			}
+		}()
+	}
+	wg.Wait()
+	keep := &blockPool{started: make(chan struct{}, 1), release: make(chan struct{})}
+	close(keep.release)
+	w.Add(keep)
+	select {
+	case <-keep.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker stopped serving after the hammer")
+	}
+}
