@@ -37,7 +37,9 @@ type expert struct {
 	// The same schema, as the sandbox checks it.
 	inSpecs, outSpecs []sandbox.Spec
 
-	slot *instanceSlot // the instance, maybe shared with other experts (share.go)
+	slot  *instanceSlot // the instance, maybe shared with other experts (share.go)
+	share string        // slot's key in the loader
+	owner string        // the tenant that deployed it; "" for the operator
 
 	fwd                *batch.Pool[fwdReq, []*gpuhost.Tensor]
 	bwd                *batch.Pool[bwdReq, []*gpuhost.Tensor]
@@ -497,6 +499,7 @@ func (e *expert) Info() *moehostv1.ExpertInfo {
 		AbiVersion:     abi.Version,
 		ParameterCount: e.binding.Params.Count(),
 		Config:         maps.Clone(e.binding.Config),
+		Owner:          e.owner,
 		Healthy:        e.failures.Load() < unhealthyAfter,
 		ForwardPool:    e.fwdStats.snapshot(),
 		BackwardPool:   e.bwdStats.snapshot(),

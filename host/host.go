@@ -77,6 +77,7 @@ type Server struct {
 	// startTime is when the port began serving, for ServerService.
 	startTime time.Time
 	dht       *dht.Service // nil without WithDHT
+	loader    *loader      // makes and takes apart experts, at Start and live
 
 	// lifeMu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
@@ -197,83 +198,47 @@ func (s *Server) start(ctx context.Context) error {
 	s.tasks = &taskPool{notify: s.worker.Notify}
 	s.mu.Unlock()
 	s.worker.Add(s.tasks)
-	ckpt, err := s.openCheckpoints()
-	if err != nil {
+	if _, err := s.openCheckpoints(); err != nil {
 		return err
 	}
 	dev, err := s.newDevice()
 	if err != nil {
 		return err
 	}
-	compiled := map[string]*sandbox.Module{} // by digest, so shared modules compile once
-	var mods, configs []string               // for the startup log line
+	l := newLoader(rt, store, dev)
+	s.mu.Lock()
+	s.loader, s.dev = l, dev
+	s.mu.Unlock()
+	var mods, configs []string // for the startup log line
 	experts := map[string]*expert{}
-	slots := map[string]*instanceSlot{} // by shareKey
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, ec := range s.cfg.experts {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("starting: %w", err)
 		}
-		wasm, err := ec.Module.load(store)
-		if err != nil {
-			return fmt.Errorf("loading expert %q: %w", ec.UID, err)
-		}
-		key := modules.Digest(wasm)
-		m, ok := compiled[key]
-		if !ok {
-			if m, err = rt.Compile(ctx, wasm); err != nil {
-				return fmt.Errorf("loading expert %q from %v: %w", ec.UID, ec.Module, err)
-			}
-			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, key))
-			if _, err := store.Put(wasm); err != nil {
-				return fmt.Errorf("loading expert %q: %w", ec.UID, err)
-			}
-			compiled[key] = m
-		}
-		optCfg := s.cfg.optimizer
-		if ec.Optimizer != nil {
-			optCfg = *ec.Optimizer
-		}
-		opt, err := optCfg.build()
+		e, fresh, err := s.load(ctx, l, ec)
 		if err != nil {
 			return err
 		}
-		var e *expert
-		share := shareKey(m.Digest(), ec.Config)
-		if slot, ok := slots[share]; ok && !s.cfg.exclusiveInstances {
-			e, err = newSharedExpert(ec.UID, slot, m, dev, ec.Config, opt, rt.Limits().ParamBytes)
-		} else {
-			e, err = newExpert(ctx, ec.UID, m, dev, ec.Config, opt, rt.Limits().ParamBytes)
+		if fresh {
+			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.module.Digest()))
 		}
-		if err != nil {
-			return err
-		}
-		slots[share] = e.slot
-		e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
-		if ckpt != nil {
-			if err := ckpt.restore(e); err != nil {
-				return errors.Join(err, e.close(context.WithoutCancel(ctx)))
-			}
-		}
-		e.callTimeout = rt.Limits().CallTimeout
-		lim := s.cfg.batching
-		if ec.Batching != nil {
-			lim = *ec.Batching
-		}
-		e.attachPools(lim, s.metrics, s.worker.Notify)
 		s.worker.Add(e.fwd)
 		s.worker.Add(e.bwd)
 		experts[ec.UID] = e
+		// Each expert goes in as it is made, so that a failed Start
+		// releases those made before.
+		s.mu.Lock()
+		s.experts = experts
+		s.mu.Unlock()
 		if c := configString(ec.Config); !slices.Contains(configs, c) {
 			configs = append(configs, c)
 		}
-		s.log.Debug("expert loaded", "uid", ec.UID, "digest", m.Digest(), "params", e.binding.Params.Count())
-	}
-	sorted := make([]rpc.Expert, 0, len(experts))
-	for _, uid := range slices.Sorted(maps.Keys(experts)) {
-		sorted = append(sorted, experts[uid])
+		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.module.Digest(), "params", e.binding.Params.Count())
 	}
 	s.mu.Lock()
-	s.experts, s.sorted, s.dev = experts, sorted, dev
+	s.experts, s.sorted = experts, sortedExperts(experts)
 	s.served = []any{
 		"experts", uidsString(slices.Sorted(maps.Keys(experts))),
 		"modules", strings.Join(mods, "; "),

@@ -116,6 +116,9 @@ type ExpertConfig struct {
 	Batching *BatchLimits
 	// Optimizer overrides the server's optimizer for this expert.
 	Optimizer *OptimizerConfig
+	// Owner names the tenant the expert belongs to, for Info and access
+	// checks; empty for the operator's experts.
+	Owner string
 }
 
 // ModuleSource is where a module's bytes come from. Every module a server
@@ -251,35 +254,44 @@ func (c *config) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, e := range c.experts {
-		if e.UID == "" {
-			return errors.New("moehost: an expert has no uid")
-		}
 		if seen[e.UID] {
 			return fmt.Errorf("moehost: expert %q is listed twice", e.UID)
 		}
 		seen[e.UID] = true
-		if e.Module.empty() {
-			return fmt.Errorf("moehost: expert %q has no module", e.UID)
+		if err := e.validate(c.checkpoints != nil); err != nil {
+			return fmt.Errorf("moehost: %w", err)
 		}
-		if e.Module.digest != "" {
-			if _, err := modules.ParseDigest(e.Module.digest); err != nil {
-				return fmt.Errorf("moehost: expert %q: %w", e.UID, err)
-			}
+	}
+	return nil
+}
+
+// validate checks one expert's config; withCheckpoints adds the checks
+// that its uid be usable as a checkpoint directory.
+func (e ExpertConfig) validate(withCheckpoints bool) error {
+	if e.UID == "" {
+		return errors.New("an expert has no uid")
+	}
+	if e.Module.empty() {
+		return fmt.Errorf("expert %q has no module", e.UID)
+	}
+	if e.Module.digest != "" {
+		if _, err := modules.ParseDigest(e.Module.digest); err != nil {
+			return fmt.Errorf("expert %q: %w", e.UID, err)
 		}
-		if e.Batching != nil {
-			if err := e.Batching.Validate(); err != nil {
-				return fmt.Errorf("moehost: expert %q: batching: %w", e.UID, err)
-			}
+	}
+	if e.Batching != nil {
+		if err := e.Batching.Validate(); err != nil {
+			return fmt.Errorf("expert %q: batching: %w", e.UID, err)
 		}
-		if e.Optimizer != nil {
-			if err := e.Optimizer.validate(); err != nil {
-				return fmt.Errorf("moehost: expert %q: %w", e.UID, err)
-			}
+	}
+	if e.Optimizer != nil {
+		if err := e.Optimizer.validate(); err != nil {
+			return fmt.Errorf("expert %q: %w", e.UID, err)
 		}
-		if c.checkpoints != nil {
-			if err := checkpoint.CheckUID(e.UID); err != nil {
-				return fmt.Errorf("moehost: %w", err)
-			}
+	}
+	if withCheckpoints {
+		if err := checkpoint.CheckUID(e.UID); err != nil {
+			return err
 		}
 	}
 	return nil

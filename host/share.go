@@ -54,14 +54,23 @@ func newSharedExpert(uid string, slot *instanceSlot, module *sandbox.Module, dev
 	}
 	slot.users++
 	return &expert{
-		uid:     uid,
-		module:  module,
-		binding: sandbox.Binding{Device: dev, Params: ps, Config: maps.Clone(config)},
-		opt:     opt,
-		inputs:  schemaOf(slot.inst.Inputs()),
-		outputs: schemaOf(slot.inst.Outputs()),
-		slot:    slot,
+		uid:      uid,
+		module:   module,
+		binding:  sandbox.Binding{Device: dev, Params: ps, Config: maps.Clone(config)},
+		opt:      opt,
+		inputs:   schemaOf(slot.inst.Inputs()),
+		outputs:  schemaOf(slot.inst.Outputs()),
+		inSpecs:  slot.inst.Inputs(),
+		outSpecs: slot.inst.Outputs(),
+		slot:     slot,
 	}, nil
+}
+
+// idle reports whether no expert uses the slot any more.
+func (s *instanceSlot) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.users == 0
 }
 
 // closeSlot closes the slot's instance when its last user leaves.

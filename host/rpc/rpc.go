@@ -33,6 +33,7 @@ var (
 	ErrUnavailable        = errors.New("unavailable")
 	ErrInternal           = errors.New("internal error")
 	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrAlreadyExists      = errors.New("already exists")
 )
 
 // Expert is one hosted expert as the RPC layer sees it.
@@ -144,6 +145,8 @@ func CodeOf(err error) connect.Code {
 		return connect.CodeUnavailable
 	case errors.Is(err, ErrFailedPrecondition):
 		return connect.CodeFailedPrecondition
+	case errors.Is(err, ErrAlreadyExists):
+		return connect.CodeAlreadyExists
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.CodeDeadlineExceeded
 	case errors.Is(err, context.Canceled):

@@ -334,7 +334,10 @@ type ExpertInfo struct {
 	// forward_pool describes the queue and batches of Forward requests.
 	ForwardPool *PoolStats `protobuf:"bytes,10,opt,name=forward_pool,json=forwardPool,proto3" json:"forward_pool,omitempty"`
 	// backward_pool describes the queue and batches of Backward requests.
-	BackwardPool  *PoolStats `protobuf:"bytes,11,opt,name=backward_pool,json=backwardPool,proto3" json:"backward_pool,omitempty"`
+	BackwardPool *PoolStats `protobuf:"bytes,11,opt,name=backward_pool,json=backwardPool,proto3" json:"backward_pool,omitempty"`
+	// owner is the tenant that deployed the expert; empty for the
+	// operator's experts (those the server was started with).
+	Owner         string `protobuf:"bytes,12,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +447,13 @@ func (x *ExpertInfo) GetBackwardPool() *PoolStats {
 		return x.BackwardPool
 	}
 	return nil
+}
+
+func (x *ExpertInfo) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
 }
 
 // PoolStats describes one batching pool of an expert. Rates and
@@ -810,7 +820,7 @@ const file_moehost_v1_expert_proto_rawDesc = "" +
 	"\vgrad_inputs\x18\x01 \x03(\v2\x12.moehost.v1.TensorR\n" +
 	"gradInputs\"\x1f\n" +
 	"\vInfoRequest\x12\x10\n" +
-	"\x03uid\x18\x01 \x01(\tR\x03uid\"\xa9\x04\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\"\xbf\x04\n" +
 	"\n" +
 	"ExpertInfo\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x120\n" +
@@ -825,7 +835,8 @@ const file_moehost_v1_expert_proto_rawDesc = "" +
 	"\ahealthy\x18\t \x01(\bR\ahealthy\x128\n" +
 	"\fforward_pool\x18\n" +
 	" \x01(\v2\x15.moehost.v1.PoolStatsR\vforwardPool\x12:\n" +
-	"\rbackward_pool\x18\v \x01(\v2\x15.moehost.v1.PoolStatsR\fbackwardPool\x1a9\n" +
+	"\rbackward_pool\x18\v \x01(\v2\x15.moehost.v1.PoolStatsR\fbackwardPool\x12\x14\n" +
+	"\x05owner\x18\f \x01(\tR\x05owner\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x95\x04\n" +

@@ -1,0 +1,158 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/rpc"
+)
+
+// TestDeployAndUndeployWhileServing deploys experts into a running server,
+// checks they answer like experts it started with (the same module and
+// uid give the same parameters, so the same outputs), shares an instance
+// between two of them, and undeploys them: queued requests fail with
+// Unavailable, the uid is gone from the table and /metrics, and the expert
+// that shared the instance answers on.
+func TestDeployAndUndeployWhileServing(t *testing.T) {
+	ctx := context.Background()
+	cfg := map[string]int64{"hidden_dim": 16}
+	ref := startTestServer(t, WithExperts(
+		ExpertConfig{UID: "ffn.1", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg},
+		ExpertConfig{UID: "ffn.2", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg},
+	))
+	srv := startTestServer(t, WithExperts(ExpertConfig{UID: "picky.0", Module: ModuleBytes(pickyWasm)}))
+	dev := srv.Device()
+	xOn := func(dev gpuhost.Device) *gpuhost.Tensor {
+		v := make([]float32, 2*16)
+		for i := range v {
+			v[i] = float32(i%5) - 2
+		}
+		return rows2(t, dev, 2, 16, v)
+	}
+	x := func() *gpuhost.Tensor { return xOn(dev) }
+	want := func(uid string) []float32 {
+		out, err := ref.Forward(ctx, uid, []*gpuhost.Tensor{xOn(ref.Device())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustFloats(t, ref.Device(), out[0])
+	}
+	check := func(uid string) {
+		t.Helper()
+		out, err := srv.Forward(ctx, uid, []*gpuhost.Tensor{x()})
+		if err != nil {
+			t.Fatalf("%s: %v", uid, err)
+		}
+		if got, w := mustFloats(t, dev, out[0]), want(uid); !slices.Equal(got, w) {
+			t.Fatalf("%s answered %v, want %v (as served from the start)", uid, got[:4], w[:4])
+		}
+	}
+	if _, err := srv.Forward(ctx, "ffn.1", []*gpuhost.Tensor{x()}); !errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("before Deploy: %v, want not found", err)
+	}
+	for _, uid := range []string{"ffn.1", "ffn.2"} {
+		if err := srv.Deploy(ctx, ExpertConfig{UID: uid, Module: ModuleBytes(wasmexperts.FFNC), Config: cfg, Owner: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("ffn.1")
+	check("ffn.2")
+	if a, b := srv.experts["ffn.1"], srv.experts["ffn.2"]; a.slot != b.slot {
+		t.Error("two experts of one module and config do not share an instance")
+	}
+	if got := srv.experts["ffn.1"].Info().GetOwner(); got != "alice" {
+		t.Errorf("owner %q, want alice", got)
+	}
+	if err := srv.Deploy(ctx, ExpertConfig{UID: "ffn.1", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg}); !errors.Is(err, rpc.ErrAlreadyExists) {
+		t.Errorf("deploying a served uid: %v, want already exists", err)
+	}
+	if err := srv.Deploy(ctx, ExpertConfig{UID: "bad.0", Module: ModuleBytes([]byte("\x00asm junk"))}); !errors.Is(err, ErrInvalidModule) {
+		t.Errorf("deploying a bad module: %v, want ErrInvalidModule", err)
+	}
+	if _, ok := srv.experts["bad.0"]; ok {
+		t.Error("a failed Deploy left its uid served")
+	}
+
+	// Requests queued for an undeployed expert fail with Unavailable:
+	// picky.0 waits for a full batch that never comes.
+	if err := srv.Deploy(ctx, ExpertConfig{UID: "picky.1", Module: ModuleBytes(pickyWasm),
+		Batching: &BatchLimits{MinBatchSize: 100, MaxWait: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = srv.Forward(ctx, "picky.1", []*gpuhost.Tensor{rows(t, dev, 1, 2, 3, 4)}) })
+	}
+	for srv.experts["picky.1"].Info().GetForwardPool().GetQueueDepth() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := srv.Undeploy(ctx, "picky.1"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, rpc.ErrUnavailable) || !strings.Contains(err.Error(), "undeployed") {
+			t.Errorf("queued request %d: %v, want unavailable", i, err)
+		}
+	}
+
+	if err := srv.Undeploy(ctx, "ffn.1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Forward(ctx, "ffn.1", []*gpuhost.Tensor{x()}); !errors.Is(err, rpc.ErrNotFound) {
+		t.Errorf("after Undeploy: %v, want not found", err)
+	}
+	if err := srv.Undeploy(ctx, "ffn.1"); !errors.Is(err, rpc.ErrNotFound) {
+		t.Errorf("undeploying twice: %v, want not found", err)
+	}
+	check("ffn.2") // its shared instance stayed
+	families, err := srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "expert" && (l.GetValue() == "ffn.1" || l.GetValue() == "picky.1") {
+					t.Errorf("%s still has a series for the undeployed %s", f.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	for _, e := range (*table)(srv).All() {
+		if uid := e.Info().GetUid(); uid == "ffn.1" || uid == "picky.1" {
+			t.Errorf("%s is still listed", uid)
+		}
+	}
+	if err := srv.Undeploy(ctx, "ffn.2"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(srv.loader.compiled); n != 1 {
+		t.Errorf("%d compiled modules left, want 1 (picky.0's)", n)
+	}
+	check2 := func() {
+		out, err := srv.Forward(ctx, "picky.0", []*gpuhost.Tensor{rows(t, dev, 0, 2, 3, 4)})
+		if err != nil || !slices.Equal(mustFloats(t, dev, out[0]), []float32{0, 2, 3, 4}) {
+			t.Errorf("the expert served from the start: %v", err)
+		}
+	}
+	check2()
+}
+
+// rows2 makes a float32 tensor of shape [r, c].
+func rows2(t testing.TB, dev gpuhost.Device, r, c int, v []float32) *gpuhost.Tensor {
+	t.Helper()
+	x, err := dev.FromFloat32([]int{r, c}, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
