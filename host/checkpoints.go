@@ -187,13 +187,11 @@ func (c *checkpointer) restore(e *expert) error {
 // maxBytes bounds a checkpoint file: the expert's parameters (or their
 // optimizer buffers, two per parameter) plus a header.
 func (c *checkpointer) maxBytes() int64 {
-	c.srv.mu.Lock()
-	rt := c.srv.rt
-	c.srv.mu.Unlock()
-	if rt == nil || rt.Limits().ParamBytes <= 0 {
+	pb := c.srv.cfg.limits.WithDefaults().ParamBytes
+	if pb <= 0 {
 		return 0
 	}
-	return 2*rt.Limits().ParamBytes + 1<<20
+	return 2*pb + 1<<20
 }
 
 // save snapshots e on the device worker (or directly when onWorker is

@@ -12,33 +12,135 @@ import (
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/runtime"
 	"github.com/moehost/moehost/host/sandbox"
 	"github.com/moehost/moehost/modules"
 )
 
 // loader turns ExpertConfigs into running experts and takes them apart
 // again. Start uses it for the configured experts and Deploy for live
-// ones, so that both compile each module digest once and let experts of
-// one module and config share an instance. Its maps are guarded by mu,
-// which also serialises deploys and undeploys.
+// ones, so that both compile each module digest once per owner and let
+// experts of one owner, module and config share an instance. Each owner
+// (tenant) gets its own wazero runtime with its own limits, made with its
+// first expert and closed with its last; all of them share one
+// compilation cache. Its maps are guarded by mu, which also serialises
+// deploys and undeploys.
 type loader struct {
 	mu       sync.Mutex
-	rt       *sandbox.Runtime
+	cache    *sandbox.Cache // nil: compile without one
+	limits   func(owner string) sandbox.Limits
 	store    *modules.Store
 	dev      gpuhost.Device
-	compiled map[string]*compiledModule // by digest
-	slots    map[string]*instanceSlot   // by shareKey
+	runtimes map[string]*ownerRuntime   // by owner, "" the operator's
+	compiled map[string]*compiledModule // by owner and digest
+	slots    map[string]*instanceSlot   // by owner and shareKey
+}
+
+// ownerRuntime is one owner's runtime and how many compiled modules it
+// holds.
+type ownerRuntime struct {
+	rt      *sandbox.Runtime
+	modules int
 }
 
 // compiledModule is a compiled module and the experts that use it; the
 // last of them to go closes it.
 type compiledModule struct {
 	m     *sandbox.Module
+	owner string
 	users int
 }
 
-func newLoader(rt *sandbox.Runtime, store *modules.Store, dev gpuhost.Device) *loader {
-	return &loader{rt: rt, store: store, dev: dev, compiled: map[string]*compiledModule{}, slots: map[string]*instanceSlot{}}
+// newLoader makes a loader; its store and device are set before its
+// first load.
+func newLoader(cache *sandbox.Cache, limits func(owner string) sandbox.Limits) *loader {
+	return &loader{
+		cache: cache, limits: limits,
+		runtimes: map[string]*ownerRuntime{}, compiled: map[string]*compiledModule{}, slots: map[string]*instanceSlot{},
+	}
+}
+
+// runtime returns owner's runtime, starting it if needed.
+func (l *loader) runtime(ctx context.Context, owner string) (*ownerRuntime, error) {
+	if or, ok := l.runtimes[owner]; ok {
+		return or, nil
+	}
+	rt, err := sandbox.NewRuntimeWithCache(ctx, l.cache, l.limits(owner))
+	if err != nil {
+		return nil, err
+	}
+	or := &ownerRuntime{rt: rt}
+	l.runtimes[owner] = or
+	return or, nil
+}
+
+// compile returns owner's compiled module of wasm, compiling it if needed;
+// fresh is true when it did.
+func (l *loader) compile(ctx context.Context, owner string, wasm []byte) (cm *compiledModule, key string, fresh bool, err error) {
+	key = owner + "\x00" + modules.Digest(wasm)
+	if cm, ok := l.compiled[key]; ok {
+		return cm, key, false, nil
+	}
+	or, err := l.runtime(ctx, owner)
+	if err != nil {
+		return nil, "", false, err
+	}
+	m, err := or.rt.Compile(ctx, wasm)
+	if err != nil {
+		return nil, "", false, errors.Join(err, l.closeRuntime(ctx, owner))
+	}
+	if _, err := l.store.Put(wasm); err != nil {
+		return nil, "", false, errors.Join(err, m.Close(ctx), l.closeRuntime(ctx, owner))
+	}
+	or.modules++
+	cm = &compiledModule{m: m, owner: owner}
+	l.compiled[key] = cm
+	return cm, key, true, nil
+}
+
+// release drops one user of the compiled module under key, closing it and
+// its owner's runtime when they are left unused.
+func (l *loader) release(ctx context.Context, key string) error {
+	cm, ok := l.compiled[key]
+	if !ok {
+		return nil
+	}
+	if cm.users--; cm.users > 0 {
+		return nil
+	}
+	delete(l.compiled, key)
+	err := cm.m.Close(ctx)
+	if or := l.runtimes[cm.owner]; or != nil {
+		or.modules--
+	}
+	return errors.Join(err, l.closeRuntime(ctx, cm.owner))
+}
+
+// closeRuntime closes owner's runtime if it holds no compiled module.
+func (l *loader) closeRuntime(ctx context.Context, owner string) error {
+	or, ok := l.runtimes[owner]
+	if !ok || or.modules > 0 {
+		return nil
+	}
+	delete(l.runtimes, owner)
+	return or.rt.Close(ctx)
+}
+
+// close closes every runtime; the experts must be closed first.
+func (l *loader) close(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for owner, or := range l.runtimes {
+		errs = append(errs, or.rt.Close(ctx))
+		delete(l.runtimes, owner)
+	}
+	clear(l.compiled)
+	clear(l.slots)
+	if l.cache != nil {
+		errs = append(errs, l.cache.Close(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // load makes the expert ec describes, with its parameters drawn (or
@@ -50,24 +152,15 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if err != nil {
 		return nil, false, fmt.Errorf("loading expert %q: %w", ec.UID, err)
 	}
-	key := modules.Digest(wasm)
-	cm, ok := l.compiled[key]
-	if !ok {
-		m, err := l.rt.Compile(ctx, wasm)
-		if err != nil {
-			return nil, false, fmt.Errorf("loading expert %q from %v: %w", ec.UID, ec.Module, err)
-		}
-		if _, err := l.store.Put(wasm); err != nil {
-			return nil, false, errors.Join(fmt.Errorf("loading expert %q: %w", ec.UID, err), m.Close(ctx))
-		}
-		cm, fresh = &compiledModule{m: m}, true
-		l.compiled[key] = cm
+	cm, key, fresh, err := l.compile(ctx, ec.Owner, wasm)
+	if err != nil {
+		return nil, false, fmt.Errorf("loading expert %q from %v: %w", ec.UID, ec.Module, err)
 	}
 	// Until the expert is made, a module compiled for it alone goes again.
 	defer func() {
 		if err != nil && cm.users == 0 {
-			delete(l.compiled, key)
-			err = errors.Join(err, cm.m.Close(context.WithoutCancel(ctx)))
+			cm.users = 1
+			err = errors.Join(err, l.release(context.WithoutCancel(ctx), key))
 		}
 	}()
 	optCfg := s.cfg.optimizer
@@ -78,25 +171,26 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if err != nil {
 		return nil, false, err
 	}
-	share := shareKey(cm.m.Digest(), ec.Config)
+	share := ec.Owner + "\x00" + shareKey(cm.m.Digest(), ec.Config)
+	limits := l.runtimes[ec.Owner].rt.Limits()
 	if slot, ok := l.slots[share]; ok && !s.cfg.exclusiveInstances {
-		e, err = newSharedExpert(ec.UID, slot, cm.m, l.dev, ec.Config, opt, l.rt.Limits().ParamBytes)
+		e, err = newSharedExpert(ec.UID, slot, cm.m, l.dev, ec.Config, opt, limits.ParamBytes)
 	} else {
-		e, err = newExpert(ctx, ec.UID, cm.m, l.dev, ec.Config, opt, l.rt.Limits().ParamBytes)
+		e, err = newExpert(ctx, ec.UID, cm.m, l.dev, ec.Config, opt, limits.ParamBytes)
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	cm.users++
 	l.slots[share] = e.slot
-	e.share, e.owner = share, ec.Owner
+	e.share, e.owner, e.compiledKey = share, ec.Owner, key
 	e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
 	if s.ckpt != nil {
 		if err := s.ckpt.restore(e); err != nil {
 			return nil, false, errors.Join(err, s.unload(context.WithoutCancel(ctx), l, e))
 		}
 	}
-	e.callTimeout = l.rt.Limits().CallTimeout
+	e.callTimeout = limits.CallTimeout
 	lim := s.cfg.batching
 	if ec.Batching != nil {
 		lim = *ec.Batching
@@ -114,13 +208,7 @@ func (s *Server) unload(ctx context.Context, l *loader, e *expert) error {
 	if l.slots[e.share] == e.slot && e.slot.idle() {
 		delete(l.slots, e.share)
 	}
-	digest := e.module.Digest()
-	if cm, ok := l.compiled[digest]; ok {
-		if cm.users--; cm.users == 0 {
-			delete(l.compiled, digest)
-			err = errors.Join(err, cm.m.Close(ctx))
-		}
-	}
+	err = errors.Join(err, l.release(ctx, e.compiledKey))
 	s.metrics.forget(e.uid)
 	return err
 }
@@ -152,8 +240,7 @@ func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 	s.experts[ec.UID] = e
 	s.sorted = sortedExperts(s.experts)
 	s.mu.Unlock()
-	s.worker.Add(e.fwd)
-	s.worker.Add(e.bwd)
+	s.schedule(e)
 	s.log.Info("expert deployed", "uid", ec.UID, "digest", e.module.Digest(), "owner", e.owner)
 	return nil
 }
@@ -204,6 +291,27 @@ func (s *Server) liveLoader() (*loader, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.loader, nil
+}
+
+// schedule puts e's pools on the device worker, in its owner's group, so
+// that tenants share the device fairly (the operator's experts form a
+// group of their own).
+func (s *Server) schedule(e *expert) {
+	var opts []runtime.AddOption
+	if e.owner != "" {
+		opts = append(opts, runtime.WithGroup("tenant:"+e.owner, s.queueShare(e.owner)))
+	}
+	s.worker.Add(e.fwd, opts...)
+	s.worker.Add(e.bwd, opts...)
+}
+
+// queueShare is owner's weight on the device worker.
+func (s *Server) queueShare(owner string) float64 { return 1 }
+
+// guestLimits returns the limits of owner's runtime: the server's for the
+// operator.
+func (s *Server) guestLimits(owner string) sandbox.Limits {
+	return s.cfg.limits
 }
 
 // sortedExperts lists experts by uid, for rpc.Experts.All.

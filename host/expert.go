@@ -39,6 +39,8 @@ type expert struct {
 
 	slot  *instanceSlot // the instance, maybe shared with other experts (share.go)
 	share string        // slot's key in the loader
+	// compiledKey is the module's key in the loader.
+	compiledKey string
 	owner string        // the tenant that deployed it; "" for the operator
 
 	fwd                *batch.Pool[fwdReq, []*gpuhost.Tensor]

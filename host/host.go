@@ -60,7 +60,6 @@ type Server struct {
 
 	mu       sync.Mutex
 	started  bool
-	rt       *sandbox.Runtime
 	dev      gpuhost.Device
 	experts  map[string]*expert
 	sorted   []rpc.Expert
@@ -183,12 +182,13 @@ func (s *Server) start(ctx context.Context) error {
 	if err := os.MkdirAll(s.cfg.dataDir, 0o755); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
-	rt, err := sandbox.NewRuntime(ctx, filepath.Join(s.cfg.dataDir, "cache", "wazero"), s.cfg.limits)
+	cache, err := sandbox.OpenCache(filepath.Join(s.cfg.dataDir, "cache", "wazero"))
 	if err != nil {
 		return err
 	}
+	l := newLoader(cache, s.guestLimits)
 	s.mu.Lock()
-	s.rt = rt
+	s.loader = l
 	s.mu.Unlock()
 	store, err := modules.Open(filepath.Join(s.cfg.dataDir, "modules"))
 	if err != nil {
@@ -205,9 +205,9 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l := newLoader(rt, store, dev)
+	l.store, l.dev = store, dev
 	s.mu.Lock()
-	s.loader, s.dev = l, dev
+	s.dev = dev
 	s.mu.Unlock()
 	var mods, configs []string // for the startup log line
 	experts := map[string]*expert{}
@@ -224,8 +224,7 @@ func (s *Server) start(ctx context.Context) error {
 		if fresh {
 			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.module.Digest()))
 		}
-		s.worker.Add(e.fwd)
-		s.worker.Add(e.bwd)
+		s.schedule(e)
 		experts[ec.UID] = e
 		// Each expert goes in as it is made, so that a failed Start
 		// releases those made before.
@@ -339,9 +338,9 @@ func (s *Server) release(ctx context.Context) error {
 	// shuts down.
 	s.stopAnnouncing()
 	s.mu.Lock()
-	httpSrv, serveErr, ln, rt := s.httpSrv, s.serveErr, s.ln, s.rt
+	httpSrv, serveErr, ln, l := s.httpSrv, s.serveErr, s.ln, s.loader
 	experts := slices.Collect(maps.Values(s.experts))
-	s.httpSrv, s.ln, s.rt = nil, nil, nil
+	s.httpSrv, s.ln = nil, nil
 	s.mu.Unlock()
 	// Fail what is queued and refuse what comes, then let the running
 	// batch finish, so that every handler can answer before HTTP stops.
@@ -368,8 +367,8 @@ func (s *Server) release(ctx context.Context) error {
 	for _, e := range experts {
 		errs = append(errs, e.close(ctx))
 	}
-	if rt != nil {
-		errs = append(errs, rt.Close(ctx))
+	if l != nil {
+		errs = append(errs, l.close(ctx))
 	}
 	errs = append(errs, s.closeDHT(ctx))
 	return errors.Join(errs...)

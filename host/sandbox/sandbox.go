@@ -124,13 +124,49 @@ func (l Limits) WithDefaults() Limits {
 // concurrent use.
 type Runtime struct {
 	r      wazero.Runtime
-	cache  wazero.CompilationCache
+	cache  *Cache // closed with the runtime when it opened it
+	owned  bool
 	limits Limits
 }
+
+// Cache keeps compiled machine code on disk across restarts. One cache
+// serves several runtimes (one per tenant), so that a module two tenants
+// upload compiles once.
+type Cache struct{ c wazero.CompilationCache }
+
+// OpenCache opens (creating it) the compilation cache in dir.
+func OpenCache(dir string) (*Cache, error) {
+	c, err := wazero.NewCompilationCacheWithDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("opening compilation cache %q: %w", dir, err)
+	}
+	return &Cache{c: c}, nil
+}
+
+// Close releases the cache; close the runtimes that use it first.
+func (c *Cache) Close(ctx context.Context) error { return c.c.Close(ctx) }
 
 // NewRuntime starts a wazero runtime with the ABI's host module. cacheDir,
 // when not empty, keeps compiled machine code across restarts.
 func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, error) {
+	if cacheDir == "" {
+		return NewRuntimeWithCache(ctx, nil, limits)
+	}
+	cache, err := OpenCache(cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := NewRuntimeWithCache(ctx, cache, limits)
+	if err != nil {
+		return nil, errors.Join(err, cache.Close(ctx))
+	}
+	rt.owned = true
+	return rt, nil
+}
+
+// NewRuntimeWithCache is NewRuntime with a cache that other runtimes may
+// share (nil for none); the caller closes it after the runtimes.
+func NewRuntimeWithCache(ctx context.Context, cache *Cache, limits Limits) (*Runtime, error) {
 	limits = limits.WithDefaults()
 	cfg := wazero.NewRuntimeConfig().
 		// Reference types bring table.grow and many tables, whose
@@ -138,14 +174,8 @@ func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, 
 		WithCoreFeatures(api.CoreFeaturesV2 &^ api.CoreFeatureReferenceTypes).
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(limits.MemoryPages)
-	var cache wazero.CompilationCache
-	if cacheDir != "" {
-		c, err := wazero.NewCompilationCacheWithDir(cacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("opening compilation cache %q: %w", cacheDir, err)
-		}
-		cache = c
-		cfg = cfg.WithCompilationCache(cache)
+	if cache != nil {
+		cfg = cfg.WithCompilationCache(cache.c)
 	}
 	r := wazero.NewRuntimeWithConfig(ctx, cfg)
 	rt := &Runtime{r: r, cache: cache, limits: limits}
@@ -169,7 +199,7 @@ func (rt *Runtime) Limits() Limits { return rt.limits }
 // Close releases the runtime and every instance made from it.
 func (rt *Runtime) Close(ctx context.Context) error {
 	err := rt.r.Close(ctx)
-	if rt.cache != nil {
+	if rt.owned {
 		err = errors.Join(err, rt.cache.Close(ctx))
 	}
 	return err
