@@ -41,7 +41,7 @@ type expert struct {
 	share string        // slot's key in the loader
 	// compiledKey is the module's key in the loader.
 	compiledKey string
-	owner string        // the tenant that deployed it; "" for the operator
+	owner       string // the tenant that deployed it; "" for the operator
 
 	fwd                *batch.Pool[fwdReq, []*gpuhost.Tensor]
 	bwd                *batch.Pool[bwdReq, []*gpuhost.Tensor]
