@@ -34,6 +34,9 @@ type loader struct {
 	runtimes map[string]*ownerRuntime   // by owner, "" the operator's
 	compiled map[string]*compiledModule // by owner and digest
 	slots    map[string]*instanceSlot   // by owner and shareKey
+	// unrestored are deployments from the file that did not load at
+	// Start; they stay in the file until deployed or undeployed again.
+	unrestored map[string]deployment
 }
 
 // ownerRuntime is one owner's runtime and how many compiled modules it
@@ -57,6 +60,7 @@ func newLoader(cache *sandbox.Cache, limits func(owner string) sandbox.Limits) *
 	return &loader{
 		cache: cache, limits: limits,
 		runtimes: map[string]*ownerRuntime{}, compiled: map[string]*compiledModule{}, slots: map[string]*instanceSlot{},
+		unrestored: map[string]deployment{},
 	}
 }
 
@@ -184,6 +188,7 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	cm.users++
 	l.slots[share] = e.slot
 	e.share, e.owner, e.compiledKey = share, ec.Owner, key
+	e.forwardAccess, e.backwardAccess = ec.ForwardAccess, ec.BackwardAccess
 	e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
 	if s.ckpt != nil {
 		if err := s.ckpt.restore(e); err != nil {
@@ -236,10 +241,27 @@ func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 	if err != nil {
 		return err
 	}
+	e.deployed = &deployment{
+		UID: ec.UID, Owner: ec.Owner, Module: e.module.Digest(), Config: ec.Config,
+		Batching: ec.Batching, Optimizer: ec.Optimizer,
+		ForwardAccess: ec.ForwardAccess, BackwardAccess: ec.BackwardAccess,
+	}
 	s.mu.Lock()
 	s.experts[ec.UID] = e
 	s.sorted = sortedExperts(s.experts)
 	s.mu.Unlock()
+	delete(l.unrestored, ec.UID)
+	// Saved before it serves: a deployment that answered once comes back
+	// after a restart.
+	if err := s.saveDeployments(l); err != nil {
+		s.mu.Lock()
+		delete(s.experts, ec.UID)
+		s.sorted = sortedExperts(s.experts)
+		s.mu.Unlock()
+		e.fwd.Close(err)
+		e.bwd.Close(err)
+		return errors.Join(err, s.unload(context.WithoutCancel(ctx), l, e))
+	}
 	s.schedule(e)
 	s.log.Info("expert deployed", "uid", ec.UID, "digest", e.module.Digest(), "owner", e.owner)
 	return nil
@@ -264,6 +286,10 @@ func (s *Server) Undeploy(ctx context.Context, uid string) error {
 		s.sorted = sortedExperts(s.experts)
 	}
 	s.mu.Unlock()
+	if _, was := l.unrestored[uid]; was && !ok {
+		delete(l.unrestored, uid)
+		return s.saveDeployments(l)
+	}
 	if !ok {
 		return fmt.Errorf("%w: expert %q is not served", rpc.ErrNotFound, uid)
 	}
@@ -275,6 +301,9 @@ func (s *Server) Undeploy(ctx context.Context, uid string) error {
 	s.worker.Remove(e.fwd)
 	s.worker.Remove(e.bwd)
 	err = s.unload(ctx, l, e)
+	if e.deployed != nil {
+		err = errors.Join(err, s.saveDeployments(l))
+	}
 	s.log.Info("expert undeployed", "uid", uid)
 	return err
 }

@@ -3,6 +3,9 @@ package host
 import (
 	"context"
 	"errors"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +15,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/modules"
 )
 
 // TestDeployAndUndeployWhileServing deploys experts into a running server,
@@ -155,4 +159,93 @@ func rows2(t testing.TB, dev gpuhost.Device, r, c int, v []float32) *gpuhost.Ten
 		t.Fatal(err)
 	}
 	return x
+}
+
+// TestDeploymentsSurviveARestart deploys experts live, restarts the
+// server on the same data dir with none configured, and finds them back
+// before Ready with the same digests, owners and outputs; an undeployed
+// one stays gone, and a deployment whose module vanished is logged and
+// kept for later instead of failing the start.
+func TestDeploymentsSurviveARestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := map[string]int64{"hidden_dim": 8}
+	start := func() *Server {
+		return startTestServer(t, WithDataDir(dir))
+	}
+	srv := start()
+	for _, ec := range []ExpertConfig{
+		{UID: "alice.ffn.0", Owner: "alice", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg, BackwardAccess: AccessOwner},
+		{UID: "alice.ffn.1", Owner: "alice", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg},
+		{UID: "bob.picky", Owner: "bob", Module: ModuleBytes(pickyWasm)},
+	} {
+		if err := srv.Deploy(ctx, ec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Undeploy(ctx, "alice.ffn.1"); err != nil {
+		t.Fatal(err)
+	}
+	x := func(s *Server) []float32 {
+		v := make([]float32, 8)
+		for i := range v {
+			v[i] = float32(i) - 3
+		}
+		out, err := s.Forward(ctx, "alice.ffn.0", []*gpuhost.Tensor{rows2(t, s.Device(), 1, 8, v)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustFloats(t, s.Device(), out[0])
+	}
+	before := x(srv)
+	digests := map[string]string{}
+	for _, e := range (*table)(srv).All() {
+		digests[e.Info().GetUid()] = e.Info().GetModuleDigest()
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	srv = start()
+	got := map[string]string{}
+	for _, e := range (*table)(srv).All() {
+		got[e.Info().GetUid()] = e.Info().GetModuleDigest()
+	}
+	if !maps.Equal(got, digests) || len(got) != 2 {
+		t.Fatalf("after a restart: %v, want %v", got, digests)
+	}
+	if e := srv.experts["alice.ffn.0"]; e.owner != "alice" || e.backwardAccess != AccessOwner {
+		t.Errorf("alice.ffn.0 came back with owner %q and backward access %v", e.owner, e.backwardAccess)
+	}
+	if after := x(srv); !slices.Equal(after, before) {
+		t.Errorf("alice.ffn.0 answers %v after the restart, %v before", after, before)
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// bob's module disappears from the store: the server starts without
+	// bob.picky and keeps its deployment for when the module is back.
+	h, _ := modules.ParseDigest(digests["bob.picky"])
+	if err := os.Remove(filepath.Join(dir, "modules", "sha256", h+".wasm")); err != nil {
+		t.Fatal(err)
+	}
+	srv = start()
+	if _, ok := srv.experts["bob.picky"]; ok {
+		t.Fatal("bob.picky came back without its module")
+	}
+	if err := srv.Deploy(ctx, ExpertConfig{UID: "alice.ffn.2", Owner: "alice", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := readDeployments(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uids []string
+	for _, d := range ds {
+		uids = append(uids, d.UID)
+	}
+	if want := []string{"alice.ffn.0", "alice.ffn.2", "bob.picky"}; !slices.Equal(uids, want) {
+		t.Errorf("deployments file holds %v, want %v", uids, want)
+	}
 }

@@ -42,6 +42,11 @@ type expert struct {
 	// compiledKey is the module's key in the loader.
 	compiledKey string
 	owner       string // the tenant that deployed it; "" for the operator
+	// forwardAccess and backwardAccess say who may call it.
+	forwardAccess, backwardAccess Access
+	// deployed is its deployment record when it was deployed while
+	// serving (or restored from one), nil for a configured expert.
+	deployed *deployment
 
 	fwd                *batch.Pool[fwdReq, []*gpuhost.Tensor]
 	bwd                *batch.Pool[bwdReq, []*gpuhost.Tensor]

@@ -211,6 +211,9 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Unlock()
 	var mods, configs []string // for the startup log line
 	experts := map[string]*expert{}
+	s.mu.Lock()
+	s.experts = experts // filled as they are made, so that a failed Start releases them
+	s.mu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, ec := range s.cfg.experts {
@@ -225,19 +228,19 @@ func (s *Server) start(ctx context.Context) error {
 			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.module.Digest()))
 		}
 		s.schedule(e)
-		experts[ec.UID] = e
-		// Each expert goes in as it is made, so that a failed Start
-		// releases those made before.
 		s.mu.Lock()
-		s.experts = experts
+		experts[ec.UID] = e
 		s.mu.Unlock()
 		if c := configString(ec.Config); !slices.Contains(configs, c) {
 			configs = append(configs, c)
 		}
 		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.module.Digest(), "params", e.binding.Params.Count())
 	}
+	if err := s.restoreDeployments(ctx, l); err != nil {
+		return err
+	}
 	s.mu.Lock()
-	s.experts, s.sorted = experts, sortedExperts(experts)
+	s.sorted = sortedExperts(experts)
 	s.served = []any{
 		"experts", uidsString(slices.Sorted(maps.Keys(experts))),
 		"modules", strings.Join(mods, "; "),

@@ -119,6 +119,10 @@ type ExpertConfig struct {
 	// Owner names the tenant the expert belongs to, for Info and access
 	// checks; empty for the operator's experts.
 	Owner string
+	// ForwardAccess and BackwardAccess say who may call Forward and
+	// Backward. The zero value is AccessPublic, as in hivemind; a tenant's
+	// deploy defaults Backward, which trains the expert, to AccessOwner.
+	ForwardAccess, BackwardAccess Access
 }
 
 // ModuleSource is where a module's bytes come from. Every module a server

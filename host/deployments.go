@@ -1,0 +1,154 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/moehost/moehost/modules"
+)
+
+// Access says who may call one of an expert's methods.
+type Access int
+
+const (
+	// AccessPublic lets anyone call, with or without a token.
+	AccessPublic Access = iota
+	// AccessOwner lets only the expert's owner (and the operator) call.
+	AccessOwner
+	// AccessTenants lets any caller with a valid token call.
+	AccessTenants
+)
+
+func (a Access) String() string {
+	switch a {
+	case AccessPublic:
+		return "public"
+	case AccessOwner:
+		return "owner"
+	case AccessTenants:
+		return "tenants"
+	}
+	return fmt.Sprintf("Access(%d)", int(a))
+}
+
+// deploymentsFile holds the live deployments under the data dir, so that
+// they come back after a restart.
+const deploymentsFile = "deployments.json"
+
+// deployment is one live deployment as the file keeps it: the module by
+// digest, from the module store.
+type deployment struct {
+	UID            string           `json:"uid"`
+	Owner          string           `json:"owner,omitempty"`
+	Module         string           `json:"module"`
+	Config         map[string]int64 `json:"config,omitempty"`
+	Batching       *BatchLimits     `json:"batching,omitempty"`
+	Optimizer      *OptimizerConfig `json:"optimizer,omitempty"`
+	ForwardAccess  Access           `json:"forward_access"`
+	BackwardAccess Access           `json:"backward_access"`
+}
+
+func (d deployment) expertConfig() ExpertConfig {
+	return ExpertConfig{
+		UID: d.UID, Owner: d.Owner, Module: ModuleDigest(d.Module), Config: d.Config,
+		Batching: d.Batching, Optimizer: d.Optimizer,
+		ForwardAccess: d.ForwardAccess, BackwardAccess: d.BackwardAccess,
+	}
+}
+
+// readDeployments reads the deployments file; a missing one is empty.
+func readDeployments(dataDir string) ([]deployment, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, deploymentsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading deployments: %w", err)
+	}
+	var ds []deployment
+	if err := json.Unmarshal(b, &ds); err != nil {
+		return nil, fmt.Errorf("reading deployments: %s: %w", deploymentsFile, err)
+	}
+	return ds, nil
+}
+
+// writeDeployments replaces the deployments file atomically.
+func writeDeployments(dataDir string, ds []deployment) error {
+	slices.SortFunc(ds, func(a, b deployment) int {
+		switch {
+		case a.UID < b.UID:
+			return -1
+		case a.UID > b.UID:
+			return 1
+		}
+		return 0
+	})
+	b, err := json.MarshalIndent(ds, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := modules.WriteFileAtomic(filepath.Join(dataDir, deploymentsFile), append(b, '\n')); err != nil {
+		return fmt.Errorf("writing deployments: %w", err)
+	}
+	return nil
+}
+
+// saveDeployments writes the live deployments (the experts deployed
+// while serving, not the configured ones). Call with the loader's mu
+// held, so that writes follow deploys in order.
+func (s *Server) saveDeployments(l *loader) error {
+	s.mu.Lock()
+	var ds []deployment
+	for _, e := range s.experts {
+		if e.deployed != nil {
+			ds = append(ds, *e.deployed)
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range l.unrestored {
+		ds = append(ds, d)
+	}
+	return writeDeployments(s.cfg.dataDir, ds)
+}
+
+// restoreDeployments deploys what the deployments file holds, before
+// Ready. A deployment that no longer loads (its module gone or refused,
+// its uid now configured) is logged and kept in the file, so that nothing
+// an owner deployed is lost to one bad start.
+func (s *Server) restoreDeployments(ctx context.Context, l *loader) error {
+	ds, err := readDeployments(s.cfg.dataDir)
+	if err != nil {
+		return err
+	}
+	for _, d := range ds {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("starting: %w", err)
+		}
+		ec := d.expertConfig()
+		err := ec.validate(s.ckpt != nil)
+		if _, taken := s.experts[d.UID]; taken {
+			err = errors.New("its uid is served already")
+		}
+		var e *expert
+		if err == nil {
+			e, _, err = s.load(ctx, l, ec)
+		}
+		if err != nil {
+			s.log.Error("deployment not restored", "uid", d.UID, "owner", d.Owner, "err", err)
+			l.unrestored[d.UID] = d
+			continue
+		}
+		e.deployed = &d
+		s.schedule(e)
+		s.mu.Lock()
+		s.experts[d.UID] = e
+		s.mu.Unlock()
+	}
+	return nil
+}
