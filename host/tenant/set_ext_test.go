@@ -257,7 +257,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestMayDeploy(t *testing.T) {
 	t.Parallel()
 	path, _, _ := newFile(t)
-	s, err := tenant.Open(path, tenant.WithOperatorUIDs("ffn.0", "ffn.1", "ffn.2", "ffn.3"), tenant.WithOperatorPrefixes("bob.reserved"))
+	s, err := tenant.Open(path, tenant.WithOperatorUIDs("ffn.0", "ffn.1", "ffn.2", "ffn.3"), tenant.WithOperatorPrefixes("bob.reserved", "bob.9"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,10 @@ func TestMayDeploy(t *testing.T) {
 		{"bob", "ffn.0.x", nil},
 		{"bob", "bob.reserved", tenant.ErrOperatorOwned},
 		{"bob", "bob.reserved.7", tenant.ErrOperatorOwned},
-		{"bob", "bob.[0:1000].x", nil},
+		{"bob", "bob.[10:1000].x", nil},
+		{"bob", "bob.[0:16]", tenant.ErrOperatorOwned},
+		{"bob", "bob.[0:16].y", tenant.ErrOperatorOwned},
+		{"bob", "bob.[0:9]", nil},
 		{"bob", "bob.reservedx", nil},
 	}
 	for _, tt := range tests {
