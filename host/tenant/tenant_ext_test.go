@@ -2,11 +2,13 @@ package tenant_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -368,5 +370,41 @@ func TestExampleFile(t *testing.T) {
 	}
 	if a, ok := f.Tenant("alice"); !ok || a.Caps.CallTimeout != 30*time.Second || len(a.Prefixes) != 2 {
 		t.Errorf("alice: %+v", a)
+	}
+}
+
+// TestEditConcurrent: edits at once from many goroutines all land (the
+// lock serialises their read-modify-write).
+func TestEditConcurrent(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "dir", tenant.FileName)
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			name := fmt.Sprintf("t%d", i)
+			if err := tenant.Edit(path, func(f *tenant.File) error {
+				_, err := f.Add(name, []string{name}, tenant.Caps{})
+				return err
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	f, err := tenant.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(f.Tenants()); got != n {
+		t.Errorf("%d tenants after %d concurrent adds", got, n)
+	}
+	// A failing edit saves nothing.
+	before, _ := os.ReadFile(path)
+	if err := tenant.Edit(path, func(f *tenant.File) error { f.Remove("t0"); return errors.New("no") }); err == nil {
+		t.Error("Edit hid fn's error")
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Error("a failed Edit changed the file")
 	}
 }
