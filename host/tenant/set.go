@@ -164,7 +164,7 @@ func (s *Set) Owns(name, uidOrPattern string) bool {
 func (s *Set) MayDeploy(name, uidOrPattern string) error {
 	t, ok := s.Tenant(name)
 	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownTenant, name)
+		return fmt.Errorf("tenant %q: %w", name, ErrUnknownTenant)
 	}
 	pat, err := parsePattern(uidOrPattern)
 	if err != nil {

@@ -138,7 +138,7 @@ func (f *File) Add(name string, prefixes []string, caps Caps) (token string, err
 func (f *File) Remove(name string) error {
 	i, ok := f.index(name)
 	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownTenant, name)
+		return fmt.Errorf("tenant %q: %w", name, ErrUnknownTenant)
 	}
 	// A new slice, never an edit in place: a File copied by value, or a
 	// Set's snapshot, may share the old one.
@@ -152,7 +152,7 @@ func (f *File) Remove(name string) error {
 func (f *File) Rotate(name string, keepOld bool) (token string, err error) {
 	i, ok := f.index(name)
 	if !ok {
-		return "", fmt.Errorf("%w: %q", ErrUnknownTenant, name)
+		return "", fmt.Errorf("tenant %q: %w", name, ErrUnknownTenant)
 	}
 	token, h, err := newToken()
 	if err != nil {
@@ -174,7 +174,7 @@ func (f *File) Rotate(name string, keepOld bool) (token string, err error) {
 func (f *File) SetCaps(name string, caps Caps) error {
 	i, ok := f.index(name)
 	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownTenant, name)
+		return fmt.Errorf("tenant %q: %w", name, ErrUnknownTenant)
 	}
 	next := f.Tenants()
 	next[i].Caps = caps
