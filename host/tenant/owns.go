@@ -18,6 +18,16 @@ var (
 	ErrInvalidPattern = errors.New("invalid uid or uid pattern")
 )
 
+// wrapped is an error with its own message that matches a sentinel, for
+// messages that read better without the sentinel's text.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.err }
+
 // patternPart is one dot-separated part of a uid or of a uid pattern
 // (hivemind's expert_pattern syntax): a literal, or a half-open range
 // "[lo:hi]" of integers.

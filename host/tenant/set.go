@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -171,10 +172,10 @@ func (s *Set) MayDeploy(name, uidOrPattern string) error {
 		return err
 	}
 	if !ownsParsed(t.Prefixes, pat) {
-		return fmt.Errorf("%w: tenant %q may deploy only under its prefixes, not %q", ErrNotOwner, name, uidOrPattern)
+		return &wrapped{fmt.Sprintf("%q is outside tenant %q's prefixes (%s)", uidOrPattern, name, strings.Join(t.Prefixes, ", ")), ErrNotOwner}
 	}
 	if u := s.operator.clash(pat); u != "" {
-		return fmt.Errorf("%w: %q overlaps the operator's %q", ErrOperatorOwned, uidOrPattern, u)
+		return &wrapped{fmt.Sprintf("%q overlaps %q, which the operator reserved", uidOrPattern, u), ErrOperatorOwned}
 	}
 	return nil
 }
