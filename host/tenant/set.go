@@ -2,7 +2,9 @@ package tenant
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -88,6 +90,9 @@ func Open(path string, opts ...Option) (*Set, error) {
 		return nil, err
 	}
 	f, err := Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w (create it with: moehost tenant add NAME --prefix PREFIX --tenants %s)", err, path)
+	}
 	if err != nil {
 		return nil, err
 	}

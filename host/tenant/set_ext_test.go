@@ -3,6 +3,8 @@ package tenant_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -236,5 +238,45 @@ func TestMayDeploy(t *testing.T) {
 	}
 	if c, ok := s.Caps("bob", tenant.Caps{Experts: 7}); !ok || c.QueueShare != 2 || c.Experts != 7 || c.Modules != tenant.DefaultCaps.Modules {
 		t.Errorf("Caps(bob) = %+v, %v", c, ok)
+	}
+}
+
+func TestOpenMissing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "none.json")
+	_, err := tenant.Open(path)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "moehost tenant add") {
+		t.Errorf("Open of a missing file: %v; want fs.ErrNotExist and how to create it", err)
+	}
+}
+
+// BenchmarkAuthenticate measures a sign-in against many stored tokens:
+// one SHA-256 and a constant-time compare per stored hash.
+func BenchmarkAuthenticate(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
+			var f tenant.File
+			var last string
+			for i := range n {
+				tok, err := f.Add(fmt.Sprintf("t%d", i), []string{fmt.Sprintf("p%d", i)}, tenant.Caps{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				last = tok
+			}
+			path := filepath.Join(b.TempDir(), tenant.FileName)
+			if err := f.Save(path); err != nil {
+				b.Fatal(err)
+			}
+			s, err := tenant.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, ok := s.Authenticate(last); !ok {
+					b.Fatal("token refused")
+				}
+			}
+		})
 	}
 }
