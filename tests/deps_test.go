@@ -29,6 +29,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/checkpoint", []string{"modules"}},
 		{"host/dht", []string{"gen/", "modules", "sdk/swarm"}},
 		{"host/ui", nil},
+		{"host/tenant", []string{"abi", "modules"}},
 		{"host", []string{"abi", "gpuhost", "gen/", "host/", "modules", "sdk/swarm"}},
 	}
 	for _, tt := range tests {
