@@ -82,14 +82,20 @@ func (Access) EnumDescriptor() ([]byte, []int) {
 }
 
 // UploadModuleRequest is one message of an upload stream: the module's bytes
-// in order, split into chunks of at most 1 MiB each.
+// in order, split into chunks of at most 1 MiB each. A message over about
+// 1 MiB fails with RESOURCE_EXHAUSTED.
 type UploadModuleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name labels the module in listings and logs, e.g. "ffn.wasm". Only the
 	// first message may set it.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// chunk is the next part of the module's bytes.
-	Chunk         []byte `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// chunk is the next part of the module's bytes, at most 1 MiB.
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// size_bytes declares the module's whole length. Only the first message
+	// may set it. With it, a module over the cap is refused before any byte
+	// is stored, and an upload whose length differs fails with
+	// INVALID_ARGUMENT.
+	SizeBytes     *int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3,oneof" json:"size_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -136,6 +142,13 @@ func (x *UploadModuleRequest) GetChunk() []byte {
 		return x.Chunk
 	}
 	return nil
+}
+
+func (x *UploadModuleRequest) GetSizeBytes() int64 {
+	if x != nil && x.SizeBytes != nil {
+		return *x.SizeBytes
+	}
+	return 0
 }
 
 // UploadModuleResponse describes the module stored.
@@ -948,10 +961,13 @@ var File_moehost_v1_module_proto protoreflect.FileDescriptor
 const file_moehost_v1_module_proto_rawDesc = "" +
 	"\n" +
 	"\x17moehost/v1/module.proto\x12\n" +
-	"moehost.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"?\n" +
+	"moehost.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"r\n" +
 	"\x13UploadModuleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"F\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\x12\"\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03H\x00R\tsizeBytes\x88\x01\x01B\r\n" +
+	"\v_size_bytes\"F\n" +
 	"\x14UploadModuleResponse\x12.\n" +
 	"\x06module\x18\x01 \x01(\v2\x16.moehost.v1.ModuleInfoR\x06module\"\xae\x01\n" +
 	"\n" +
@@ -1091,6 +1107,7 @@ func file_moehost_v1_module_proto_init() {
 	if File_moehost_v1_module_proto != nil {
 		return
 	}
+	file_moehost_v1_module_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
