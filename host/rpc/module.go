@@ -199,7 +199,7 @@ func (s *moduleService) UploadModule(ctx context.Context, stream *connect.Client
 		case size <= 0:
 			return nil, fmt.Errorf("%w: size_bytes %d is not positive", ErrInvalidArgument, size)
 		case size > s.maxUpload:
-			return nil, fmt.Errorf("%w: the module's %d bytes exceed this server's upload cap of %d bytes", ErrResourceExhausted, size, s.maxUpload)
+			return nil, fmt.Errorf("%w: the module's %d bytes exceed this server's upload cap of %s", ErrResourceExhausted, size, byteSize(s.maxUpload))
 		}
 	}
 	body := &uploadBody{stream: stream, chunk: first.GetChunk(), max: s.maxUpload, declared: size}
@@ -241,7 +241,7 @@ func (b *uploadBody) checkChunk() error {
 	b.n += int64(len(b.chunk))
 	switch {
 	case b.n > b.max:
-		b.err = fmt.Errorf("%w: the module exceeds this server's upload cap of %d bytes", ErrResourceExhausted, b.max)
+		b.err = fmt.Errorf("%w: the module exceeds this server's upload cap of %s", ErrResourceExhausted, byteSize(b.max))
 	case b.declared >= 0 && b.n > b.declared:
 		b.err = fmt.Errorf("%w: the upload is longer than its declared size_bytes %d", ErrInvalidArgument, b.declared)
 	}
@@ -278,6 +278,14 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	n := copy(p, b.chunk)
 	b.chunk = b.chunk[n:]
 	return n, nil
+}
+
+// byteSize writes n in MiB when it is a whole number of them.
+func byteSize(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // checkName accepts a printable UTF-8 label of at most maxNameBytes.
