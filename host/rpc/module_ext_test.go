@@ -821,10 +821,19 @@ func FuzzDeploymentFromProto(f *testing.F) {
 	})
 	f.Add(seed)
 	// Refused ones too, so that mutations start next to the edges.
+	d := func(b *moehostv1.BatchLimits, l *moehostv1.ExpertLimits, o *moehostv1.OptimizerConfig) *moehostv1.DeployExpertRequest {
+		return &moehostv1.DeployExpertRequest{Experts: "a", ModuleDigest: digestOf(nil), Batching: b, Limits: l, Optimizer: o}
+	}
 	for _, r := range []*moehostv1.DeployExpertRequest{
-		{Experts: "a", ModuleDigest: digestOf(nil), Batching: &moehostv1.BatchLimits{QueueSize: -1, MaxBatchSize: -1, MinBatchSize: -1}},
-		{Experts: "a", ModuleDigest: digestOf(nil), Limits: &moehostv1.ExpertLimits{ParamBytes: -1, BytesPerCall: -1, CallTimeout: durationpb.New(-time.Second)}},
-		{Experts: "a", ModuleDigest: digestOf(nil), Optimizer: &moehostv1.OptimizerConfig{Lr: -1, NumWarmupSteps: -1, NumTrainingSteps: -1}},
+		d(&moehostv1.BatchLimits{QueueSize: -1}, nil, nil),
+		d(&moehostv1.BatchLimits{MaxBatchSize: -1}, nil, nil),
+		d(&moehostv1.BatchLimits{MinBatchSize: -1}, nil, nil),
+		d(&moehostv1.BatchLimits{MaxWait: durationpb.New(-time.Second)}, nil, nil),
+		d(nil, &moehostv1.ExpertLimits{ParamBytes: -1}, nil),
+		d(nil, &moehostv1.ExpertLimits{BytesPerCall: -1}, nil),
+		d(nil, &moehostv1.ExpertLimits{CallTimeout: durationpb.New(-time.Second)}, nil),
+		d(nil, nil, &moehostv1.OptimizerConfig{Lr: -1}),
+		d(nil, nil, &moehostv1.OptimizerConfig{NumTrainingSteps: -1}),
 	} {
 		b, _ := proto.Marshal(r)
 		f.Add(b)
