@@ -313,6 +313,21 @@ DIGEST<TAB>BYTES<TAB>NAME<TAB>EXPERTS (comma-separated uids that run it).`,
 		},
 	}
 	r.register(cmd, true)
+	var dr remote
+	del := &cobra.Command{
+		Use:   "delete DIGEST",
+		Short: "Delete one of the tenant's modules (refused while an expert runs it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := dr.resolve(cmd); err != nil {
+				return err
+			}
+			_, err := dr.modules().DeleteModule(cmd.Context(), connect.NewRequest(&moehostv1.DeleteModuleRequest{Digest: args[0]}))
+			return err
+		},
+	}
+	dr.register(del, true)
+	cmd.AddCommand(del)
 	return cmd
 }
 

@@ -38,6 +38,7 @@ type recordingModules struct {
 	uploads  []rpc.ModuleUpload
 	deployed []rpc.Deployment
 	undeploy []string
+	deleted  []string
 	mods     []rpc.ModuleInfo
 }
 
@@ -61,7 +62,17 @@ func (m *recordingModules) List(context.Context, rpc.Caller) ([]rpc.ModuleInfo, 
 	return m.mods, nil
 }
 
-func (m *recordingModules) Delete(context.Context, rpc.Caller, string) error { return nil }
+func (m *recordingModules) Delete(_ context.Context, _ rpc.Caller, digest string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range m.deployed {
+		if d.Module == digest {
+			return fmt.Errorf("%w: module %s runs %s", rpc.ErrFailedPrecondition, digest, d.Experts)
+		}
+	}
+	m.deleted = append(m.deleted, digest)
+	return nil
+}
 
 func (m *recordingModules) Deploy(_ context.Context, _ rpc.Caller, d rpc.Deployment) ([]string, error) {
 	m.mu.Lock()
@@ -214,6 +225,14 @@ func TestModuleCommands(t *testing.T) {
 	stdout, _, code = run("modules", "--server", url)
 	if want := digest + "\t" + fmt.Sprint(len(wasm)) + "\tffn.wasm\t\n"; code != 0 || stdout != want {
 		t.Errorf("modules: exit %d, %q, want %q", code, stdout, want)
+	}
+
+	other := "sha256:" + strings.Repeat("0", 64)
+	if _, stderr, code := run("modules", "delete", "--server", url, other); code != 0 || len(m.deleted) != 1 || m.deleted[0] != other {
+		t.Errorf("modules delete: exit %d, %q, deleted %v", code, stderr, m.deleted)
+	}
+	if _, stderr, code := run("modules", "delete", "--server", url, digest); code != 1 || !strings.Contains(stderr, "failed_precondition: ") {
+		t.Errorf("modules delete of a deployed module: exit %d, %q", code, stderr)
 	}
 
 	// experts needs no token; without the environment's, it is anonymous.
