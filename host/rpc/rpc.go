@@ -34,6 +34,12 @@ var (
 	ErrInternal           = errors.New("internal error")
 	ErrFailedPrecondition = errors.New("failed precondition")
 	ErrAlreadyExists      = errors.New("already exists")
+	// ErrUnauthenticated: the caller presented no token, or one that no
+	// tenant holds, where one is needed.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrPermissionDenied: the caller is known but may not do this (another
+	// tenant's module, expert or uid prefix).
+	ErrPermissionDenied = errors.New("permission denied")
 )
 
 // Expert is one hosted expert as the RPC layer sees it.
@@ -71,6 +77,18 @@ type Options struct {
 	// Services are more Connect services to serve beside ExpertService,
 	// listed in health checks and reflection.
 	Services []Service
+
+	// Auth checks bearer tokens. With it, ExpertService and ServerService
+	// serve anonymous callers and callers with a valid token (CallerFrom
+	// says which), and refuse an invalid token with Unauthenticated.
+	// Without it, every caller is anonymous.
+	Auth Authenticator
+	// Modules, with Auth, serves ModuleService, to callers with a valid
+	// token only. Nil serves no ModuleService.
+	Modules Modules
+	// MaxUploadBytes caps one module upload, separately from
+	// MaxRequestBytes. Default DefaultMaxUploadBytes (64 MiB).
+	MaxUploadBytes int64
 }
 
 // Service is a Connect service another room built, served on the same
@@ -85,11 +103,18 @@ type Service struct {
 
 // NewHandler returns an http.Handler that serves ExpertService,
 // ServerService (with opts.Server), gRPC health and gRPC reflection (v1
-// and v1alpha) for all three protocols, to the CORS origins allowed.
-// Serve it with HTTP/2 cleartext enabled for gRPC clients.
+// and v1alpha) for all three protocols, to the CORS origins allowed, and
+// ModuleService with opts.Modules. Serve it with HTTP/2 cleartext enabled
+// for gRPC clients. Modules without Auth is a wiring bug: it panics.
 func NewHandler(experts Experts, opts Options) http.Handler {
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = 256 << 20
+	}
+	// Interceptors run in order: errors are coded outermost, and the
+	// caller is known before the handler runs.
+	interceptors := []connect.Interceptor{errorInterceptor{}}
+	if opts.Auth != nil {
+		interceptors = append(interceptors, authInterceptor{auth: opts.Auth, service: "this service"})
 	}
 	mux := http.NewServeMux()
 	mux.Handle(moehostv1connect.NewExpertServiceHandler(
@@ -99,15 +124,19 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		// gzip shrinks by a few percent at the cost of more CPU than the
 		// expert's own kernels. Compressed requests are still accepted.
 		connect.WithCompressMinBytes(math.MaxInt),
-		connect.WithInterceptors(errorInterceptor{}),
+		connect.WithInterceptors(interceptors...),
 	))
 	names := []string{moehostv1connect.ExpertServiceName}
 	if opts.Server != nil {
 		mux.Handle(moehostv1connect.NewServerServiceHandler(
 			serverService{server: opts.Server},
-			connect.WithInterceptors(errorInterceptor{}),
+			connect.WithInterceptors(interceptors...),
 		))
 		names = append(names, moehostv1connect.ServerServiceName)
+	}
+	if opts.Modules != nil {
+		mux.Handle(NewModuleHandler(opts.Modules, opts.Auth, opts.MaxUploadBytes))
+		names = append(names, moehostv1connect.ModuleServiceName)
 	}
 	for _, svc := range opts.Services {
 		mux.Handle(svc.Path, svc.Handler)
@@ -147,6 +176,10 @@ func CodeOf(err error) connect.Code {
 		return connect.CodeFailedPrecondition
 	case errors.Is(err, ErrAlreadyExists):
 		return connect.CodeAlreadyExists
+	case errors.Is(err, ErrUnauthenticated):
+		return connect.CodeUnauthenticated
+	case errors.Is(err, ErrPermissionDenied):
+		return connect.CodePermissionDenied
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.CodeDeadlineExceeded
 	case errors.Is(err, context.Canceled):
@@ -155,24 +188,32 @@ func CodeOf(err error) connect.Code {
 	return connect.CodeInternal
 }
 
-// errorInterceptor turns every handler error into a coded Connect error.
+// errorInterceptor turns every handler error, unary or streaming, into a
+// coded Connect error.
 type errorInterceptor struct{}
 
 func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		res, err := next(ctx, req)
-		if err != nil {
-			var ce *connect.Error
-			if !errors.As(err, &ce) {
-				err = connect.NewError(CodeOf(err), withoutSentinel(err))
-			}
-		}
-		return res, err
+		return res, coded(err)
 	}
 }
 
+// coded returns err as a *connect.Error with the code CodeOf chooses, or
+// nil for nil.
+func coded(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	return connect.NewError(CodeOf(err), withoutSentinel(err))
+}
+
 // sentinels are the errors whose text withoutSentinel removes.
-var sentinels = []error{ErrNotFound, ErrInvalidArgument, ErrResourceExhausted, ErrUnavailable, ErrInternal}
+var sentinels = []error{ErrNotFound, ErrInvalidArgument, ErrResourceExhausted, ErrUnavailable, ErrInternal, ErrFailedPrecondition, ErrAlreadyExists, ErrUnauthenticated, ErrPermissionDenied}
 
 // withoutSentinel drops the sentinels' text ("invalid argument: ") from
 // err's message, since the Connect code says it already and clients print
@@ -202,5 +243,7 @@ func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) co
 }
 
 func (errorInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return coded(next(ctx, conn))
+	}
 }

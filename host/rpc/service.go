@@ -53,10 +53,36 @@ func (s *service) served() string {
 	return "it serves " + list + "; ListExperts describes them all"
 }
 
+// Guarded is an Expert with an owner and access rules, which Forward and
+// Backward check against CallerFrom before they decode anything. Experts
+// that do not implement it are public.
+type Guarded interface {
+	// Access returns the expert's owner tenant ("" for the operator) and
+	// who may call Forward and Backward.
+	Access() (owner string, forward, backward Access)
+}
+
+// checkAccess applies e's access rule for one procedure, if it has one.
+func checkAccess(ctx context.Context, e Expert, backward bool, what string) error {
+	g, ok := e.(Guarded)
+	if !ok {
+		return nil
+	}
+	owner, fwd, bwd := g.Access()
+	a := fwd
+	if backward {
+		a = bwd
+	}
+	return a.Check(CallerFrom(ctx), owner, what)
+}
+
 func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.ForwardRequest]) (*connect.Response[moehostv1.ForwardResponse], error) {
 	uid := req.Msg.GetUid()
 	e, err := s.lookup(uid)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkAccess(ctx, e, false, fmt.Sprintf("forward %q", uid)); err != nil {
 		return nil, err
 	}
 	outDType, err := CheckWireDType(req.Msg.GetOutputDtype())
@@ -85,6 +111,9 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 	uid := req.Msg.GetUid()
 	e, err := s.lookup(uid)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkAccess(ctx, e, true, fmt.Sprintf("backward %q", uid)); err != nil {
 		return nil, err
 	}
 	gradDType, err := CheckWireDType(req.Msg.GetGradInputDtype())

@@ -128,7 +128,8 @@ func exportParams(ctx context.Context, c moehostv1connect.CheckpointServiceClien
 	return nil
 }
 
-// bearer adds the admin token to every request.
+// bearer adds a bearer token (the admin's, or a tenant's) to every
+// request, streaming ones included.
 type bearer string
 
 func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
@@ -141,7 +142,13 @@ func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 }
 
 func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		if b != "" {
+			conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		}
+		return conn
+	}
 }
 
 func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {

@@ -11,12 +11,11 @@ import (
 	"github.com/moehost/moehost/host/tenant"
 )
 
-// run runs moehost with args and returns its exit code, stdout and stderr.
-func run(t *testing.T, args ...string) (int, string, string) {
+// runT is run (modules_test.go) with the exit code first.
+func runT(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code := Main(args, &stdout, &stderr)
-	return code, stdout.String(), stderr.String()
+	stdout, stderr, code := run(args...)
+	return code, stdout, stderr
 }
 
 var tokenRE = regexp.MustCompile(`^moe_[A-Za-z0-9_-]{43}$`)
@@ -35,7 +34,7 @@ func TestTenantRoundTrip(t *testing.T) {
 	dataDir := t.TempDir()
 	path := filepath.Join(dataDir, tenant.FileName)
 
-	code, out, errOut := run(t, "tenant", "add", "alice", "--prefix", "alice", "--prefix", "shared.alice",
+	code, out, errOut := runT(t, "tenant", "add", "alice", "--prefix", "alice", "--prefix", "shared.alice",
 		"--cap-modules", "4", "--cap-module-bytes", "64MiB", "--cap-call-timeout", "30s", "--cap-queue-share", "3", "--data-dir", dataDir)
 	if code != 0 {
 		t.Fatalf("tenant add: exit %d: %s", code, errOut)
@@ -47,7 +46,7 @@ func TestTenantRoundTrip(t *testing.T) {
 	if !strings.Contains(errOut, "shown only this once") {
 		t.Errorf("tenant add's stderr %q does not say the token is shown once", errOut)
 	}
-	code, out, errOut = run(t, "tenant", "add", "bob", "--prefix", "bob", "--tenants", path)
+	code, out, errOut = runT(t, "tenant", "add", "bob", "--prefix", "bob", "--tenants", path)
 	if code != 0 {
 		t.Fatalf("tenant add bob: exit %d: %s", code, errOut)
 	}
@@ -66,7 +65,7 @@ func TestTenantRoundTrip(t *testing.T) {
 		t.Errorf("alice's caps %+v", a.Caps)
 	}
 
-	code, out, errOut = run(t, "tenant", "list", "--data-dir", dataDir)
+	code, out, errOut = runT(t, "tenant", "list", "--data-dir", dataDir)
 	if code != 0 {
 		t.Fatalf("tenant list: exit %d: %s", code, errOut)
 	}
@@ -82,10 +81,10 @@ func TestTenantRoundTrip(t *testing.T) {
 		}
 	}
 
-	if code, _, errOut = run(t, "tenant", "caps", "bob", "--cap-experts", "7", "--tenants", path); code != 0 {
+	if code, _, errOut = runT(t, "tenant", "caps", "bob", "--cap-experts", "7", "--tenants", path); code != 0 {
 		t.Fatalf("tenant caps: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut = run(t, "tenant", "caps", "alice", "--cap-modules", "0", "--tenants", path); code != 0 {
+	if code, _, errOut = runT(t, "tenant", "caps", "alice", "--cap-modules", "0", "--tenants", path); code != 0 {
 		t.Fatalf("tenant caps: exit %d: %s", code, errOut)
 	}
 	if err := set.Reload(); err != nil {
@@ -98,7 +97,7 @@ func TestTenantRoundTrip(t *testing.T) {
 		t.Errorf("alice's caps after tenant caps --cap-modules 0: %+v (only modules should change)", a.Caps)
 	}
 
-	code, out, errOut = run(t, "tenant", "rotate", "bob", "--tenants", path)
+	code, out, errOut = runT(t, "tenant", "rotate", "bob", "--tenants", path)
 	if code != 0 {
 		t.Fatalf("tenant rotate: exit %d: %s", code, errOut)
 	}
@@ -106,7 +105,7 @@ func TestTenantRoundTrip(t *testing.T) {
 	if !tokenRE.MatchString(bob2) || bob2 == bob {
 		t.Fatalf("tenant rotate printed %q", bob2)
 	}
-	if code, _, errOut = run(t, "tenant", "remove", "alice", "--data-dir", dataDir); code != 0 {
+	if code, _, errOut = runT(t, "tenant", "remove", "alice", "--data-dir", dataDir); code != 0 {
 		t.Fatalf("tenant remove: exit %d: %s", code, errOut)
 	}
 	if _, ok := set.Authenticate(alice); !ok {
@@ -127,7 +126,7 @@ func TestTenantRoundTrip(t *testing.T) {
 func TestTenantErrors(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tenants.json")
-	if code, _, errOut := run(t, "tenant", "add", "alice", "--prefix", "alice", "--tenants", path); code != 0 {
+	if code, _, errOut := runT(t, "tenant", "add", "alice", "--prefix", "alice", "--tenants", path); code != 0 {
 		t.Fatalf("tenant add: %s", errOut)
 	}
 	before, err := os.ReadFile(path)
@@ -153,7 +152,7 @@ func TestTenantErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, out, errOut := run(t, append(append([]string{"tenant"}, tt.args...), "--tenants", path)...)
+			code, out, errOut := runT(t, append(append([]string{"tenant"}, tt.args...), "--tenants", path)...)
 			if code != 1 || !strings.Contains(errOut, tt.want) {
 				t.Errorf("exit %d, stderr %q; want 1 and %q", code, errOut, tt.want)
 			}
@@ -165,14 +164,14 @@ func TestTenantErrors(t *testing.T) {
 			}
 		})
 	}
-	if code, _, errOut := run(t, "tenant", "list", "--tenants", filepath.Join(t.TempDir(), "none.json")); code != 0 {
+	if code, _, errOut := runT(t, "tenant", "list", "--tenants", filepath.Join(t.TempDir(), "none.json")); code != 0 {
 		t.Errorf("tenant list of a missing file: exit %d: %s", code, errOut)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	if err := os.WriteFile(bad, []byte(`{"version":1,"tenants":[{"name":"x","prefixes":["x"],"token_hashes":[]}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := run(t, "tenant", "list", "--tenants", bad); code != 1 || !strings.Contains(errOut, `tenant "x": token_hashes: none`) {
+	if code, _, errOut := runT(t, "tenant", "list", "--tenants", bad); code != 1 || !strings.Contains(errOut, `tenant "x": token_hashes: none`) {
 		t.Errorf("tenant list of a bad file: exit %d, %q", code, errOut)
 	}
 }

@@ -1,0 +1,172 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+)
+
+// Caller is who made a request, as the token it presented says.
+type Caller struct {
+	// Tenant names the caller's tenant; "" is an anonymous caller, one
+	// that presented no token.
+	Tenant string
+	// Operator is set for the server's operator, who owns the experts
+	// given on the command line.
+	Operator bool
+}
+
+// Anonymous reports whether the caller presented no token.
+func (c Caller) Anonymous() bool { return c.Tenant == "" && !c.Operator }
+
+// Authenticator turns bearer tokens into callers; package host implements
+// it with the tenants file. Authenticate must take the same time whatever
+// part of token matches (compare hashes in constant time), and must be
+// safe for concurrent use.
+type Authenticator interface {
+	// Authenticate returns the caller token belongs to, and false for a
+	// token that no tenant holds.
+	Authenticate(token string) (Caller, bool)
+}
+
+type callerKey struct{}
+
+// ContextWithCaller returns ctx carrying c, as the handler's interceptor
+// does for each request; tests of Modules implementations use it too.
+func ContextWithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the caller of the request ctx belongs to: the
+// anonymous Caller when it presented no token, or when the server has no
+// Authenticator.
+func CallerFrom(ctx context.Context) Caller {
+	c, _ := ctx.Value(callerKey{}).(Caller)
+	return c
+}
+
+// Access says who may call one of an expert's procedures.
+type Access int
+
+// The accesses. The zero Access is not valid: the handler resolves the
+// wire's ACCESS_UNSPECIFIED to the procedure's default (DefaultForward,
+// DefaultBackward) before a Modules implementation sees it.
+const (
+	// AccessPublic lets anyone call, with or without a token.
+	AccessPublic Access = iota + 1
+	// AccessOwner lets only the owner tenant (and the operator) call.
+	AccessOwner
+	// AccessTenants lets any caller with a valid token call.
+	AccessTenants
+)
+
+// The defaults for ACCESS_UNSPECIFIED. Backward changes the expert's
+// parameters, so only its owner may call it unless the deployment says
+// otherwise (RATIONALE: "Why is Backward owner-only by default?").
+const (
+	DefaultForward  = AccessPublic
+	DefaultBackward = AccessOwner
+)
+
+// String returns the access as the CLI spells it: "public", "owner" or
+// "tenants".
+func (a Access) String() string {
+	switch a {
+	case AccessPublic:
+		return "public"
+	case AccessOwner:
+		return "owner"
+	case AccessTenants:
+		return "tenants"
+	}
+	return fmt.Sprintf("Access(%d)", int(a))
+}
+
+// ParseAccess parses String's output.
+func ParseAccess(s string) (Access, error) {
+	for _, a := range []Access{AccessPublic, AccessOwner, AccessTenants} {
+		if strings.EqualFold(s, a.String()) {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("access %q is not public, owner or tenants", s)
+}
+
+// Check returns nil when c may call a procedure with access a of an
+// expert owned by owner ("" for the operator's experts), and otherwise an
+// error wrapping ErrUnauthenticated (an anonymous caller, who could get
+// in with a token) or ErrPermissionDenied. what names the call in the
+// message ("forward \"alice.ffn.0\"").
+func (a Access) Check(c Caller, owner, what string) error {
+	switch {
+	case a == AccessPublic:
+		return nil
+	case c.Operator:
+		return nil
+	case c.Anonymous():
+		return fmt.Errorf("%w: %s needs a token (Authorization: Bearer)", ErrUnauthenticated, what)
+	case a == AccessTenants:
+		return nil
+	case a == AccessOwner && owner != "" && c.Tenant == owner:
+		return nil
+	case a == AccessOwner:
+		return fmt.Errorf("%w: %s is open to its owner only", ErrPermissionDenied, what)
+	}
+	return fmt.Errorf("%w: %s: BUG: access %v", ErrInternal, what, a)
+}
+
+// authInterceptor puts the request's Caller in its context. With
+// required, a request without a token is refused; a token that no tenant
+// holds is refused either way, so that a typo is not served as anonymous.
+type authInterceptor struct {
+	auth     Authenticator
+	required bool
+	service  string // for messages
+}
+
+func (a authInterceptor) caller(ctx context.Context, h http.Header) (context.Context, error) {
+	v := h.Get("Authorization")
+	if v == "" {
+		if a.required {
+			return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s needs a tenant's token (Authorization: Bearer <token>)", a.service))
+		}
+		return ContextWithCaller(ctx, Caller{}), nil
+	}
+	scheme, token, _ := strings.Cut(v, " ")
+	token = strings.TrimSpace(token)
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the Authorization header is not \"Bearer <token>\""))
+	}
+	c, ok := a.auth.Authenticate(token)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the bearer token is not valid on this server"))
+	}
+	return ContextWithCaller(ctx, c), nil
+}
+
+func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		ctx, err := a.caller(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, err := a.caller(ctx, conn.RequestHeader())
+		if err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}

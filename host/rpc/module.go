@@ -1,0 +1,508 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+)
+
+// Modules is the module registry and the live expert set as ModuleService
+// sees them; package host implements it. Each method gets the
+// authenticated caller (never anonymous) and decides what that caller may
+// see and do. Errors wrap this package's sentinels: ErrPermissionDenied
+// for another tenant's module, expert or uid prefix, ErrFailedPrecondition
+// for deleting a module that is still deployed, ErrResourceExhausted for a
+// tenant cap, ErrNotFound, ErrInvalidArgument for a module that does not
+// validate.
+type Modules interface {
+	// Upload stores the module read from u.Body and returns it. Body is
+	// already capped at Options.MaxUploadBytes; Upload reads it to io.EOF
+	// before it succeeds, and keeps no more of it in memory than it
+	// must. Uploading the same bytes twice is not an error.
+	Upload(ctx context.Context, c Caller, u ModuleUpload) (ModuleInfo, error)
+	// List returns the caller's modules, sorted by digest.
+	List(ctx context.Context, c Caller) ([]ModuleInfo, error)
+	// Delete removes one of the caller's modules.
+	Delete(ctx context.Context, c Caller, digest string) error
+	// Deploy starts the experts d describes and returns their uids,
+	// sorted.
+	Deploy(ctx context.Context, c Caller, d Deployment) ([]string, error)
+	// Undeploy stops the experts that experts (a uid or pattern) names
+	// and returns their uids, sorted.
+	Undeploy(ctx context.Context, c Caller, experts string) ([]string, error)
+}
+
+// ModuleUpload is one module upload as it streams in.
+type ModuleUpload struct {
+	// Name is the label the client gave, maybe "".
+	Name string
+	// Size is the length the client declared, already checked against
+	// the cap, or -1 when it declared none. Body fails unless it yields
+	// exactly Size bytes, so an implementation may charge Size against a
+	// quota before it reads.
+	Size int64
+	// Body yields the module's bytes. Past the cap, or past Size, it
+	// fails with an error wrapping ErrResourceExhausted or
+	// ErrInvalidArgument.
+	Body io.Reader
+}
+
+// ModuleInfo describes one stored module.
+type ModuleInfo struct {
+	// Digest is "sha256:" and 64 lower-case hex digits.
+	Digest string
+	// Size is the module's length in bytes.
+	Size int64
+	// Name is the label given at upload.
+	Name string
+	// Created is when the tenant first uploaded it; zero omits it.
+	Created time.Time
+	// Experts are the uids of the tenant's experts that run it, sorted.
+	Experts []string
+}
+
+// Deployment is a DeployExpert request, checked for wire-level sanity
+// (non-negative limits, a well-formed digest, known accesses, finite
+// numbers): the implementation checks the rest (patterns, prefixes, caps,
+// optimizer names).
+type Deployment struct {
+	// Experts is one uid or a uid pattern ("alice.ffn.[0:4]").
+	Experts string
+	// Module is the module's digest.
+	Module string
+	// Config holds the module's integer settings; never nil.
+	Config map[string]int64
+	// Optimizer is nil for the server's default optimizer.
+	Optimizer *OptimizerConfig
+	// Batching's zero fields take the server's batch limits.
+	Batching BatchLimits
+	// Limits' zero fields take the tenant's caps.
+	Limits ExpertLimits
+	// Forward and Backward say who may call each; never zero.
+	Forward, Backward Access
+}
+
+// OptimizerConfig mirrors host.OptimizerConfig field for field, so that
+// host converts it with a type conversion.
+type OptimizerConfig struct {
+	Name                             string
+	LR                               float64
+	Momentum                         float64
+	WeightDecay                      float64
+	ClipGradNorm                     float64
+	Scheduler                        string
+	NumWarmupSteps, NumTrainingSteps int64
+}
+
+// BatchLimits mirrors batch.Limits field for field, so that host converts
+// it with a type conversion.
+type BatchLimits struct {
+	MaxBatchSize int
+	MinBatchSize int
+	MaxWait      time.Duration
+	QueueSize    int
+}
+
+// ExpertLimits bound one expert's calls; zero fields take the tenant's
+// caps. They are the per-expert subset of sandbox.Limits.
+type ExpertLimits struct {
+	CallTimeout  time.Duration
+	BytesPerCall int64
+	ParamBytes   int64
+	MemoryPages  uint32
+}
+
+// Limits of ModuleService's wire.
+const (
+	// DefaultMaxUploadBytes is Options.MaxUploadBytes' default.
+	DefaultMaxUploadBytes = 64 << 20
+	// maxChunkBytes is the most bytes one UploadModuleRequest's chunk may
+	// carry; the proto says 1 MiB.
+	maxChunkBytes = 1 << 20
+	// maxModuleMessageBytes caps every ModuleService request message: a
+	// full chunk and its framing, or a deploy request's config.
+	maxModuleMessageBytes = maxChunkBytes + 64<<10
+	// maxNameBytes caps a module's name; maxExpertsBytes a uid pattern.
+	maxNameBytes    = 256
+	maxExpertsBytes = 1024
+	// maxConfigKeys caps a deployment's config entries.
+	maxConfigKeys = 256
+)
+
+// NewModuleHandler returns ModuleService's path and handler: every call
+// needs a token that auth accepts, uploads are capped at maxUploadBytes
+// (DefaultMaxUploadBytes when <= 0), and errors are mapped to codes.
+// NewHandler mounts it when Options.Modules is set; a server that mounts
+// it itself lists moehostv1connect.ModuleServiceName in reflection.
+func NewModuleHandler(m Modules, auth Authenticator, maxUploadBytes int64) (string, http.Handler) {
+	if m == nil || auth == nil {
+		panic("BUG: rpc.NewModuleHandler needs Modules and an Authenticator")
+	}
+	if maxUploadBytes <= 0 {
+		maxUploadBytes = DefaultMaxUploadBytes
+	}
+	return moehostv1connect.NewModuleServiceHandler(&moduleService{m: m, maxUpload: maxUploadBytes},
+		connect.WithInterceptors(errorInterceptor{}, authInterceptor{auth: auth, required: true, service: "ModuleService"}),
+		connect.WithReadMaxBytes(maxModuleMessageBytes),
+		connect.WithCompressMinBytes(math.MaxInt),
+	)
+}
+
+type moduleService struct {
+	m         Modules
+	maxUpload int64
+}
+
+// caller returns the authenticated caller; the interceptor refuses
+// anonymous ones, so one here is a wiring bug.
+func caller(ctx context.Context) (Caller, error) {
+	c := CallerFrom(ctx)
+	if c.Anonymous() {
+		return c, fmt.Errorf("%w: ModuleService needs a tenant's token", ErrUnauthenticated)
+	}
+	return c, nil
+}
+
+func (s *moduleService) UploadModule(ctx context.Context, stream *connect.ClientStream[moehostv1.UploadModuleRequest]) (*connect.Response[moehostv1.UploadModuleResponse], error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, fmt.Errorf("upload: %w", err)
+		}
+		return nil, fmt.Errorf("%w: the upload stream is empty", ErrInvalidArgument)
+	}
+	first := stream.Msg()
+	if err := checkName(first.GetName()); err != nil {
+		return nil, err
+	}
+	size := int64(-1)
+	if first.SizeBytes != nil {
+		size = first.GetSizeBytes()
+		switch {
+		case size <= 0:
+			return nil, fmt.Errorf("%w: size_bytes %d is not positive", ErrInvalidArgument, size)
+		case size > s.maxUpload:
+			return nil, fmt.Errorf("%w: the module's %d bytes exceed this server's upload cap of %s", ErrResourceExhausted, size, byteSize(s.maxUpload))
+		}
+	}
+	body := &uploadBody{stream: stream, chunk: first.GetChunk(), max: s.maxUpload, declared: size}
+	if err := body.checkChunk(); err != nil {
+		return nil, err
+	}
+	info, err := s.m.Upload(ctx, c, ModuleUpload{Name: first.GetName(), Size: size, Body: body})
+	if body.err != nil && !errors.Is(body.err, io.EOF) {
+		// The stream's own failure (the cap, a bad message, a lost
+		// client) explains whatever the implementation made of it.
+		return nil, body.err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upload: %w", err)
+	}
+	if body.err == nil {
+		return nil, fmt.Errorf("%w: BUG: the module store returned before the upload's end", ErrInternal)
+	}
+	return connect.NewResponse(&moehostv1.UploadModuleResponse{Module: info.proto()}), nil
+}
+
+// uploadBody reads an upload stream's chunks as one byte stream, one
+// message at a time, failing past the cap or the declared size.
+type uploadBody struct {
+	stream   *connect.ClientStream[moehostv1.UploadModuleRequest]
+	chunk    []byte // the unread rest of the current message's chunk
+	n        int64  // bytes received so far, chunk included
+	max      int64
+	declared int64 // -1: none
+	err      error // sticky; io.EOF at the clean end
+}
+
+// checkChunk counts the chunk just received against the limits.
+func (b *uploadBody) checkChunk() error {
+	if len(b.chunk) > maxChunkBytes {
+		b.err = fmt.Errorf("%w: an upload chunk of %d bytes is larger than %d bytes", ErrInvalidArgument, len(b.chunk), maxChunkBytes)
+		return b.err
+	}
+	b.n += int64(len(b.chunk))
+	switch {
+	case b.n > b.max:
+		b.err = fmt.Errorf("%w: the module exceeds this server's upload cap of %s", ErrResourceExhausted, byteSize(b.max))
+	case b.declared >= 0 && b.n > b.declared:
+		b.err = fmt.Errorf("%w: the upload is longer than its declared size_bytes %d", ErrInvalidArgument, b.declared)
+	}
+	return b.err
+}
+
+func (b *uploadBody) Read(p []byte) (int, error) {
+	for len(b.chunk) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		if !b.stream.Receive() {
+			if err := b.stream.Err(); err != nil {
+				b.err = fmt.Errorf("upload: receiving: %w", err)
+				return 0, b.err
+			}
+			if b.declared >= 0 && b.n != b.declared {
+				b.err = fmt.Errorf("%w: the upload ended after %d of its declared %d bytes", ErrInvalidArgument, b.n, b.declared)
+				return 0, b.err
+			}
+			b.err = io.EOF
+			return 0, io.EOF
+		}
+		msg := b.stream.Msg()
+		if msg.GetName() != "" || msg.SizeBytes != nil {
+			b.err = fmt.Errorf("%w: only the upload's first message may set name or size_bytes", ErrInvalidArgument)
+			return 0, b.err
+		}
+		b.chunk = msg.GetChunk()
+		if err := b.checkChunk(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, b.chunk)
+	b.chunk = b.chunk[n:]
+	return n, nil
+}
+
+// byteSize writes n in MiB when it is a whole number of them.
+func byteSize(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// checkName accepts a printable UTF-8 label of at most maxNameBytes.
+func checkName(name string) error {
+	if len(name) > maxNameBytes {
+		return fmt.Errorf("%w: the module name is longer than %d bytes", ErrInvalidArgument, maxNameBytes)
+	}
+	if !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return fmt.Errorf("%w: the module name %q is not printable UTF-8", ErrInvalidArgument, name)
+	}
+	return nil
+}
+
+func (i ModuleInfo) proto() *moehostv1.ModuleInfo {
+	pb := &moehostv1.ModuleInfo{Digest: i.Digest, SizeBytes: i.Size, Name: i.Name, Experts: i.Experts}
+	if !i.Created.IsZero() {
+		pb.CreateTime = timestamppb.New(i.Created)
+	}
+	return pb
+}
+
+func (s *moduleService) ListModules(ctx context.Context, _ *connect.Request[moehostv1.ListModulesRequest]) (*connect.Response[moehostv1.ListModulesResponse], error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := s.m.List(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("list modules: %w", err)
+	}
+	res := &moehostv1.ListModulesResponse{Modules: make([]*moehostv1.ModuleInfo, len(infos))}
+	for i, in := range infos {
+		res.Modules[i] = in.proto()
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *moduleService) DeleteModule(ctx context.Context, req *connect.Request[moehostv1.DeleteModuleRequest]) (*connect.Response[moehostv1.DeleteModuleResponse], error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	digest := req.Msg.GetDigest()
+	if err := CheckDigest(digest); err != nil {
+		return nil, err
+	}
+	if err := s.m.Delete(ctx, c, digest); err != nil {
+		return nil, fmt.Errorf("delete module %s: %w", digest, err)
+	}
+	return connect.NewResponse(&moehostv1.DeleteModuleResponse{}), nil
+}
+
+func (s *moduleService) DeployExpert(ctx context.Context, req *connect.Request[moehostv1.DeployExpertRequest]) (*connect.Response[moehostv1.DeployExpertResponse], error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d, err := DeploymentFromProto(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	uids, err := s.m.Deploy(ctx, c, d)
+	if err != nil {
+		return nil, fmt.Errorf("deploy %q: %w", d.Experts, err)
+	}
+	return connect.NewResponse(&moehostv1.DeployExpertResponse{Uids: uids}), nil
+}
+
+func (s *moduleService) UndeployExpert(ctx context.Context, req *connect.Request[moehostv1.UndeployExpertRequest]) (*connect.Response[moehostv1.UndeployExpertResponse], error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	experts := req.Msg.GetExperts()
+	if err := checkExperts(experts); err != nil {
+		return nil, err
+	}
+	uids, err := s.m.Undeploy(ctx, c, experts)
+	if err != nil {
+		return nil, fmt.Errorf("undeploy %q: %w", experts, err)
+	}
+	return connect.NewResponse(&moehostv1.UndeployExpertResponse{Uids: uids}), nil
+}
+
+// CheckDigest returns an error wrapping ErrInvalidArgument unless digest
+// is "sha256:" and 64 lower-case hex digits.
+func CheckDigest(digest string) error {
+	hex, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(hex) != 64 || strings.ContainsFunc(hex, func(r rune) bool { return !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') }) {
+		return fmt.Errorf("%w: module digest %q is not \"sha256:\" and 64 lower-case hex digits", ErrInvalidArgument, digest)
+	}
+	return nil
+}
+
+func checkExperts(experts string) error {
+	switch {
+	case experts == "":
+		return fmt.Errorf("%w: experts (a uid or uid pattern) is empty", ErrInvalidArgument)
+	case len(experts) > maxExpertsBytes:
+		return fmt.Errorf("%w: experts is longer than %d bytes", ErrInvalidArgument, maxExpertsBytes)
+	case !utf8.ValidString(experts):
+		return fmt.Errorf("%w: experts is not UTF-8", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// DeploymentFromProto converts and checks a DeployExpertRequest, resolving
+// ACCESS_UNSPECIFIED to DefaultForward and DefaultBackward. Its errors
+// wrap ErrInvalidArgument.
+func DeploymentFromProto(req *moehostv1.DeployExpertRequest) (Deployment, error) {
+	bad := func(format string, args ...any) (Deployment, error) {
+		return Deployment{}, fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+	}
+	d := Deployment{Experts: req.GetExperts(), Module: req.GetModuleDigest(), Config: map[string]int64{}}
+	if err := checkExperts(d.Experts); err != nil {
+		return Deployment{}, err
+	}
+	if err := CheckDigest(d.Module); err != nil {
+		return Deployment{}, err
+	}
+	if len(req.GetConfig()) > maxConfigKeys {
+		return bad("config has %d keys, more than %d", len(req.GetConfig()), maxConfigKeys)
+	}
+	for k, v := range req.GetConfig() {
+		if k == "" || len(k) > maxNameBytes || !utf8.ValidString(k) {
+			return bad("config key %q is empty, too long or not UTF-8", k)
+		}
+		d.Config[k] = v
+	}
+	if o := req.GetOptimizer(); o != nil {
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"lr", o.GetLr()}, {"momentum", o.GetMomentum()}, {"weight_decay", o.GetWeightDecay()}, {"clip_grad_norm", o.GetClipGradNorm()}} {
+			if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+				return bad("optimizer %s %v is not a finite non-negative number", f.name, f.v)
+			}
+		}
+		if o.GetNumWarmupSteps() < 0 || o.GetNumTrainingSteps() < 0 {
+			return bad("optimizer steps must not be negative")
+		}
+		d.Optimizer = &OptimizerConfig{
+			Name: o.GetName(), LR: o.GetLr(), Momentum: o.GetMomentum(), WeightDecay: o.GetWeightDecay(),
+			ClipGradNorm: o.GetClipGradNorm(), Scheduler: o.GetScheduler(),
+			NumWarmupSteps: o.GetNumWarmupSteps(), NumTrainingSteps: o.GetNumTrainingSteps(),
+		}
+	}
+	if b := req.GetBatching(); b != nil {
+		if b.GetMaxBatchSize() < 0 || b.GetMinBatchSize() < 0 || b.GetQueueSize() < 0 {
+			return bad("batching sizes must not be negative")
+		}
+		wait, err := duration("batching max_wait", b.GetMaxWait())
+		if err != nil {
+			return Deployment{}, err
+		}
+		d.Batching = BatchLimits{MaxBatchSize: int(b.GetMaxBatchSize()), MinBatchSize: int(b.GetMinBatchSize()), MaxWait: wait, QueueSize: int(b.GetQueueSize())}
+	}
+	if l := req.GetLimits(); l != nil {
+		if l.GetBytesPerCall() < 0 || l.GetParamBytes() < 0 {
+			return bad("limits must not be negative")
+		}
+		timeout, err := duration("limits call_timeout", l.GetCallTimeout())
+		if err != nil {
+			return Deployment{}, err
+		}
+		d.Limits = ExpertLimits{CallTimeout: timeout, BytesPerCall: l.GetBytesPerCall(), ParamBytes: l.GetParamBytes(), MemoryPages: l.GetMemoryPages()}
+	}
+	var err error
+	if d.Forward, err = access("forward_access", req.GetForwardAccess(), DefaultForward); err != nil {
+		return Deployment{}, err
+	}
+	if d.Backward, err = access("backward_access", req.GetBackwardAccess(), DefaultBackward); err != nil {
+		return Deployment{}, err
+	}
+	return d, nil
+}
+
+// duration converts an optional non-negative duration; nil is 0.
+func duration(what string, pb *durationpb.Duration) (time.Duration, error) {
+	if pb == nil {
+		return 0, nil
+	}
+	if err := pb.CheckValid(); err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrInvalidArgument, what, err)
+	}
+	if d := pb.AsDuration(); d >= 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("%w: %s %v is negative", ErrInvalidArgument, what, pb.AsDuration())
+}
+
+// access converts a wire Access, resolving ACCESS_UNSPECIFIED to def.
+func access(what string, a moehostv1.Access, def Access) (Access, error) {
+	switch a {
+	case moehostv1.Access_ACCESS_UNSPECIFIED:
+		return def, nil
+	case moehostv1.Access_ACCESS_PUBLIC:
+		return AccessPublic, nil
+	case moehostv1.Access_ACCESS_OWNER:
+		return AccessOwner, nil
+	case moehostv1.Access_ACCESS_TENANTS:
+		return AccessTenants, nil
+	}
+	return 0, fmt.Errorf("%w: %s %d is not a known access", ErrInvalidArgument, what, a)
+}
+
+// AccessProto is a's wire form.
+func AccessProto(a Access) moehostv1.Access {
+	switch a {
+	case AccessPublic:
+		return moehostv1.Access_ACCESS_PUBLIC
+	case AccessOwner:
+		return moehostv1.Access_ACCESS_OWNER
+	case AccessTenants:
+		return moehostv1.Access_ACCESS_TENANTS
+	}
+	return moehostv1.Access_ACCESS_UNSPECIFIED
+}
+
+var _ moehostv1connect.ModuleServiceHandler = (*moduleService)(nil)
