@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,10 +29,10 @@ import (
 type loader struct {
 	mu       sync.Mutex
 	cache    *sandbox.Cache // nil: compile without one
-	limits   func(owner string) sandbox.Limits
+	limits   func(owner string) sandbox.Limits // an owner's limits, before an expert's own
 	store    *modules.Store
 	dev      gpuhost.Device
-	runtimes map[string]*ownerRuntime   // by owner, "" the operator's
+	runtimes map[string]*ownerRuntime   // by owner and limits (runtimeKey)
 	compiled map[string]*compiledModule // by owner and digest
 	slots    map[string]*instanceSlot   // by owner and shareKey
 	// unrestored are deployments from the file that did not load at
@@ -49,9 +50,10 @@ type ownerRuntime struct {
 // compiledModule is a compiled module and the experts that use it; the
 // last of them to go closes it.
 type compiledModule struct {
-	m     *sandbox.Module
-	owner string
-	users int
+	m      *sandbox.Module
+	rt     string // its runtime's key
+	limits sandbox.Limits
+	users  int
 }
 
 // newLoader makes a loader; its store and device are set before its
@@ -64,42 +66,82 @@ func newLoader(cache *sandbox.Cache, limits func(owner string) sandbox.Limits) *
 	}
 }
 
-// runtime returns owner's runtime, starting it if needed.
-func (l *loader) runtime(ctx context.Context, owner string) (*ownerRuntime, error) {
-	if or, ok := l.runtimes[owner]; ok {
-		return or, nil
-	}
-	rt, err := sandbox.NewRuntimeWithCache(ctx, l.cache, l.limits(owner))
-	if err != nil {
-		return nil, err
-	}
-	or := &ownerRuntime{rt: rt}
-	l.runtimes[owner] = or
-	return or, nil
+// runtimeKey names the runtime of owner with limits.
+func runtimeKey(owner string, limits sandbox.Limits) string {
+	return fmt.Sprintf("%s\x00%+v", owner, limits.WithDefaults())
 }
 
-// compile returns owner's compiled module of wasm, compiling it if needed;
-// fresh is true when it did.
-func (l *loader) compile(ctx context.Context, owner string, wasm []byte) (cm *compiledModule, key string, fresh bool, err error) {
-	key = owner + "\x00" + modules.Digest(wasm)
+// runtime returns the runtime of owner with limits, starting it if
+// needed: experts whose deployments ask for other limits than their
+// owner's get a runtime of their own.
+func (l *loader) runtime(ctx context.Context, owner string, limits sandbox.Limits) (*ownerRuntime, string, error) {
+	key := runtimeKey(owner, limits)
+	if or, ok := l.runtimes[key]; ok {
+		return or, key, nil
+	}
+	rt, err := sandbox.NewRuntimeWithCache(ctx, l.cache, limits)
+	if err != nil {
+		return nil, "", err
+	}
+	or := &ownerRuntime{rt: rt}
+	l.runtimes[key] = or
+	return or, key, nil
+}
+
+// compile returns owner's compiled module of wasm under limits, compiling
+// it if needed; fresh is true when it did.
+func (l *loader) compile(ctx context.Context, owner string, limits sandbox.Limits, wasm []byte) (cm *compiledModule, key string, fresh bool, err error) {
+	rtKey := runtimeKey(owner, limits)
+	key = rtKey + "\x00" + modules.Digest(wasm)
 	if cm, ok := l.compiled[key]; ok {
 		return cm, key, false, nil
 	}
-	or, err := l.runtime(ctx, owner)
+	or, rtKey, err := l.runtime(ctx, owner, limits)
 	if err != nil {
 		return nil, "", false, err
 	}
 	m, err := or.rt.Compile(ctx, wasm)
 	if err != nil {
-		return nil, "", false, errors.Join(err, l.closeRuntime(ctx, owner))
-	}
-	if _, err := l.store.Put(wasm); err != nil {
-		return nil, "", false, errors.Join(err, m.Close(ctx), l.closeRuntime(ctx, owner))
+		return nil, "", false, errors.Join(err, l.closeRuntime(ctx, rtKey))
 	}
 	or.modules++
-	cm = &compiledModule{m: m, owner: owner}
+	cm = &compiledModule{m: m, rt: rtKey, limits: or.rt.Limits()}
 	l.compiled[key] = cm
 	return cm, key, true, nil
+}
+
+// keep makes sure the module store holds wasm for owner, so that the
+// deployment can be restored by digest: the operator's modules are Put,
+// a tenant's are already there when they came through an upload.
+func (l *loader) keep(owner string, wasm []byte) error {
+	if owner == modules.Operator {
+		_, err := l.store.Put(wasm)
+		return err
+	}
+	d := modules.Digest(wasm)
+	if l.store.Has(owner, d) {
+		return nil
+	}
+	_, err := l.store.Upload(owner, "", bytes.NewReader(wasm), int64(len(wasm)), modules.Quota{})
+	return err
+}
+
+// overrideLimits returns base with the non-zero fields of an expert's
+// own limits.
+func overrideLimits(base, own sandbox.Limits) sandbox.Limits {
+	if own.MemoryPages > 0 {
+		base.MemoryPages = own.MemoryPages
+	}
+	if own.CallTimeout > 0 {
+		base.CallTimeout = own.CallTimeout
+	}
+	if own.BytesPerCall > 0 {
+		base.BytesPerCall = own.BytesPerCall
+	}
+	if own.ParamBytes > 0 {
+		base.ParamBytes = own.ParamBytes
+	}
+	return base
 }
 
 // release drops one user of the compiled module under key, closing it and
@@ -114,19 +156,20 @@ func (l *loader) release(ctx context.Context, key string) error {
 	}
 	delete(l.compiled, key)
 	err := cm.m.Close(ctx)
-	if or := l.runtimes[cm.owner]; or != nil {
+	if or := l.runtimes[cm.rt]; or != nil {
 		or.modules--
 	}
-	return errors.Join(err, l.closeRuntime(ctx, cm.owner))
+	return errors.Join(err, l.closeRuntime(ctx, cm.rt))
 }
 
-// closeRuntime closes owner's runtime if it holds no compiled module.
-func (l *loader) closeRuntime(ctx context.Context, owner string) error {
-	or, ok := l.runtimes[owner]
+// closeRuntime closes the runtime under key if it holds no compiled
+// module.
+func (l *loader) closeRuntime(ctx context.Context, key string) error {
+	or, ok := l.runtimes[key]
 	if !ok || or.modules > 0 {
 		return nil
 	}
-	delete(l.runtimes, owner)
+	delete(l.runtimes, key)
 	return or.rt.Close(ctx)
 }
 
@@ -156,7 +199,11 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if err != nil {
 		return nil, false, fmt.Errorf("loading expert %q: %w", ec.UID, err)
 	}
-	cm, key, fresh, err := l.compile(ctx, ec.Owner, wasm)
+	limits := l.limits(ec.Owner)
+	if ec.Limits != nil {
+		limits = overrideLimits(limits, *ec.Limits)
+	}
+	cm, key, fresh, err := l.compile(ctx, ec.Owner, limits, wasm)
 	if err != nil {
 		return nil, false, fmt.Errorf("loading expert %q from %v: %w", ec.UID, ec.Module, err)
 	}
@@ -167,6 +214,19 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 			err = errors.Join(err, l.release(context.WithoutCancel(ctx), key))
 		}
 	}()
+	if err := l.keep(ec.Owner, wasm); err != nil {
+		return nil, false, fmt.Errorf("loading expert %q: %w", ec.UID, err)
+	}
+	// Pinned while the expert runs it, so that its owner cannot delete it.
+	unpin, err := l.store.Pin(ec.Owner, modules.Digest(wasm))
+	if err != nil {
+		return nil, false, fmt.Errorf("loading expert %q: %w", ec.UID, err)
+	}
+	defer func() {
+		if err != nil {
+			unpin()
+		}
+	}()
 	optCfg := s.cfg.optimizer
 	if ec.Optimizer != nil {
 		optCfg = *ec.Optimizer
@@ -175,8 +235,8 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if err != nil {
 		return nil, false, err
 	}
-	share := ec.Owner + "\x00" + shareKey(cm.m.Digest(), ec.Config)
-	limits := l.runtimes[ec.Owner].rt.Limits()
+	share := cm.rt + "\x00" + shareKey(cm.m.Digest(), ec.Config)
+	limits = cm.limits
 	if slot, ok := l.slots[share]; ok && !s.cfg.exclusiveInstances {
 		e, err = newSharedExpert(ec.UID, slot, cm.m, l.dev, ec.Config, opt, limits.ParamBytes)
 	} else {
@@ -187,7 +247,7 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	}
 	cm.users++
 	l.slots[share] = e.slot
-	e.share, e.owner, e.compiledKey = share, ec.Owner, key
+	e.share, e.owner, e.compiledKey, e.unpin = share, ec.Owner, key, unpin
 	e.forwardAccess, e.backwardAccess = ec.ForwardAccess, ec.BackwardAccess
 	e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
 	if s.ckpt != nil {
@@ -210,6 +270,7 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 // held.
 func (s *Server) unload(ctx context.Context, l *loader, e *expert) error {
 	err := e.close(ctx)
+	e.unpin()
 	if l.slots[e.share] == e.slot && e.slot.idle() {
 		delete(l.slots, e.share)
 	}
@@ -244,7 +305,7 @@ func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 	e.deployed = &deployment{
 		UID: ec.UID, Owner: ec.Owner, Module: e.module.Digest(), Config: ec.Config,
 		Batching: ec.Batching, Optimizer: ec.Optimizer,
-		ForwardAccess: ec.ForwardAccess, BackwardAccess: ec.BackwardAccess,
+		ForwardAccess: ec.ForwardAccess, BackwardAccess: ec.BackwardAccess, Limits: ec.Limits,
 	}
 	s.mu.Lock()
 	s.experts[ec.UID] = e
@@ -332,15 +393,6 @@ func (s *Server) schedule(e *expert) {
 	}
 	s.worker.Add(e.fwd, opts...)
 	s.worker.Add(e.bwd, opts...)
-}
-
-// queueShare is owner's weight on the device worker.
-func (s *Server) queueShare(owner string) float64 { return 1 }
-
-// guestLimits returns the limits of owner's runtime: the server's for the
-// operator.
-func (s *Server) guestLimits(owner string) sandbox.Limits {
-	return s.cfg.limits
 }
 
 // sortedExperts lists experts by uid, for rpc.Experts.All.

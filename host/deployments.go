@@ -10,32 +10,20 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/modules"
 )
 
-// Access says who may call one of an expert's methods.
-type Access int
+// Access says who may call one of an expert's methods (see rpc.Access).
+// The zero Access means public.
+type Access = rpc.Access
 
+// The accesses.
 const (
-	// AccessPublic lets anyone call, with or without a token.
-	AccessPublic Access = iota
-	// AccessOwner lets only the expert's owner (and the operator) call.
-	AccessOwner
-	// AccessTenants lets any caller with a valid token call.
-	AccessTenants
+	AccessPublic  = rpc.AccessPublic
+	AccessOwner   = rpc.AccessOwner
+	AccessTenants = rpc.AccessTenants
 )
-
-func (a Access) String() string {
-	switch a {
-	case AccessPublic:
-		return "public"
-	case AccessOwner:
-		return "owner"
-	case AccessTenants:
-		return "tenants"
-	}
-	return fmt.Sprintf("Access(%d)", int(a))
-}
 
 // deploymentsFile holds the live deployments under the data dir, so that
 // they come back after a restart.
@@ -50,15 +38,16 @@ type deployment struct {
 	Config         map[string]int64 `json:"config,omitempty"`
 	Batching       *BatchLimits     `json:"batching,omitempty"`
 	Optimizer      *OptimizerConfig `json:"optimizer,omitempty"`
-	ForwardAccess  Access           `json:"forward_access"`
-	BackwardAccess Access           `json:"backward_access"`
+	ForwardAccess  Access           `json:"forward_access,omitempty"`
+	BackwardAccess Access           `json:"backward_access,omitempty"`
+	Limits         *GuestLimits     `json:"limits,omitempty"`
 }
 
 func (d deployment) expertConfig() ExpertConfig {
 	return ExpertConfig{
 		UID: d.UID, Owner: d.Owner, Module: ModuleDigest(d.Module), Config: d.Config,
 		Batching: d.Batching, Optimizer: d.Optimizer,
-		ForwardAccess: d.ForwardAccess, BackwardAccess: d.BackwardAccess,
+		ForwardAccess: d.ForwardAccess, BackwardAccess: d.BackwardAccess, Limits: d.Limits,
 	}
 }
 

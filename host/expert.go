@@ -39,8 +39,10 @@ type expert struct {
 
 	slot  *instanceSlot // the instance, maybe shared with other experts (share.go)
 	share string        // slot's key in the loader
-	// compiledKey is the module's key in the loader.
+	// compiledKey is the module's key in the loader; unpin lets its
+	// owner delete the module again.
 	compiledKey string
+	unpin       func()
 	owner       string // the tenant that deployed it; "" for the operator
 	// forwardAccess and backwardAccess say who may call it.
 	forwardAccess, backwardAccess Access
@@ -524,4 +526,20 @@ func (e *expert) Info() *moehostv1.ExpertInfo {
 // close releases the expert's instance, once no other expert shares it.
 func (e *expert) close(ctx context.Context) error { return e.slot.close(ctx) }
 
-var _ rpc.Expert = (*expert)(nil)
+// Access implements rpc.Guarded: configured experts, whose accesses are
+// zero, are public.
+func (e *expert) Access() (owner string, forward, backward rpc.Access) {
+	forward, backward = e.forwardAccess, e.backwardAccess
+	if forward == 0 {
+		forward = rpc.AccessPublic
+	}
+	if backward == 0 {
+		backward = rpc.AccessPublic
+	}
+	return e.owner, forward, backward
+}
+
+var (
+	_ rpc.Expert  = (*expert)(nil)
+	_ rpc.Guarded = (*expert)(nil)
+)

@@ -30,6 +30,7 @@ import (
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/runtime"
 	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/host/ui"
 	"github.com/moehost/moehost/modules"
 )
@@ -77,6 +78,10 @@ type Server struct {
 	startTime time.Time
 	dht       *dht.Service // nil without WithDHT
 	loader    *loader      // makes and takes apart experts, at Start and live
+	// tenants is the tenants file's set (nil without WithTenants), and
+	// stopTenants stops its SIGHUP watch.
+	tenants     *tenant.Set
+	stopTenants func()
 
 	// lifeMu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
@@ -210,6 +215,9 @@ func (s *Server) start(ctx context.Context) error {
 	s.dev = dev
 	s.mu.Unlock()
 	var mods, configs []string // for the startup log line
+	if err := s.openTenants(ctx); err != nil {
+		return err
+	}
 	experts := map[string]*expert{}
 	s.mu.Lock()
 	s.experts = experts // filled as they are made, so that a failed Start releases them
@@ -265,12 +273,16 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	mux.Handle("/ui/", ui.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
-	mux.Handle("/", rpc.NewHandler((*table)(s), rpc.Options{
+	opts := rpc.Options{
 		MaxRequestBytes: s.cfg.maxRequestBytes,
 		Server:          (*describer)(s),
 		CORSOrigins:     s.cfg.corsOrigins,
 		Services:        services,
-	}))
+	}
+	if s.tenants != nil {
+		opts.Auth, opts.Modules, opts.MaxUploadBytes = (*authenticator)(s), (*moduleAPI)(s), s.maxUploadBytes()
+	}
+	mux.Handle("/", rpc.NewHandler((*table)(s), opts))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
@@ -340,6 +352,7 @@ func (s *Server) release(ctx context.Context) error {
 	// Stop announcing first, so that the records expire while the rest
 	// shuts down.
 	s.stopAnnouncing()
+	s.closeTenants()
 	s.mu.Lock()
 	httpSrv, serveErr, ln, l := s.httpSrv, s.serveErr, s.ln, s.loader
 	experts := slices.Collect(maps.Values(s.experts))

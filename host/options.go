@@ -41,6 +41,10 @@ type config struct {
 	checkpoints  *CheckpointConfig
 	updatePeriod time.Duration
 	adminToken   string
+	// tenantsFile and maxUploadBytes are WithTenants' and
+	// WithMaxUploadBytes'.
+	tenantsFile    string
+	maxUploadBytes int64
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
 	dht                *DHTConfig
@@ -123,6 +127,10 @@ type ExpertConfig struct {
 	// Backward. The zero value is AccessPublic, as in hivemind; a tenant's
 	// deploy defaults Backward, which trains the expert, to AccessOwner.
 	ForwardAccess, BackwardAccess Access
+	// Limits overrides the non-zero fields among MemoryPages,
+	// CallTimeout, BytesPerCall and ParamBytes of its owner's limits for
+	// this expert (which then gets a runtime of its own).
+	Limits *GuestLimits
 }
 
 // ModuleSource is where a module's bytes come from. Every module a server

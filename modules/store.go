@@ -105,6 +105,13 @@ func (s *Store) addRef(tenant string, m Module) {
 	s.refs[tenant][m.Digest] = m
 }
 
+// Referenced reports whether any tenant (or the operator) has module d.
+func (s *Store) Referenced(d string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.referenced(d)
+}
+
 func (s *Store) referenced(d string) bool {
 	for _, mods := range s.refs {
 		if _, ok := mods[d]; ok {

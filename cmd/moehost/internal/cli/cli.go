@@ -52,6 +52,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 func serveCmd(stderr io.Writer) *cobra.Command {
 	var (
 		listen, dataDir, pattern, module, optimizer, logLevel string
+		tenantsFile                                           string
+		maxUploadBytes                                        int64
 		hiddenDim                                             int64
 		lr                                                    float64
 		batching                                              host.BatchLimits
@@ -111,6 +113,8 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithMaxRequestBytes(maxRequestBytes),
 				host.WithCORSOrigins(corsOrigins...),
 				dhtOption(noDHT, dhtCfg),
+				host.WithTenants(tenantsFile),
+				host.WithMaxUploadBytes(maxUploadBytes),
 			)
 			if err != nil {
 				return err
@@ -150,6 +154,8 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringSliceVar(&dhtCfg.Listen, "dht-listen", nil, "libp2p multiaddrs for the DHT node; default a free TCP port on the --listen host")
 	f.StringSliceVar(&dhtCfg.Announce, "announce", nil, `public base URL(s) of this server put in its DHT records; default "http://" plus the bound address (required with an unspecified --listen host)`)
 	f.BoolVar(&noDHT, "no-dht", false, "run no DHT node: the server is reachable by address only")
+	f.StringVar(&tenantsFile, "tenants", "", "tenants file (moehost tenant add): serve ModuleService so that its tenants upload modules and deploy experts under their prefixes; reread on SIGHUP. Default: none, only the experts given here are served")
+	f.Int64Var(&maxUploadBytes, "max-upload-bytes", 64<<20, "largest module upload in bytes (separate from --max-request-bytes)")
 	return cmd
 }
 

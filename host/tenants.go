@@ -1,0 +1,400 @@
+package host
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/tenant"
+	"github.com/moehost/moehost/modules"
+)
+
+// WithTenants serves ModuleService to the tenants of the tenants file at
+// path (see package tenant and `moehost tenant`): each uploads modules
+// and deploys experts under its own uid prefixes, within its caps, and
+// sees only its own. The server rereads the file on SIGHUP. The admin
+// token (WithAdminToken), when set, acts as the operator. Without
+// WithTenants no ModuleService is served: the host runs the configured
+// experts only.
+func WithTenants(path string) Option {
+	return optionFunc(func(c *config) { c.tenantsFile = path })
+}
+
+// WithMaxUploadBytes caps one module upload. Default
+// rpc.DefaultMaxUploadBytes (64 MiB).
+func WithMaxUploadBytes(n int64) Option {
+	return optionFunc(func(c *config) { c.maxUploadBytes = n })
+}
+
+// openTenants opens the tenants file, with the configured experts' uids
+// reserved for the operator, and starts watching SIGHUP.
+func (s *Server) openTenants(ctx context.Context) error {
+	if s.cfg.tenantsFile == "" {
+		return nil
+	}
+	uids := make([]string, len(s.cfg.experts))
+	for i, ec := range s.cfg.experts {
+		uids[i] = ec.UID
+	}
+	set, err := tenant.Open(s.cfg.tenantsFile, tenant.WithOperatorUIDs(uids...))
+	if err != nil {
+		return err
+	}
+	stop := set.WatchSIGHUP(context.WithoutCancel(ctx), s.log)
+	s.mu.Lock()
+	s.tenants, s.stopTenants = set, stop
+	s.mu.Unlock()
+	return nil
+}
+
+// closeTenants stops watching SIGHUP.
+func (s *Server) closeTenants() {
+	s.mu.Lock()
+	stop := s.stopTenants
+	s.stopTenants = nil
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// serverCaps are the caps a tenant gets where the tenants file leaves
+// them zero: the server's own guest limits.
+func (s *Server) serverCaps() tenant.Caps {
+	l := s.cfg.limits.WithDefaults()
+	return tenant.Caps{
+		MemoryPages: int64(l.MemoryPages), CallTimeout: l.CallTimeout,
+		BytesPerCall: l.BytesPerCall, ParamBytes: l.ParamBytes,
+	}
+}
+
+// caps returns the caps that apply to tenant name.
+func (s *Server) caps(name string) (tenant.Caps, error) {
+	if s.tenants == nil {
+		return tenant.Caps{}, fmt.Errorf("%w: tenant %q: the server has no tenants", rpc.ErrPermissionDenied, name)
+	}
+	c, ok := s.tenants.Caps(name, s.serverCaps())
+	if !ok {
+		// Removed from the file since the token was checked.
+		return tenant.Caps{}, fmt.Errorf("%w: tenant %q is gone", rpc.ErrUnauthenticated, name)
+	}
+	return c, nil
+}
+
+// guestLimits returns the limits of owner's runtimes: the server's for
+// the operator, and a tenant's caps (never above the server's) for a
+// tenant.
+func (s *Server) guestLimits(owner string) sandbox.Limits {
+	l := s.cfg.limits.WithDefaults()
+	if owner == modules.Operator || s.tenants == nil {
+		return l
+	}
+	c, ok := s.tenants.Caps(owner, s.serverCaps())
+	if !ok {
+		return l
+	}
+	if c.MemoryPages > 0 && c.MemoryPages < int64(l.MemoryPages) {
+		l.MemoryPages = uint32(c.MemoryPages)
+	}
+	if c.CallTimeout > 0 && c.CallTimeout < l.CallTimeout {
+		l.CallTimeout = c.CallTimeout
+	}
+	if c.BytesPerCall > 0 && c.BytesPerCall < l.BytesPerCall {
+		l.BytesPerCall = c.BytesPerCall
+	}
+	if c.ParamBytes > 0 && c.ParamBytes < l.ParamBytes {
+		l.ParamBytes = c.ParamBytes
+	}
+	return l
+}
+
+// queueShare is owner's weight on the device worker: its caps' queue
+// share.
+func (s *Server) queueShare(owner string) float64 {
+	if s.tenants == nil {
+		return 1
+	}
+	if c, ok := s.tenants.Caps(owner, s.serverCaps()); ok && c.QueueShare > 0 {
+		return float64(c.QueueShare)
+	}
+	return 1
+}
+
+// authenticator is the server as rpc.Authenticator: the admin token is
+// the operator, a tenant's token is that tenant.
+type authenticator Server
+
+func (a *authenticator) Authenticate(token string) (rpc.Caller, bool) {
+	if admin := a.cfg.adminToken; admin != "" && subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
+		return rpc.Caller{Operator: true}, true
+	}
+	if a.tenants == nil {
+		return rpc.Caller{}, false
+	}
+	name, ok := a.tenants.Authenticate(token)
+	return rpc.Caller{Tenant: name}, ok
+}
+
+// moduleAPI is the server as rpc.Modules.
+type moduleAPI Server
+
+// owner is the module store's and the experts' name for c.
+func owner(c rpc.Caller) string {
+	if c.Operator {
+		return modules.Operator
+	}
+	return c.Tenant
+}
+
+func (m *moduleAPI) srv() *Server { return (*Server)(m) }
+
+func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
+	s := m.srv()
+	l, err := s.liveLoader()
+	if err != nil {
+		return rpc.ModuleInfo{}, err
+	}
+	var q modules.Quota
+	if !c.Operator {
+		caps, err := s.caps(c.Tenant)
+		if err != nil {
+			return rpc.ModuleInfo{}, err
+		}
+		q = modules.Quota{Modules: int(caps.Modules), Bytes: caps.ModuleBytes}
+	}
+	had := map[string]bool{}
+	for _, mod := range l.store.List(owner(c)) {
+		had[mod.Digest] = true
+	}
+	mod, err := l.store.Upload(owner(c), u.Name, u.Body, s.maxUploadBytes(), q)
+	switch {
+	case errors.Is(err, modules.ErrTooLarge), errors.Is(err, modules.ErrQuota):
+		return rpc.ModuleInfo{}, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
+	case err != nil:
+		// The body's own errors wrap rpc's sentinels; the store's I/O
+		// errors are Internal.
+		return rpc.ModuleInfo{}, fmt.Errorf("uploading: %w", err)
+	}
+	if !had[mod.Digest] {
+		// A new module is validated (and compiled, warming the cache)
+		// before anyone may deploy it; a refused one is not kept.
+		if err := s.validateModule(ctx, l, owner(c), mod.Digest); err != nil {
+			return rpc.ModuleInfo{}, errors.Join(err, l.store.Delete(owner(c), mod.Digest))
+		}
+	}
+	return m.info(owner(c), mod), nil
+}
+
+// validateModule compiles the stored module digest in owner's runtime,
+// which checks it against the ABI and the module limits.
+func (s *Server) validateModule(ctx context.Context, l *loader, owner, digest string) error {
+	wasm, err := l.store.Get(digest)
+	if err != nil {
+		return fmt.Errorf("%w: %w", rpc.ErrInternal, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cm, key, _, err := l.compile(ctx, owner, l.limits(owner), wasm)
+	if err != nil {
+		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+	}
+	if cm.users == 0 {
+		cm.users = 1
+		return l.release(ctx, key)
+	}
+	return nil
+}
+
+// info describes one of owner's modules, with the experts that run it.
+func (m *moduleAPI) info(owner string, mod modules.Module) rpc.ModuleInfo {
+	var uids []string
+	for _, e := range (*table)(m).All() {
+		e := e.(*expert)
+		if e.owner == owner && e.module.Digest() == mod.Digest {
+			uids = append(uids, e.uid)
+		}
+	}
+	return rpc.ModuleInfo{Digest: mod.Digest, Size: mod.Size, Name: mod.Name, Created: mod.Uploaded, Experts: uids}
+}
+
+func (m *moduleAPI) List(ctx context.Context, c rpc.Caller) ([]rpc.ModuleInfo, error) {
+	l, err := m.srv().liveLoader()
+	if err != nil {
+		return nil, err
+	}
+	var out []rpc.ModuleInfo
+	for _, mod := range l.store.List(owner(c)) {
+		out = append(out, m.info(owner(c), mod))
+	}
+	slices.SortFunc(out, func(a, b rpc.ModuleInfo) int { return strings.Compare(a.Digest, b.Digest) })
+	return out, nil
+}
+
+func (m *moduleAPI) Delete(ctx context.Context, c rpc.Caller, digest string) error {
+	l, err := m.srv().liveLoader()
+	if err != nil {
+		return err
+	}
+	if !l.store.Has(owner(c), digest) {
+		return m.notYours(l, c, "module "+digest, digest)
+	}
+	err = l.store.Delete(owner(c), digest)
+	switch {
+	case errors.Is(err, modules.ErrInUse):
+		return fmt.Errorf("%w: %w; undeploy its experts first", rpc.ErrFailedPrecondition, err)
+	case errors.Is(err, modules.ErrNotFound):
+		return fmt.Errorf("%w: %w", rpc.ErrNotFound, err)
+	}
+	return err
+}
+
+// notYours is the error for a module c does not have: PermissionDenied
+// when another tenant has it, NotFound when nobody does.
+func (m *moduleAPI) notYours(l *loader, c rpc.Caller, what, digest string) error {
+	if l.store.Referenced(digest) {
+		return fmt.Errorf("%w: %s belongs to another tenant", rpc.ErrPermissionDenied, what)
+	}
+	return fmt.Errorf("%w: %s: no such module; upload it first", rpc.ErrNotFound, what)
+}
+
+func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) ([]string, error) {
+	s := m.srv()
+	l, err := s.liveLoader()
+	if err != nil {
+		return nil, err
+	}
+	uids, err := ExpandPattern(d.Experts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+	}
+	own := owner(c)
+	var limits *GuestLimits
+	if !c.Operator {
+		if err := s.tenants.MayDeploy(c.Tenant, d.Experts); err != nil {
+			if errors.Is(err, tenant.ErrInvalidPattern) {
+				return nil, fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+			}
+			return nil, fmt.Errorf("%w: %w", rpc.ErrPermissionDenied, err)
+		}
+		caps, err := s.caps(c.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		want := tenant.Limits{MemoryPages: int64(d.Limits.MemoryPages), CallTimeout: d.Limits.CallTimeout,
+			BytesPerCall: d.Limits.BytesPerCall, ParamBytes: d.Limits.ParamBytes}
+		if err := caps.CheckLimits(want); err != nil {
+			return nil, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
+		}
+		if err := caps.Admit(tenant.Usage{Experts: int64(s.expertsOf(c.Tenant))}, tenant.Usage{Experts: int64(len(uids))}); err != nil {
+			return nil, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
+		}
+	}
+	if d.Limits != (rpc.ExpertLimits{}) {
+		limits = &GuestLimits{MemoryPages: d.Limits.MemoryPages, CallTimeout: d.Limits.CallTimeout,
+			BytesPerCall: d.Limits.BytesPerCall, ParamBytes: d.Limits.ParamBytes}
+	}
+	if !l.store.Has(own, d.Module) {
+		return nil, m.notYours(l, c, "module "+d.Module, d.Module)
+	}
+	for _, uid := range uids {
+		if e, ok := (*table)(s).Expert(uid); ok && e.(*expert).owner != own && !c.Operator {
+			return nil, fmt.Errorf("%w: %q is served by another owner", rpc.ErrPermissionDenied, uid)
+		}
+	}
+	var batching *BatchLimits
+	if d.Batching != (rpc.BatchLimits{}) {
+		b := s.cfg.batching
+		if d.Batching.MaxBatchSize > 0 {
+			b.MaxBatchSize = d.Batching.MaxBatchSize
+		}
+		if d.Batching.MinBatchSize > 0 {
+			b.MinBatchSize = d.Batching.MinBatchSize
+		}
+		if d.Batching.MaxWait > 0 {
+			b.MaxWait = d.Batching.MaxWait
+		}
+		if d.Batching.QueueSize > 0 {
+			b.QueueSize = d.Batching.QueueSize
+		}
+		batching = &b
+	}
+	var opt *OptimizerConfig
+	if d.Optimizer != nil {
+		o := OptimizerConfig(*d.Optimizer)
+		opt = &o
+	}
+	var done []string
+	for _, uid := range uids {
+		err := s.Deploy(ctx, ExpertConfig{
+			UID: uid, Owner: own, Module: ModuleDigest(d.Module), Config: d.Config,
+			Batching: batching, Optimizer: opt, Limits: limits,
+			ForwardAccess: d.Forward, BackwardAccess: d.Backward,
+		})
+		if err != nil {
+			// All or nothing: take back what this call deployed.
+			for _, u := range done {
+				err = errors.Join(err, s.Undeploy(context.WithoutCancel(ctx), u))
+			}
+			return nil, err
+		}
+		done = append(done, uid)
+	}
+	slices.Sort(done)
+	return done, nil
+}
+
+// expertsOf counts the experts tenant owns.
+func (s *Server) expertsOf(tenant string) int {
+	n := 0
+	for _, e := range (*table)(s).All() {
+		if e.(*expert).owner == tenant {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *moduleAPI) Undeploy(ctx context.Context, c rpc.Caller, experts string) ([]string, error) {
+	s := m.srv()
+	uids, err := ExpandPattern(experts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+	}
+	var mine []string
+	for _, uid := range uids {
+		e, ok := (*table)(s).Expert(uid)
+		if !ok {
+			continue
+		}
+		if e.(*expert).owner != owner(c) && !c.Operator {
+			return nil, fmt.Errorf("%w: %q belongs to another owner", rpc.ErrPermissionDenied, uid)
+		}
+		mine = append(mine, uid)
+	}
+	if len(mine) == 0 {
+		return nil, fmt.Errorf("%w: %q names no served expert", rpc.ErrNotFound, experts)
+	}
+	var errs []error
+	for _, uid := range mine {
+		errs = append(errs, s.Undeploy(ctx, uid))
+	}
+	return mine, errors.Join(errs...)
+}
+
+// maxUploadBytes resolves WithMaxUploadBytes.
+func (s *Server) maxUploadBytes() int64 {
+	if s.cfg.maxUploadBytes > 0 {
+		return s.cfg.maxUploadBytes
+	}
+	return rpc.DefaultMaxUploadBytes
+}
+
+var (
+	_ rpc.Authenticator = (*authenticator)(nil)
+	_ rpc.Modules       = (*moduleAPI)(nil)
+)
