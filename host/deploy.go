@@ -28,7 +28,7 @@ import (
 // deploys and undeploys.
 type loader struct {
 	mu       sync.Mutex
-	cache    *sandbox.Cache // nil: compile without one
+	cache    *sandbox.Cache                    // nil: compile without one
 	limits   func(owner string) sandbox.Limits // an owner's limits, before an expert's own
 	store    *modules.Store
 	dev      gpuhost.Device
