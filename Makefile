@@ -104,6 +104,10 @@ fuzz-sandbox: ## Fuzz the sandbox: op sequences against a budgeted instance, the
 measure-budget: ## The zoo's per-call host memory at its default configs, against the default BytesPerCall
 	$(GO) test -run '^TestDefaultCallBudgetFitsZoo$$' -v ./host/sandbox/ -args -zoobudget
 
+.PHONY: test-fairness
+test-fairness: ## Tenant A floods 8 experts with 32 clients while tenant B calls one at a time: B's p99 against 2 × (its unloaded p99 + A's mean batch), alone on the machine
+	MOEHOST_FAIRNESS=1 $(GO) test -count=1 -run '^TestTenantsShareTheDeviceFairly$$' -v ./host/
+
 .PHONY: bench-memory
 bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, size-class pool vs the old exact-length pool (about 7 minutes)
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
