@@ -67,8 +67,12 @@ func newLoader(cache *sandbox.Cache, limits func(owner string) sandbox.Limits) *
 }
 
 // runtimeKey names the runtime of owner with limits.
+// ParamBytes is left out: it bounds each expert's parameter store, not
+// the runtime, so experts that differ only in it share a runtime.
 func runtimeKey(owner string, limits sandbox.Limits) string {
-	return fmt.Sprintf("%s\x00%+v", owner, limits.WithDefaults())
+	limits = limits.WithDefaults()
+	limits.ParamBytes = 0
+	return fmt.Sprintf("%s\x00%+v", owner, limits)
 }
 
 // runtime returns the runtime of owner with limits, starting it if
@@ -236,11 +240,16 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 		return nil, false, err
 	}
 	share := cm.rt + "\x00" + shareKey(cm.m.Digest(), ec.Config)
+	paramBytes := limits.WithDefaults().ParamBytes // the expert's own, not its runtime's
 	limits = cm.limits
+	limits.ParamBytes = paramBytes
 	if slot, ok := l.slots[share]; ok && !s.cfg.exclusiveInstances {
 		e, err = newSharedExpert(ec.UID, slot, cm.m, l.dev, ec.Config, opt, limits.ParamBytes)
 	} else {
 		e, err = newExpert(ctx, ec.UID, cm.m, l.dev, ec.Config, opt, limits.ParamBytes)
+	}
+	if limited(err) {
+		return nil, false, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
 	}
 	if err != nil {
 		return nil, false, err

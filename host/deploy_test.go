@@ -15,6 +15,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/modules"
 )
 
@@ -247,5 +248,51 @@ func TestDeploymentsSurviveARestart(t *testing.T) {
 	}
 	if want := []string{"alice.ffn.0", "alice.ffn.2", "bob.picky"}; !slices.Equal(uids, want) {
 		t.Errorf("deployments file holds %v, want %v", uids, want)
+	}
+}
+
+// TestTenantParamBytesCapCoversAllItsExperts gives a tenant a param_bytes
+// cap that fits two ffn experts and not three: the third deploy is
+// refused with ResourceExhausted naming the cap, before it allocates.
+func TestTenantParamBytesCapCoversAllItsExperts(t *testing.T) {
+	ctx := context.Background()
+	srv := startTenantsServer(t)
+	api := (*moduleAPI)(srv)
+	alice := rpc.Caller{Tenant: "alice"}
+	mod, err := api.Upload(ctx, alice, rpc.ModuleUpload{Size: -1, Body: bytesReader(wasmexperts.FFNC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := func(uid string) error {
+		_, err := api.Deploy(ctx, alice, rpc.Deployment{Experts: uid, Module: mod.Digest,
+			Config: map[string]int64{"hidden_dim": 64}, Forward: rpc.AccessPublic, Backward: rpc.AccessOwner})
+		return err
+	}
+	if err := deploy("alice.a"); err != nil {
+		t.Fatal(err)
+	}
+	one := srv.paramBytesOf("alice")
+	// Lower alice's cap to 2.5 experts' worth and reload.
+	path := srv.tenants.Path()
+	if err := tenant.Edit(path, func(f *tenant.File) error {
+		return f.SetCaps("alice", tenant.Caps{ParamBytes: one * 5 / 2})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.tenants.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy("alice.b"); err != nil {
+		t.Fatalf("the second expert fits: %v", err)
+	}
+	err = deploy("alice.c")
+	if !errors.Is(err, rpc.ErrResourceExhausted) || !strings.Contains(err.Error(), "parameter budget") {
+		t.Fatalf("the third expert: %v, want resource exhausted naming the parameter budget", err)
+	}
+	if _, ok := srv.experts["alice.c"]; ok {
+		t.Error("the refused expert is served")
+	}
+	if got := srv.paramBytesOf("alice"); got > one*5/2 {
+		t.Errorf("alice holds %d parameter bytes, over her cap of %d", got, one*5/2)
 	}
 }

@@ -495,8 +495,7 @@ func (e *expert) succeed() {
 // (gpuhost.ErrOutOfMemory) or the call's byte budget, which a guest
 // reports by returning abi.ErrBudgetExceeded.
 func limited(err error) bool {
-	var ge *sandbox.GuestError
-	return errOutOfMemory(err) || (errors.As(err, &ge) && ge.Code == abi.ErrBudgetExceeded)
+	return errOutOfMemory(err) || errors.Is(err, sandbox.ErrBudget)
 }
 
 func (e *expert) Info() *moehostv1.ExpertInfo {

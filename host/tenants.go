@@ -330,9 +330,34 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 	}
 	var done []string
 	for _, uid := range uids {
+		lim := limits
+		if !c.Operator {
+			// The tenant's param_bytes cap covers all its experts: each
+			// new one may declare what the others left.
+			caps, err := s.caps(c.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			left := caps.ParamBytes - s.paramBytesOf(c.Tenant)
+			if left <= 0 {
+				err := fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, &tenant.CapError{Cap: "param_bytes", Limit: caps.ParamBytes, Want: caps.ParamBytes - left + 1})
+				for _, u := range done {
+					err = errors.Join(err, s.Undeploy(context.WithoutCancel(ctx), u))
+				}
+				return nil, err
+			}
+			l := GuestLimits{}
+			if lim != nil {
+				l = *lim
+			}
+			if l.ParamBytes <= 0 || l.ParamBytes > left {
+				l.ParamBytes = left
+			}
+			lim = &l
+		}
 		err := s.Deploy(ctx, ExpertConfig{
 			UID: uid, Owner: own, Module: ModuleDigest(d.Module), Config: d.Config,
-			Batching: batching, Optimizer: opt, Limits: limits,
+			Batching: batching, Optimizer: opt, Limits: lim,
 			ForwardAccess: d.Forward, BackwardAccess: d.Backward,
 		})
 		if err != nil {
@@ -346,6 +371,18 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 	}
 	slices.Sort(done)
 	return done, nil
+}
+
+// paramBytesOf sums the parameter bytes of tenant's experts, overhead
+// included.
+func (s *Server) paramBytesOf(tenant string) int64 {
+	var n int64
+	for _, e := range (*table)(s).All() {
+		if e := e.(*expert); e.owner == tenant {
+			n += e.binding.Params.Bytes()
+		}
+	}
+	return n
 }
 
 // expertsOf counts the experts tenant owns.

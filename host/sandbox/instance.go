@@ -370,8 +370,11 @@ func (e *GuestError) Error() string {
 	return fmt.Sprintf("%v: %s returned %d (%v): %s", ErrGuest, e.Export, int32(e.Code), e.Code, msg)
 }
 
-// Is makes errors.Is(err, ErrGuest) true.
-func (e *GuestError) Is(target error) bool { return target == ErrGuest }
+// Is makes errors.Is(err, ErrGuest) true, and errors.Is(err, ErrBudget)
+// for a guest that returned abi.ErrBudgetExceeded.
+func (e *GuestError) Is(target error) bool {
+	return target == ErrGuest || target == ErrBudget && e.Code == abi.ErrBudgetExceeded
+}
 
 // retireIfSpent closes an instance that has given out all of its call
 // handles, so that the host replaces it instead of letting a handle

@@ -40,6 +40,10 @@ var (
 	ErrInvalidInput = errors.New("invalid input")
 	// ErrClosed: the instance was closed.
 	ErrClosed = errors.New("instance closed")
+	// ErrBudget matches a refusal for a spent budget (the call's bytes,
+	// ops or host calls, or the expert's parameter bytes): the host's own
+	// refusal, or a guest that returned abi.ErrBudgetExceeded.
+	ErrBudget = errors.New("budget exceeded")
 )
 
 // Limits bound what one instance may use. Zero fields take the defaults.
