@@ -3,8 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
-	"os"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"

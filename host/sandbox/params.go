@@ -178,7 +178,9 @@ type abiError struct {
 func (e *abiError) Error() string { return e.msg }
 
 // Is makes errors.Is(err, ErrBudget) true for a budget refusal.
-func (e *abiError) Is(target error) bool { return target == ErrBudget && e.code == abi.ErrBudgetExceeded }
+func (e *abiError) Is(target error) bool {
+	return target == ErrBudget && e.code == abi.ErrBudgetExceeded
+}
 
 func errf(code abi.Errno, format string, args ...any) error {
 	return &abiError{code: code, msg: fmt.Sprintf(format, args...)}
