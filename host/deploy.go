@@ -23,8 +23,7 @@ import (
 // ones, so that both compile each module digest once per owner and let
 // experts of one owner, module and config share an instance. Each owner
 // (tenant) gets its own wazero runtime with its own limits, made with its
-// first expert and closed with its last; all of them share one
-// compilation cache. Its maps are guarded by mu, which also serialises
+// first expert; all of them share one compilation cache. Its maps are guarded by mu, which also serialises
 // deploys and undeploys.
 type loader struct {
 	mu       sync.Mutex
@@ -44,6 +43,7 @@ type loader struct {
 // holds.
 type ownerRuntime struct {
 	rt      *sandbox.Runtime
+	owner   string
 	modules int
 }
 
@@ -75,19 +75,35 @@ func runtimeKey(owner string, limits sandbox.Limits) string {
 	return fmt.Sprintf("%s\x00%+v", owner, limits)
 }
 
+// maxRuntimesPerOwner bounds the runtimes of one owner: one per distinct
+// set of limits its deployments ask for.
+const maxRuntimesPerOwner = 4
+
 // runtime returns the runtime of owner with limits, starting it if
 // needed: experts whose deployments ask for other limits than their
-// owner's get a runtime of their own.
+// owner's get a runtime of their own. Runtimes live until the server
+// stops, even when no module uses them: closing a wazero runtime leaves
+// about 80 KB of its host modules' code mapped, so a deploy cycle that
+// made and closed one would leak that much each time.
 func (l *loader) runtime(ctx context.Context, owner string, limits sandbox.Limits) (*ownerRuntime, string, error) {
 	key := runtimeKey(owner, limits)
 	if or, ok := l.runtimes[key]; ok {
 		return or, key, nil
 	}
+	n := 0
+	for _, or := range l.runtimes {
+		if or.owner == owner {
+			n++
+		}
+	}
+	if n >= maxRuntimesPerOwner {
+		return nil, "", fmt.Errorf("%w: %q already runs experts under %d different sets of limits, the most one owner may", rpc.ErrResourceExhausted, owner, n)
+	}
 	rt, err := sandbox.NewRuntimeWithCache(ctx, l.cache, limits)
 	if err != nil {
 		return nil, "", err
 	}
-	or := &ownerRuntime{rt: rt}
+	or := &ownerRuntime{rt: rt, owner: owner}
 	l.runtimes[key] = or
 	return or, key, nil
 }
@@ -106,7 +122,7 @@ func (l *loader) compile(ctx context.Context, owner string, limits sandbox.Limit
 	}
 	m, err := or.rt.Compile(ctx, wasm)
 	if err != nil {
-		return nil, "", false, errors.Join(err, l.closeRuntime(ctx, rtKey))
+		return nil, "", false, err
 	}
 	or.modules++
 	cm = &compiledModule{m: m, rt: rtKey, limits: or.rt.Limits()}
@@ -148,8 +164,8 @@ func overrideLimits(base, own sandbox.Limits) sandbox.Limits {
 	return base
 }
 
-// release drops one user of the compiled module under key, closing it and
-// its owner's runtime when they are left unused.
+// release drops one user of the compiled module under key, closing it
+// when it is left unused.
 func (l *loader) release(ctx context.Context, key string) error {
 	cm, ok := l.compiled[key]
 	if !ok {
@@ -159,22 +175,10 @@ func (l *loader) release(ctx context.Context, key string) error {
 		return nil
 	}
 	delete(l.compiled, key)
-	err := cm.m.Close(ctx)
 	if or := l.runtimes[cm.rt]; or != nil {
 		or.modules--
 	}
-	return errors.Join(err, l.closeRuntime(ctx, cm.rt))
-}
-
-// closeRuntime closes the runtime under key if it holds no compiled
-// module.
-func (l *loader) closeRuntime(ctx context.Context, key string) error {
-	or, ok := l.runtimes[key]
-	if !ok || or.modules > 0 {
-		return nil
-	}
-	delete(l.runtimes, key)
-	return or.rt.Close(ctx)
+	return cm.m.Close(ctx)
 }
 
 // close closes every runtime; the experts must be closed first.
