@@ -318,3 +318,31 @@ func TestAddRemoveHammer(t *testing.T) {
 		t.Fatal("worker stopped serving after the hammer")
 	}
 }
+
+// nopPool is always ready and its batches do nothing.
+type nopPool struct{ n *atomic.Int64 }
+
+func (p nopPool) Poll() (time.Time, time.Time, bool) { return time.Time{}, time.Time{}, true }
+func (p nopPool) RunBatch(context.Context)           { p.n.Add(1) }
+
+// BenchmarkSchedule measures the worker's cost per batch (polling every
+// pool and the round robin) with 256 pools, in one group (oldest-first
+// only, as before groups) and in 32 groups.
+func BenchmarkSchedule(b *testing.B) {
+	for _, groups := range []int{1, 32} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			w := runtime.NewWorker()
+			var n atomic.Int64
+			for i := range 256 {
+				w.Add(&nopPool{&n}, runtime.WithGroup(fmt.Sprint(i%groups), float64(1+i%3)))
+			}
+			b.ResetTimer()
+			w.Start(context.Background())
+			for n.Load() < int64(b.N) {
+				time.Sleep(time.Millisecond)
+			}
+			b.StopTimer()
+			w.Close(context.Background())
+		})
+	}
+}
