@@ -10,9 +10,11 @@
 // served the newest pool first). A group whose queues empty keeps no
 // credit.
 //
-// Batches are not preemptive: once one starts it runs to its end, so a
-// group that gets work waits at most for the batch that is running, of
-// whichever group, before its turn comes round.
+// Batches are not preemptive: once one starts it runs to its end. A group
+// that gets work waits for the batch that is running and, at most, for one
+// turn of each group ahead of it in the round; a turn is one batch when
+// batches run past the quantum (1 ms × weight). With two tenants, one's
+// wait is bounded by one batch of the other.
 //
 // A failing batch fails only its own requests; the worker carries on.
 package runtime

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,4 +318,85 @@ func TestAddRemoveHammer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("worker stopped serving after the hammer")
 	}
+}
+
+// nopPool is always ready and its batches do nothing.
+type nopPool struct{ n *atomic.Int64 }
+
+func (p nopPool) Poll() (time.Time, time.Time, bool) { return time.Time{}, time.Time{}, true }
+func (p nopPool) RunBatch(context.Context)           { p.n.Add(1) }
+
+// BenchmarkSchedule measures the worker's cost per batch (polling every
+// pool and the round robin) with 256 pools, in one group (oldest-first
+// only, as before groups) and in 32 groups.
+func BenchmarkSchedule(b *testing.B) {
+	for _, groups := range []int{1, 32} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			w := runtime.NewWorker()
+			var n atomic.Int64
+			for i := range 256 {
+				w.Add(&nopPool{&n}, runtime.WithGroup(fmt.Sprint(i%groups), float64(1+i%3)))
+			}
+			b.ResetTimer()
+			w.Start(context.Background())
+			for n.Load() < int64(b.N) {
+				time.Sleep(time.Millisecond)
+			}
+			b.StopTimer()
+			w.Close(context.Background())
+		})
+	}
+}
+
+// TestWaitBound: while tenant a floods with 8 busy experts, tenant b sends
+// one request at a time, arriving while one of a's batches runs; b
+// waits at most for that batch.
+func TestWaitBound(t *testing.T) {
+	t.Parallel()
+	const aCost = 10 * time.Millisecond
+	clk, rec := newClock(), newRecorder(600)
+	w := runtime.NewWorker()
+	runtime.SetClock(w, clk.now)
+	b := &pool{name: "b", group: "b", cost: time.Millisecond, clk: clk, rec: rec}
+	var waits []time.Duration
+	rec.hook = func(n int) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if n%5 == 0 && len(b.queue) == 0 {
+			b.queue = append(b.queue, clk.now().Add(-aCost/2)) // it came during that batch
+		}
+	}
+	bRun := &waitPool{pool: b, waits: &waits}
+	for i := range 8 {
+		w.Add(&pool{name: fmt.Sprint("a", i), group: "a", cost: aCost, clk: clk, rec: rec, backlog: true}, runtime.WithGroup("a", 1))
+	}
+	w.Add(bRun, runtime.WithGroup("b", 1))
+	run(t, w, rec)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(waits) < 50 {
+		t.Fatalf("b ran %d times", len(waits))
+	}
+	worst := slices.Max(waits)
+	t.Logf("b ran %d requests; worst wait %v, a's batch %v", len(waits), worst, aCost)
+	if worst > aCost {
+		t.Errorf("b waited %v, more than one of a's batches (%v)", worst, aCost)
+	}
+}
+
+// waitPool records how long each request of its pool waited to run.
+type waitPool struct {
+	*pool
+	waits *[]time.Duration
+}
+
+func (p *waitPool) RunBatch(ctx context.Context) {
+	p.mu.Lock()
+	if len(p.queue) > 0 {
+		p.rec.mu.Lock()
+		*p.waits = append(*p.waits, p.clk.now().Sub(p.queue[0]))
+		p.rec.mu.Unlock()
+	}
+	p.mu.Unlock()
+	p.pool.RunBatch(ctx)
 }

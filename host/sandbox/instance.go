@@ -104,7 +104,13 @@ func (inst *Instance) start(ctx context.Context) error {
 	}
 	res, err := inst.mod.ExportedFunction(abi.ExportABIVersion).Call(ctx)
 	if err != nil {
-		return inst.trap(abi.ExportABIVersion, err)
+		err = inst.trap(abi.ExportABIVersion, err)
+		if inst.mod.ExportedFunction("_start") != nil && inst.mod.ExportedFunction(abi.ExportInitialize) == nil {
+			// A WASI command's exports trap before _start; an expert
+			// must be a reactor, which the host initialises itself.
+			err = fmt.Errorf("%w: %w; the module is a WASI command (it exports _start): build a Go expert with -buildmode=c-shared, a C one with -mexec-model=reactor", ErrInvalidModule, err)
+		}
+		return err
 	}
 	if v := int32(res[0]); v != abi.Version {
 		return fmt.Errorf("%w: %s returned %d; this host serves ABI version %d with module %s", ErrInvalidModule, abi.ExportABIVersion, v, abi.Version, abi.ModuleName)

@@ -34,6 +34,7 @@ func TestInvalidModulesAreRefused(t *testing.T) {
 		{"bad_import.wasm", nil, `imports from module "env"`},
 		{"bad_host_func.wasm", nil, "unknown host function moehost_v1.launch_missiles"},
 		{"bad_version.wasm", nil, "returned 2"},
+		{"bad_command.wasm", nil, "build a Go expert with -buildmode=c-shared"},
 		{"bad_no_forward.wasm", nil, `missing export "moe_forward"`},
 		{"bad_empty_schema.wasm", nil, "at least one of each"},
 		{"bad_init_trap.wasm", nil, "unreachable"},

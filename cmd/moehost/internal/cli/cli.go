@@ -42,6 +42,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(discoverCmd(stdout, stderr))
 	root.AddCommand(tenantCmd(stdout, stderr))
 	root.AddCommand(uploadCmd(stdout, stderr), deployCmd(stdout), undeployCmd(stdout), modulesCmd(stdout), expertsCmd(stdout))
+	root.AddCommand(expertCmd(stdout))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(stderr, "moehost:", err)
 		return 1

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/sandbox"
+)
+
+// TestExpertNewBuildForward walks an author's first steps: scaffold an
+// expert, build it, and run a Forward through the sandbox; and shows what
+// forgetting -buildmode=c-shared gives.
+func TestExpertNewBuildForward(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go command:", err)
+	}
+	dir := filepath.Join(t.TempDir(), "lin")
+	var stdout, stderr bytes.Buffer
+	// No --sdk: the test runs inside the checkout, which is the default.
+	if code := Main([]string{"expert", "new", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("expert new: exit %d: %s", code, stderr.String())
+	}
+	root, err := filepath.Abs(filepath.Join("..", "..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"module lin\n", "require github.com/moehost/moehost ", "replace github.com/moehost/moehost => " + root + "\n"} {
+		if !strings.Contains(string(gomod), want) {
+			t.Errorf("go.mod lacks %q:\n%s", want, gomod)
+		}
+	}
+	if mk, err := os.ReadFile(filepath.Join(dir, "Makefile")); err != nil || !strings.Contains(string(mk), "\tGOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o lin.wasm .") {
+		t.Errorf("Makefile lacks the build recipe: %s %v", mk, err)
+	}
+
+	stdout.Reset()
+	if code := Main([]string{"expert", "build", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("expert build: exit %d: %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	wasmPath := filepath.Join(dir, "lin.wasm")
+	if lines[len(lines)-1] != wasmPath {
+		t.Errorf("expert build printed %q, want %s last", stdout.String(), wasmPath)
+	}
+	wasm, err := os.ReadFile(wasmPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{MemoryPages: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Compile(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := gpuhost.NewCPU(1)
+	params := sandbox.NewParamStore(dev, []byte("lin"), 0)
+	inst, err := m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: params, Config: map[string]int64{"hidden_dim": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	xs := []float32{1, -2, 0.5, 3, 0, -1}
+	x, err := dev.FromFloat32([]int{2, 3}, xs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := inst.Forward(ctx, []*gpuhost.Tensor{x}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := dev.Float32s(outs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := params.Params()
+	if len(ps) != 2 || ps[0].Name != "linear.weight" || ps[1].Name != "linear.bias" {
+		t.Fatalf("params %v, want linear.weight and linear.bias", ps)
+	}
+	w, _ := dev.Float32s(ps[0].Tensor)
+	b, _ := dev.Float32s(ps[1].Tensor)
+	for r := range 2 {
+		for o := range 3 {
+			want := b[o]
+			for i := range 3 {
+				want += xs[r*3+i] * w[o*3+i]
+			}
+			if got := y[r*3+o]; math.Abs(float64(got-want)) > 1e-5 {
+				t.Errorf("y[%d][%d] = %g, want %g", r, o, got, want)
+			}
+		}
+	}
+
+	// The same expert built without -buildmode=c-shared: the host names
+	// the fix.
+	build := exec.Command("go", "build", "-o", "command.wasm", ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building without -buildmode=c-shared: %v\n%s", err, out)
+	}
+	cmdWasm, err := os.ReadFile(filepath.Join(dir, "command.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := rt.Compile(ctx, cmdWasm)
+	if err == nil {
+		_, err = cm.Instantiate(ctx, sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, nil, 0), Config: map[string]int64{"hidden_dim": 3}})
+	}
+	if err == nil || !strings.Contains(err.Error(), "-buildmode=c-shared") || !strings.Contains(err.Error(), "_start") {
+		t.Errorf("a module built without -buildmode=c-shared: %v, want the fix named", err)
+	}
+}
+
+func TestExpertNewErrors(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	notCheckout := filepath.Join(tmp, "other")
+	if err := os.MkdirAll(notCheckout, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(notCheckout, "go.mod"), []byte("module example.com/other\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"exists", []string{"expert", "new", notCheckout}, "already exists"},
+		{"bad name", []string{"expert", "new", filepath.Join(tmp, "9lives")}, `expert name "9lives"`},
+		{"sdk not moehost", []string{"expert", "new", filepath.Join(tmp, "x"), "--sdk", notCheckout}, "is module example.com/other, not github.com/moehost/moehost"},
+		{"sdk missing", []string{"expert", "new", filepath.Join(tmp, "y"), "--sdk", filepath.Join(tmp, "nope")}, "no such file"},
+		{"build without go.mod", []string{"expert", "build", tmp}, "go.mod"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := Main(tt.args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tt.want) {
+				t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), tt.want)
+			}
+		})
+	}
+}
