@@ -240,7 +240,11 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 		}
 	}
 	if len(got) < m.cfg.KMin {
-		return fmt.Errorf("%w: %d of %d experts answered, k_min is %d: %w", ErrKMinNotMet, len(got), len(choices), m.cfg.KMin, errors.Join(failures...))
+		err := fmt.Errorf("%w: %d of %d experts answered, k_min is %d", ErrKMinNotMet, len(got), len(choices), m.cfg.KMin)
+		if len(failures) > 0 {
+			err = fmt.Errorf("%w: %w", err, errors.Join(failures...))
+		}
+		return err
 	}
 	idx := slices.Sorted(maps.Keys(got))
 	logits := make([]float64, len(idx))
