@@ -126,7 +126,10 @@ func TestMixtureOfExpertsSurvivesAKilledExpert(t *testing.T) {
 	}
 	defer strict.Close()
 	_, err = strict.Forward(ctx, xt, scores)
-	if !errors.Is(err, client.ErrKMinNotMet) || !strings.Contains(err.Error(), "2 of 3 experts answered, k_min is 3") {
+	// The dead server's record may have expired by now (2 of 2 found),
+	// or not (2 of 3): either way two answered, one short of k_min.
+	if !errors.Is(err, client.ErrKMinNotMet) || !(strings.Contains(err.Error(), "2 of 3 experts answered, k_min is 3") ||
+		strings.Contains(err.Error(), "2 of 2 experts answered, k_min is 3")) {
 		t.Errorf("forward with k_min 3 and 2 experts alive: %v, want ErrKMinNotMet", err)
 	}
 }
