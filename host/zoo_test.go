@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -47,6 +48,9 @@ func TestZoo(t *testing.T) {
 			// parallel (the slow part under -race).
 			t.Parallel()
 			srv := startTestServer(t,
+				// Go guests start slowly under -race on a busy machine:
+				// the zoo tests what they compute, not how fast.
+				WithGuestLimits(GuestLimits{InitTimeout: 3 * time.Minute}),
 				WithOptimizer(OptimizerConfig{Name: "sgd", LR: testLR}),
 				WithExperts(ExpertConfig{UID: tt.name + ".0", Module: ModuleBytes(tt.module), Config: tt.config}),
 			)
