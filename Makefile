@@ -100,6 +100,11 @@ fuzz-sandbox: ## Fuzz the sandbox: op sequences against a budgeted instance, the
 	$(GO) test -run '^$$' -fuzz '^FuzzOpSequence$$' -fuzztime $(or $(FUZZTIME),5m) ./host/sandbox/
 	$(GO) test -run '^$$' -fuzz '^FuzzInspect$$' -fuzztime $(or $(FUZZTIME),5m) ./host/sandbox/
 
+.PHONY: fuzz-tenant
+fuzz-tenant: ## Fuzz the tenants file decoder and token sign-in (FUZZTIME each, default 1m)
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(or $(FUZZTIME),1m) ./host/tenant/
+	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(or $(FUZZTIME),1m) ./host/tenant/
+
 .PHONY: measure-budget
 measure-budget: ## The zoo's per-call host memory at its default configs, against the default BytesPerCall
 	$(GO) test -run '^TestDefaultCallBudgetFitsZoo$$' -v ./host/sandbox/ -args -zoobudget

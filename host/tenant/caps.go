@@ -3,7 +3,10 @@ package tenant
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
+
+	"github.com/moehost/moehost/modules"
 )
 
 // Caps bound what one tenant may use. In a tenants file a zero (or absent)
@@ -233,4 +236,11 @@ func (c Caps) CheckLimits(req Limits) error {
 		}
 	}
 	return nil
+}
+
+// ModuleQuota returns the module store's quota for these caps (resolved
+// with WithDefaults), so that the registry checks uploads against the
+// same numbers before it stores a byte.
+func (c Caps) ModuleQuota() modules.Quota {
+	return modules.Quota{Modules: int(min(c.Modules, math.MaxInt32)), Bytes: c.ModuleBytes}
 }

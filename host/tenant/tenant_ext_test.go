@@ -348,6 +348,9 @@ func TestCaps(t *testing.T) {
 		t.Errorf("Admit of nothing more experts: %v", err)
 	}
 
+	if q := c.ModuleQuota(); q.Modules != 2 || q.Bytes != 1<<30 {
+		t.Errorf("ModuleQuota: %+v, want 2 modules and 1 GiB", q)
+	}
 	got := c.Clamp(tenant.Limits{MemoryPages: 1 << 20, CallTimeout: time.Second, BytesPerCall: 0, ParamBytes: 1})
 	wantL := tenant.Limits{MemoryPages: 4096, CallTimeout: time.Second, BytesPerCall: 2 << 30, ParamBytes: 1}
 	if got != wantL {

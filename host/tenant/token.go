@@ -19,7 +19,7 @@ const tokenBytes = 32
 
 // TokenLen is the length of a token: TokenPrefix and 43 characters of
 // unpadded URL-safe base64 (A-Z, a-z, 0-9, '-', '_').
-var TokenLen = len(TokenPrefix) + base64.RawURLEncoding.EncodedLen(tokenBytes)
+const TokenLen = len(TokenPrefix) + (tokenBytes*8+5)/6
 
 // hashPrefix starts a stored token hash.
 const hashPrefix = "sha256:"

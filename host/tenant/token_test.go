@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"encoding/base64"
 	"path/filepath"
 	"testing"
 )
@@ -67,7 +68,7 @@ func TestTokenHashRoundTrip(t *testing.T) {
 	if err != nil || g != h {
 		t.Fatalf("parseTokenHash(%q) = %x, %v", h.String(), g, err)
 	}
-	if !wellFormed(tok) || len(tok) != TokenLen || TokenLen != 47 {
+	if !wellFormed(tok) || len(tok) != TokenLen || TokenLen != 47 || TokenLen != len(TokenPrefix)+base64.RawURLEncoding.EncodedLen(tokenBytes) {
 		t.Errorf("token %q (%d bytes) is not well formed", tok, len(tok))
 	}
 }
