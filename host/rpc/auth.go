@@ -131,7 +131,7 @@ func (a authInterceptor) caller(ctx context.Context, h http.Header) (context.Con
 	v := h.Get("Authorization")
 	if v == "" {
 		if a.required {
-			return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s needs a tenant's token (Authorization: Bearer <token>)", a.service))
+			return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s needs a token (Authorization: Bearer <token>): a tenant's, or the server's admin token", a.service))
 		}
 		return ContextWithCaller(ctx, Caller{}), nil
 	}

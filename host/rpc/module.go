@@ -172,7 +172,7 @@ type moduleService struct {
 func caller(ctx context.Context) (Caller, error) {
 	c := CallerFrom(ctx)
 	if c.Anonymous() {
-		return c, fmt.Errorf("%w: ModuleService needs a tenant's token", ErrUnauthenticated)
+		return c, fmt.Errorf("%w: ModuleService needs a tenant's or the operator's token", ErrUnauthenticated)
 	}
 	return c, nil
 }

@@ -861,3 +861,32 @@ func FuzzDeploymentFromProto(f *testing.F) {
 		}
 	})
 }
+
+// TestUploadModuleHammer runs concurrent uploads of different modules
+// over one client: each gets its own digest, never another stream's bytes.
+func TestUploadModuleHammer(t *testing.T) {
+	t.Parallel()
+	fake := &fakeModules{}
+	url := server(t, noExperts{}, rpc.Options{Auth: fakeAuth{}, Modules: fake})
+	c := moduleClient(url, "Bearer "+aliceToken)
+	const uploads = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, uploads)
+	for i := range uploads {
+		wg.Go(func() {
+			data := bytes.Repeat([]byte{byte(i), byte(i >> 8), 7}, 100_000+i*1000)
+			info, _, err := upload(context.Background(), c, fmt.Sprintf("m%d", i), int64(len(data)), bytes.NewReader(data), 64<<10)
+			switch {
+			case err != nil:
+				errs <- fmt.Errorf("upload %d: %w", i, err)
+			case info.GetDigest() != digestOf(data) || info.GetSizeBytes() != int64(len(data)):
+				errs <- fmt.Errorf("upload %d: got %s (%d bytes), want %s (%d bytes)", i, info.GetDigest(), info.GetSizeBytes(), digestOf(data), len(data))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

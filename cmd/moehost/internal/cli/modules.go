@@ -338,8 +338,9 @@ func expertsCmd(stdout io.Writer) *cobra.Command {
 		Use:   "experts",
 		Short: "List the experts a server hosts",
 		Long: `List the experts a running server hosts, one a line:
-UID<TAB>MODULE_DIGEST<TAB>PARAMETERS<TAB>healthy|unhealthy. No token is
-needed; a given one must be valid.`,
+UID<TAB>OWNER<TAB>MODULE_DIGEST<TAB>PARAMETERS<TAB>healthy|unhealthy, where
+OWNER is the tenant that deployed it, or "-" for the operator's. No token
+is needed; a given one must be valid.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := r.resolve(cmd); err != nil {
@@ -354,7 +355,11 @@ needed; a given one must be valid.`,
 				if !e.GetHealthy() {
 					health = "unhealthy"
 				}
-				fmt.Fprintf(stdout, "%s\t%s\t%d\t%s\n", e.GetUid(), e.GetModuleDigest(), e.GetParameterCount(), health)
+				owner := e.GetOwner()
+				if owner == "" {
+					owner = "-"
+				}
+				fmt.Fprintf(stdout, "%s\t%s\t%s\t%d\t%s\n", e.GetUid(), owner, e.GetModuleDigest(), e.GetParameterCount(), health)
 			}
 			return nil
 		},

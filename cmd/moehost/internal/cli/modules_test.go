@@ -116,7 +116,7 @@ func moduleServer(t *testing.T, m rpc.Modules, maxUpload int64) string {
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	experts := listedExperts{
-		listedExpert{&moehostv1.ExpertInfo{Uid: "alice.ffn.0", ModuleDigest: "sha256:ab", ParameterCount: 42, Healthy: true}},
+		listedExpert{&moehostv1.ExpertInfo{Uid: "alice.ffn.0", Owner: "alice", ModuleDigest: "sha256:ab", ParameterCount: 42, Healthy: true}},
 		listedExpert{&moehostv1.ExpertInfo{Uid: "ffn.0", ModuleDigest: "sha256:cd", ParameterCount: 7}},
 	}
 	srv := httptest.NewUnstartedServer(rpc.NewHandler(experts, rpc.Options{Auth: tenantAuth{}, Modules: m, MaxUploadBytes: maxUpload}))
@@ -238,7 +238,7 @@ func TestModuleCommands(t *testing.T) {
 	// experts needs no token; without the environment's, it is anonymous.
 	t.Setenv(tokenEnv, "")
 	stdout, stderr, code = run("experts", "--server", url)
-	if want := "alice.ffn.0\tsha256:ab\t42\thealthy\nffn.0\tsha256:cd\t7\tunhealthy\n"; code != 0 || stdout != want {
+	if want := "alice.ffn.0\talice\tsha256:ab\t42\thealthy\nffn.0\t-\tsha256:cd\t7\tunhealthy\n"; code != 0 || stdout != want {
 		t.Errorf("experts: exit %d, %q (%s), want %q", code, stdout, stderr, want)
 	}
 	if _, stderr, code := run("modules", "--server", url); code != 1 || !strings.Contains(stderr, "--token or $MOEHOST_TOKEN") {
