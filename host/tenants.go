@@ -165,7 +165,7 @@ func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload
 		if err != nil {
 			return rpc.ModuleInfo{}, err
 		}
-		q = modules.Quota{Modules: int(caps.Modules), Bytes: caps.ModuleBytes}
+		q = caps.ModuleQuota()
 	}
 	had := map[string]bool{}
 	for _, mod := range l.store.List(owner(c)) {
