@@ -40,19 +40,22 @@ func TestTenantsShareTheDeviceFairly(t *testing.T) {
 	api := (*moduleAPI)(srv)
 	dev := srv.Device()
 	const hidden, aliceExperts, clients, bobCalls = 256, 8, 32, 200
-	deploy := func(who, experts string) {
+	// Alice's batches hold 64 rows at most (four of her requests), so
+	// that their run time, which bounds bob's wait, stays near its mean.
+	deploy := func(who, experts string, maxRows int) {
 		c := rpc.Caller{Tenant: who}
 		mod, err := api.Upload(ctx, c, rpc.ModuleUpload{Size: -1, Body: bytesReader(wasmexperts.FFNC)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := api.Deploy(ctx, c, rpc.Deployment{Experts: experts, Module: mod.Digest,
-			Config: map[string]int64{"hidden_dim": hidden}, Forward: rpc.AccessPublic, Backward: rpc.AccessOwner}); err != nil {
+			Config: map[string]int64{"hidden_dim": hidden}, Batching: rpc.BatchLimits{MaxBatchSize: maxRows},
+			Forward: rpc.AccessPublic, Backward: rpc.AccessOwner}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	deploy("alice", "alice.ffn.[0:"+strconv.Itoa(aliceExperts)+"]")
-	deploy("bob", "bob.ffn.0")
+	deploy("alice", "alice.ffn.[0:"+strconv.Itoa(aliceExperts)+"]", 64)
+	deploy("bob", "bob.ffn.0", 0)
 	// Each client makes its input once: the flood should cost the
 	// device, not the garbage collector.
 	call := func(uid string, x *gpuhost.Tensor) time.Duration {
@@ -120,6 +123,8 @@ func TestTenantsShareTheDeviceFairly(t *testing.T) {
 		bound := 2 * (unloaded + mean)
 		t.Logf("attempt %d: bob's p99 unloaded %v, under alice's flood %v (p50 %v); alice's mean batch %v over %d batches; bound %v",
 			attempt+1, unloaded, loaded, during[len(during)/2], mean, batches, bound)
+		bp := srv.experts["bob.ffn.0"].Info().GetForwardPool()
+		t.Logf("bob's pool: queue wait p50 %.2f ms p99 %.2f ms, run mean %.2f ms", bp.GetQueueWaitP50Ms(), bp.GetQueueWaitP99Ms(), bp.GetRunTimeMeanMs())
 		if loaded <= bound {
 			return
 		}

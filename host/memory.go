@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -139,7 +141,7 @@ func (s *Server) newDevice() (gpuhost.Device, error) {
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}
-	dev := gpuhost.NewCPU(0, gpuhost.WithCeiling(gpuhost.NewCeiling(limit)))
+	dev := gpuhost.NewCPU(kernelThreads(), gpuhost.WithCeiling(gpuhost.NewCeiling(limit)))
 	s.mu.Lock()
 	s.devices = append(s.devices, dev)
 	s.mu.Unlock()
@@ -149,6 +151,26 @@ func (s *Server) newDevice() (gpuhost.Device, error) {
 	s.log.Info("memory limit", "bytes", limit)
 	return dev, nil
 }
+
+// kernelThreads returns the threads the CPU device's kernels use: as many
+// as GOMAXPROCS was when the first server started. That first call also
+// raises GOMAXPROCS by one, process-wide, so that the goroutines that
+// answer requests always find a P: kernels never block, and Go preempts a
+// running goroutine only every 10 ms, so with every P in a kernel a
+// finished request waited up to that long to be sent (a tenant's p99 under
+// another's flood was 4-5 batches instead of one; make test-fairness).
+func kernelThreads() int {
+	kernelThreadsOnce.Do(func() {
+		kernelThreadsN = runtime.GOMAXPROCS(0)
+		runtime.GOMAXPROCS(kernelThreadsN + 1)
+	})
+	return kernelThreadsN
+}
+
+var (
+	kernelThreadsOnce sync.Once
+	kernelThreadsN    int
+)
 
 // memoryLimitBytes resolves the WithMemoryLimit setting.
 func (c *config) memoryLimitBytes() int64 {
