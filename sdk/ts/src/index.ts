@@ -7,6 +7,7 @@ import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/conn
 import { ExpertService, type ExpertInfo } from "./gen/moehost/v1/expert_pb.js";
 import { ServerService, type GetServerInfoResponse } from "./gen/moehost/v1/server_pb.js";
 import { DType, type Tensor, type TensorSchema } from "./gen/moehost/v1/tensor_pb.js";
+import { decodeHalf, encodeHalf, isHalf } from "./half.js";
 
 export * from "./gen/moehost/v1/checkpoint_pb.js";
 export * from "./gen/moehost/v1/discovery_pb.js";
@@ -14,6 +15,7 @@ export * from "./gen/moehost/v1/expert_pb.js";
 export * from "./gen/moehost/v1/server_pb.js";
 export * from "./gen/moehost/v1/tensor_pb.js";
 export { ConnectError, Code } from "@connectrpc/connect";
+export { bfloat16Bits, bfloat16Value, decodeHalf, encodeHalf, float16Bits, float16Value, isHalf } from "./half.js";
 
 /** Options of {@link createMoehostClient}. */
 export interface ClientOptions {
@@ -25,6 +27,16 @@ export interface ClientOptions {
   token?: string;
   /** A fetch to use instead of the global one. */
   fetch?: typeof globalThis.fetch;
+  /**
+   * Dtype that float32 tensors travel in, both ways, through
+   * {@link MoehostClient.expert}: DType.DTYPE_FLOAT16 or DTYPE_BFLOAT16
+   * halve the bytes of every call, at the format's precision (float16: 11
+   * significant bits, range ±65504; bfloat16: 8 bits, float32's range).
+   * Callers still pass and get float32 tensors; the server computes in
+   * float32. DTYPE_FLOAT32 (the default) sends float32; any other dtype
+   * throws in createMoehostClient. Like Go's client.WithWireDType.
+   */
+  wireDType?: DType;
 }
 
 /** A client of one moehost server: its two services, and one helper per expert. */
@@ -39,7 +51,10 @@ export interface MoehostClient {
   info(): Promise<GetServerInfoResponse>;
 }
 
-/** One remote expert: float32 tensors in, float32 tensors out. */
+/**
+ * One remote expert: float32 tensors in, float32 tensors out (converted
+ * to and from the client's wireDType on the wire).
+ */
 export interface RemoteExpert {
   readonly uid: string;
   /** forward runs the expert on one batch and returns its outputs. */
@@ -71,6 +86,10 @@ export function createTransport(opts: ClientOptions): Transport {
 
 /** createMoehostClient returns a client of the server at opts.baseUrl. */
 export function createMoehostClient(opts: ClientOptions): MoehostClient {
+  const wire = opts.wireDType ?? DType.DTYPE_FLOAT32;
+  if (wire !== DType.DTYPE_FLOAT32 && !isHalf(wire)) {
+    throw new RangeError(`wireDType ${DType[wire] ?? wire}: want DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16`);
+  }
   const transport = createTransport(opts);
   const experts = createClient(ExpertService, transport);
   const server = createClient(ServerService, transport);
@@ -81,12 +100,42 @@ export function createMoehostClient(opts: ClientOptions): MoehostClient {
     expert(uid: string): RemoteExpert {
       return {
         uid,
-        forward: async (...inputs) => (await experts.forward({ uid, inputs })).outputs,
-        backward: async (inputs, gradOutputs) => (await experts.backward({ uid, inputs, gradOutputs })).gradInputs,
+        forward: async (...inputs) =>
+          fromWire((await experts.forward({ uid, inputs: toWire(inputs, wire), outputDtype: wire })).outputs),
+        backward: async (inputs, gradOutputs) =>
+          fromWire(
+            (
+              await experts.backward({
+                uid,
+                inputs: toWire(inputs, wire),
+                gradOutputs: toWire(gradOutputs, wire),
+                gradInputDtype: wire,
+              })
+            ).gradInputs,
+          ),
         info: () => experts.info({ uid }),
       };
     },
   };
+}
+
+/**
+ * toWire converts float32 tensors to the wire dtype; others, and tensors
+ * whose bytes do not hold float32s (the server says what is wrong with
+ * those), go as they are.
+ */
+function toWire(ts: Tensor[], wire: DType): Tensor[] {
+  if (!isHalf(wire)) return ts;
+  return ts.map((t) =>
+    t.dtype === DType.DTYPE_FLOAT32 && t.data.length % 4 === 0
+      ? { ...t, dtype: wire, data: encodeHalf(wire, toFloat32Array(t)) }
+      : t,
+  );
+}
+
+/** fromWire widens 16-bit float tensors to float32, so callers get what they would without wireDType. */
+function fromWire(ts: Tensor[]): Tensor[] {
+  return ts.map((t) => (isHalf(t.dtype) ? float32Tensor(decodeHalf(t.dtype, t.data), shapeOf(t)) : t));
 }
 
 /** float32Tensor wraps values as a float32 Tensor of the given shape. */
