@@ -1,6 +1,6 @@
 // Package ui serves moehost's web dashboard: a page that lists the hosted
 // experts, charts their load, runs Forward on random input and describes
-// the server, all over Connect from the browser.
+// the server and its DHT node, all over Connect from the browser.
 //
 // The page is built with Vite from web/ (TypeScript, `make ui`) into
 // dist/, which is committed and embedded, so that a server builds and

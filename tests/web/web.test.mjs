@@ -164,6 +164,57 @@ test("the dashboard lists the experts, runs a Forward and charts the load", asyn
   await page.close();
 });
 
+test("the DHT panel shows the node's peer id, multiaddrs, URLs, records and peers", async () => {
+  assert.match(server.peerId, /^12D3KooW/, "the server logged no DHT peer id");
+  // A second server joins the first's swarm, so that the panel has a peer.
+  const peer = await startServer([
+    "--module", "ffn", "--hidden-dim", String(HIDDEN), "--experts", "ffn.9", "--no-checkpoints",
+    "--initial-peers", server.dhtAddrs.join(","),
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  try {
+    await page.goto(`${server.baseUrl}/ui/`);
+    const id = page.locator("#dht-peer-id");
+    await id.filter({ hasText: server.peerId }).waitFor({ timeout: 30_000 });
+    assert.equal(await id.innerText(), server.peerId);
+    assert.ok(await page.locator("#dht-off").isHidden());
+    const texts = (sel) => page.locator(`${sel} li`).allInnerTexts();
+    assert.deepEqual(await texts("#dht-addrs"), server.dhtAddrs);
+    assert.deepEqual(await texts("#dht-announce"), [server.baseUrl]);
+    // The records: every uid and the grid prefix.
+    assert.deepEqual((await texts("#dht-records")).sort(), ["ffn.", "ffn.0", "ffn.1", "ffn.2"]);
+    // The peer shows once the server's info is fetched again (every 5 s).
+    // (The server fills only PeerInfo.peer_id today, not its addresses.)
+    const row = page.locator(`#dht-peers tbody tr[data-peer="${peer.peerId}"]`);
+    await row.waitFor({ timeout: 30_000 });
+    assert.match(await row.innerText(), new RegExp(`^${peer.peerId}\\s`));
+    assert.equal(await page.locator("#dht-peer-count").innerText(), "1 known");
+    await mkdir(OUT, { recursive: true });
+    await page.locator("#dht").screenshot({ path: join(OUT, "dht.png") });
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+    await peer.stop();
+  }
+});
+
+test("the DHT panel says so when the server has no DHT node", async () => {
+  const solo = await startServer(["--module", "ffn", "--hidden-dim", String(HIDDEN), "--experts", "ffn.0", "--no-dht"]);
+  const page = await browser.newPage();
+  try {
+    assert.equal(solo.peerId, "");
+    await page.goto(`${solo.baseUrl}/ui/`);
+    await page.locator("#dht-off").waitFor({ timeout: 30_000 });
+    assert.ok(await page.locator("#dht-on").isHidden());
+    assert.equal(await page.locator("#dht-summary").innerText(), "off");
+  } finally {
+    await page.close();
+    await solo.stop();
+  }
+});
+
 test("the TypeScript client works from another origin only where --cors-origin allows it", async () => {
   const cases = [
     { name: "allowed, Connect", origin: allowed.origin, protocol: "connect", ok: true },

@@ -1,5 +1,6 @@
 // startServer runs `moehost serve` on a free loopback port and resolves
-// with its base URL once it serves; stop() ends it. The binary comes from
+// with its base URL (and its DHT node's peer id and multiaddrs, from its
+// log) once it serves; stop() ends it. The binary comes from
 // $MOEHOST_BIN (make test-ts builds it).
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -30,9 +31,14 @@ export async function startServer(args = []) {
       reject(new Error(`moehost exited with ${code}:\n${log}`));
     });
   });
+  // The DHT node's id and multiaddrs, as the server logs them ("" and []
+  // with --no-dht).
+  const dht = /msg="dht node up" peer=(\S+) addrs=(\S+)/.exec(log);
   return {
     baseUrl: `http://${addr}`,
     addr,
+    peerId: dht?.[1] ?? "",
+    dhtAddrs: dht ? dht[2].split(",") : [],
     async stop() {
       proc.removeAllListeners("exit");
       const exited = new Promise((r) => proc.once("exit", r));

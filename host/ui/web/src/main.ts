@@ -138,8 +138,7 @@ function renderServer(): void {
     ["listen", server.listenAddress],
     ["devices", server.devices.map((d) => `${d.name}: ${d.description}`).join("; ") || "–"],
     ["experts", String(server.expertCount)],
-    ["announce", server.announceAddresses.join(", ") || "none (no DHT node)"],
-    ["peers", server.peers.length ? server.peers.map((p) => p.peerId).join(", ") : "none"],
+    ["DHT", server.peerId ? `${server.peers.length} peer${server.peers.length === 1 ? "" : "s"}` : "off"],
   ];
   dl.replaceChildren(
     ...items.flatMap(([k, v]) => {
@@ -152,6 +151,53 @@ function renderServer(): void {
     }),
   );
   $("#server-addr").textContent = server.listenAddress;
+  renderDHT(server);
+}
+
+function listItems(sel: string, values: string[], empty: string): void {
+  const items = values.length ? values : [empty];
+  $(sel).replaceChildren(
+    ...items.map((v) => {
+      const li = document.createElement("li");
+      li.textContent = v;
+      if (!values.length) li.className = "muted";
+      return li;
+    }),
+  );
+}
+
+/**
+ * renderDHT shows the server's DHT node: its peer id and multiaddrs (what
+ * other servers pass to --initial-peers), the URLs its records give, the
+ * names it announces, and the peers it knows.
+ */
+function renderDHT(s: GetServerInfoResponse): void {
+  const on = s.peerId !== "";
+  $("#dht-on").hidden = !on;
+  $("#dht-off").hidden = on;
+  $("#dht-summary").textContent = on
+    ? `${s.dhtRecords.length} records, ${s.peers.length} peer${s.peers.length === 1 ? "" : "s"}`
+    : "off";
+  if (!on) return;
+  $("#dht-peer-id").textContent = s.peerId;
+  listItems("#dht-addrs", s.dhtAddresses, "none");
+  listItems("#dht-announce", s.announceAddresses, "none");
+  listItems("#dht-records", s.dhtRecords, "none yet");
+  $("#dht-peer-count").textContent = `${s.peers.length} known`;
+  const rows = s.peers.map((p) => {
+    const tr = document.createElement("tr");
+    tr.dataset.peer = p.peerId;
+    tr.append(cell(p.peerId, "mono"), cell(p.addresses.join("\n") || "–", "mono addrs"));
+    return tr;
+  });
+  if (!rows.length) {
+    const tr = document.createElement("tr");
+    const td = cell("no peers: a one-node swarm (join one with --initial-peers)", "muted");
+    td.colSpan = 2;
+    tr.append(td);
+    rows.push(tr);
+  }
+  $("#dht-peers tbody").replaceChildren(...rows);
 }
 
 function duration(s: number): string {
