@@ -139,14 +139,14 @@ bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against Py
 PYTHON ?= /usr/bin/python3
 
 .PHONY: python-stubs
-python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-tools (installs the Python packages if missing)
+python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-tools, and checkpoint.proto's from host/rpc/descriptors.binpb (installs the Python packages if missing)
 	./scripts/install-python-deps.sh
 	PYTHON=$(PYTHON) ./scripts/gen-python-stubs.sh
 
 .PHONY: test-python
 test-python: python-stubs ## Test sdk/python against a live `moehost serve` (installs python3-torch, -grpcio, -grpc-tools, -numpy via apt if missing)
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
-	MOEHOST_BIN=$(BIN)/moehost $(PYTHON) sdk/python/tests/test_remote_expert.py
+	MOEHOST_BIN=$(BIN)/moehost $(PYTHON) -m unittest discover -s sdk/python/tests -p 'test_*.py' -v
 
 .PHONY: lint
 lint: ## go vet, gofmt and staticcheck

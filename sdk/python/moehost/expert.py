@@ -156,6 +156,19 @@ class RemoteExpert(nn.Module):
         """Fetches the expert's description now, with fresh stats."""
         return self._stub.Info(expert_pb2.InfoRequest(uid=self.uid), timeout=self.timeout)
 
+    def fetch_parameters(self) -> Tuple[int, Dict[str, torch.Tensor]]:
+        """Fetches the expert's parameters now, through the server's
+        CheckpointService.GetParameters: the optimizer steps behind them,
+        and the tensors by the names the module declares (for the ffn
+        expert, those of hivemind's FeedforwardBlock's state_dict). The
+        server answers loopback callers, or callers with its admin token.
+        """
+        from moehost.v1 import checkpoint_pb2, checkpoint_pb2_grpc
+
+        stub = checkpoint_pb2_grpc.CheckpointServiceStub(self._channel)
+        res = stub.GetParameters(checkpoint_pb2.CheckpointServiceGetParametersRequest(uid=self.uid), timeout=self.timeout)
+        return res.step, {p.name: _from_wire(p.tensor) for p in res.parameters}
+
     def forward(self, *inputs: torch.Tensor):
         outputs = _RemoteCall.apply(self._dummy, self, *inputs)
         return outputs[0] if len(outputs) == 1 else outputs

@@ -5,20 +5,17 @@ The test starts `moehost serve` itself (MOEHOST_BIN names the binary).
 """
 
 import os
-import re
-import subprocess
 import sys
-import tempfile
-import threading
-import time
 import unittest
 
 import grpc
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 
 import moehost  # noqa: E402
+from serve import Server  # noqa: E402
 from moehost.v1 import expert_pb2, expert_pb2_grpc  # noqa: E402
 
 HIDDEN = 1024
@@ -27,39 +24,12 @@ HIDDEN = 1024
 class ServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        binary = os.environ.get("MOEHOST_BIN", "moehost")
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:*", "--data-dir", cls.tmp.name,
-             "--experts", "ffn.[0:2]", "--hidden-dim", str(HIDDEN), "--log-format", "text"],
-            stderr=subprocess.PIPE, text=True,
-        )
-        cls.log = []
-        addr = None
-        deadline = time.time() + 300
-        for line in cls.proc.stderr:
-            cls.log.append(line)
-            m = re.search(r'moehost serving.* addr=(\S+)', line)
-            if m:
-                addr = m.group(1)
-                break
-            if time.time() > deadline:
-                break
-        if addr is None:
-            cls.proc.kill()
-            raise RuntimeError("moehost serve did not start:\n" + "".join(cls.log))
-        # Keep draining the log so that the server never blocks on it.
-        threading.Thread(target=lambda: [cls.log.append(l) for l in cls.proc.stderr], daemon=True).start()
-        cls.addr = addr
+        cls.server = Server("--experts", "ffn.[0:2]", "--hidden-dim", str(HIDDEN))
+        cls.addr = cls.server.addr
 
     @classmethod
     def tearDownClass(cls):
-        cls.proc.terminate()
-        try:
-            cls.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            cls.proc.kill()
-        cls.tmp.cleanup()
+        cls.server.stop()
 
     def test_train_steps_update_the_server(self):
         torch.manual_seed(0)
@@ -78,9 +48,10 @@ class ServerTest(unittest.TestCase):
         self.assertLess(losses[-1], losses[0], f"the remote expert did not learn: losses {losses}")
 
     def test_input_gradients_match_finite_differences(self):
-        # GetParameters does not exist yet, so the input gradient is checked
-        # against central differences of Forward along random directions
-        # (Forward changes nothing; the Backward that trains comes last).
+        # The input gradient against central differences of Forward along
+        # random directions, which needs nothing but Forward (Forward
+        # changes nothing; the Backward that trains comes last).
+        # test_parameters.py checks it against FeedforwardBlock too.
         torch.manual_seed(1)
         expert = moehost.RemoteExpert("ffn.1", self.addr)
         x = torch.randn(4, HIDDEN)

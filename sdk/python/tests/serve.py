@@ -1,0 +1,51 @@
+"""Starts `moehost serve` for the tests: MOEHOST_BIN names the binary
+(make test-python builds it)."""
+
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+
+
+class Server:
+    """A `moehost serve` on a free loopback port, with its own data dir.
+
+    ``addr`` is its host:port; ``peer_id`` its DHT node's id, from its log
+    ("" with --no-dht). ``stop()`` ends it.
+    """
+
+    def __init__(self, *args: str):
+        binary = os.environ.get("MOEHOST_BIN", "moehost")
+        self._tmp = tempfile.TemporaryDirectory()
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--listen", "127.0.0.1:*", "--data-dir", self._tmp.name, "--log-format", "text", *args],
+            stderr=subprocess.PIPE, text=True,
+        )
+        self.log = []
+        self.addr = None
+        deadline = time.time() + 300
+        for line in self.proc.stderr:
+            self.log.append(line)
+            m = re.search(r'moehost serving.* addr=(\S+)', line)
+            if m:
+                self.addr = m.group(1)
+                break
+            if time.time() > deadline:
+                break
+        if self.addr is None:
+            self.proc.kill()
+            raise RuntimeError("moehost serve did not start:\n" + "".join(self.log))
+        m = re.search(r'msg="dht node up" peer=(\S+)', "".join(self.log))
+        self.peer_id = m.group(1) if m else ""
+        # Keep draining the log so that the server never blocks on it.
+        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._tmp.cleanup()
