@@ -1,10 +1,13 @@
 """PyTorch client of moehost, the hivemind-style expert server.
 
 ``RemoteExpert`` is an ``nn.Module`` whose forward calls the server's
-``Forward`` and whose backward calls its ``Backward``, over gRPC. Every
-backward is an optimizer step on the server, as in hivemind.
+``Forward`` and whose backward calls its ``Backward``, over gRPC; ``RemoteMixtureOfExperts``
+gates each sample to the k best experts of a grid found through a
+server's DiscoveryService. Every backward is an optimizer step on the
+server, as in hivemind.
 """
 
 from moehost.expert import DEFAULT_MAX_MESSAGE_BYTES, RemoteExpert, wire_dtypes
+from moehost.moe import KMinNotMetError, RemoteMixtureOfExperts
 
-__all__ = ["RemoteExpert", "DEFAULT_MAX_MESSAGE_BYTES", "wire_dtypes"]
+__all__ = ["RemoteExpert", "RemoteMixtureOfExperts", "KMinNotMetError", "DEFAULT_MAX_MESSAGE_BYTES", "wire_dtypes"]
