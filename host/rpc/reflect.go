@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -29,13 +30,64 @@ var sourceFiles = sync.OnceValues(func() (*protoregistry.Files, error) {
 	return protodesc.NewFiles(&fds)
 })
 
+// healthFiles holds grpc/health/v1/health.proto, package grpc.health.v1.
+// connectrpc.com/grpchealth registers its copy of that file under another
+// path and package (connectext.grpc.health.v1, to stay clear of grpc-go's),
+// so the reflected service name grpc.health.v1.Health resolved to nothing:
+// grpcurl could not describe it, and buf curl --list-methods failed on it.
+// The copy is renamed back once; its wire names are the standard ones.
+var healthFiles = sync.OnceValues(func() (*protoregistry.Files, error) {
+	const from, to = "connectext.grpc.health.v1", "grpc.health.v1"
+	fd, err := protoregistry.GlobalFiles.FindFileByPath("connectext/grpc/health/v1/health.proto")
+	if err != nil {
+		return nil, fmt.Errorf("grpchealth's descriptor: %w", err)
+	}
+	fdp := protodesc.ToFileDescriptorProto(fd)
+	fdp.Name = proto.String("grpc/health/v1/health.proto")
+	fdp.Package = proto.String(to)
+	fdp.Options = nil // its go_package and the like name grpchealth's internals
+	rename := func(s *string) {
+		if s != nil && strings.HasPrefix(*s, "."+from+".") {
+			*s = "." + to + strings.TrimPrefix(*s, "."+from)
+		}
+	}
+	var fields func(ms []*descriptorpb.DescriptorProto)
+	fields = func(ms []*descriptorpb.DescriptorProto) {
+		for _, m := range ms {
+			for _, f := range m.Field {
+				rename(f.TypeName)
+			}
+			fields(m.NestedType)
+		}
+	}
+	fields(fdp.MessageType)
+	for _, svc := range fdp.Service {
+		for _, m := range svc.Method {
+			rename(m.InputType)
+			rename(m.OutputType)
+		}
+	}
+	health, err := protodesc.NewFile(fdp, nil)
+	if err != nil {
+		return nil, fmt.Errorf("renamed health descriptor: %w", err)
+	}
+	files := new(protoregistry.Files)
+	if err := files.RegisterFile(health); err != nil {
+		return nil, err
+	}
+	return files, nil
+})
+
 // withSourceInfo resolves descriptors from the embedded set, with source
-// info, and everything else (gRPC health, reflection) from the generated
-// code's global registry.
-type withSourceInfo struct{ files *protoregistry.Files }
+// info, then gRPC health's (renamed, see healthFiles), and everything else
+// (reflection) from the generated code's global registry.
+type withSourceInfo struct{ files, health *protoregistry.Files }
 
 func (r withSourceInfo) FindFileByPath(path string) (protoreflect.FileDescriptor, error) {
 	if fd, err := r.files.FindFileByPath(path); err == nil {
+		return fd, nil
+	}
+	if fd, err := r.health.FindFileByPath(path); err == nil {
 		return fd, nil
 	}
 	return protoregistry.GlobalFiles.FindFileByPath(path)
@@ -43,6 +95,9 @@ func (r withSourceInfo) FindFileByPath(path string) (protoreflect.FileDescriptor
 
 func (r withSourceInfo) FindDescriptorByName(name protoreflect.FullName) (protoreflect.Descriptor, error) {
 	if d, err := r.files.FindDescriptorByName(name); err == nil {
+		return d, nil
+	}
+	if d, err := r.health.FindDescriptorByName(name); err == nil {
 		return d, nil
 	}
 	return protoregistry.GlobalFiles.FindDescriptorByName(name)
@@ -58,5 +113,9 @@ func reflectionResolver() (protodesc.Resolver, error) {
 	if files == nil {
 		return nil, errors.New("BUG: no embedded descriptors")
 	}
-	return withSourceInfo{files}, nil
+	health, err := healthFiles()
+	if err != nil {
+		return nil, err
+	}
+	return withSourceInfo{files, health}, nil
 }

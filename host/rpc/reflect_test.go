@@ -44,3 +44,44 @@ func TestEmbeddedDescriptorsMatchGenerated(t *testing.T) {
 		t.Fatal("no moehost file in the embedded descriptors")
 	}
 }
+
+// TestReflectionResolvesHealth fails when the health service that
+// reflection lists cannot be resolved by its standard name, as grpcurl
+// describe and buf curl --list-methods ask for it.
+func TestReflectionResolvesHealth(t *testing.T) {
+	r, err := reflectionResolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.FindDescriptorByName("grpc.health.v1.Health")
+	if err != nil {
+		t.Fatalf("grpc.health.v1.Health: %v", err)
+	}
+	svc, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		t.Fatalf("grpc.health.v1.Health is a %T, not a service", d)
+	}
+	for _, tt := range []struct{ method, in, out string }{
+		{"Check", "grpc.health.v1.HealthCheckRequest", "grpc.health.v1.HealthCheckResponse"},
+		{"Watch", "grpc.health.v1.HealthCheckRequest", "grpc.health.v1.HealthCheckResponse"},
+	} {
+		m := svc.Methods().ByName(protoreflect.Name(tt.method))
+		if m == nil {
+			t.Errorf("no method %s", tt.method)
+			continue
+		}
+		if string(m.Input().FullName()) != tt.in || string(m.Output().FullName()) != tt.out {
+			t.Errorf("%s: %s -> %s, want %s -> %s", tt.method, m.Input().FullName(), m.Output().FullName(), tt.in, tt.out)
+		}
+	}
+	status, err := r.FindDescriptorByName("grpc.health.v1.HealthCheckResponse.ServingStatus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := status.(protoreflect.EnumDescriptor); !ok {
+		t.Errorf("ServingStatus is a %T, not an enum", status)
+	}
+	if fd, err := r.FindFileByPath("grpc/health/v1/health.proto"); err != nil || fd.Package() != "grpc.health.v1" {
+		t.Errorf("grpc/health/v1/health.proto: %v, %v", fd, err)
+	}
+}
