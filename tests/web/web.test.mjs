@@ -108,6 +108,8 @@ test("the dashboard lists the experts, runs a Forward and charts the load", asyn
   const first = await rows.first().innerText();
   assert.match(first, new RegExp(`x:float32\\[-1,${HIDDEN}\\]`));
   assert.match(first, /healthy/);
+  // Experts the server was started with belong to its operator.
+  assert.equal(await rows.first().locator("td.owner").innerText(), "operator");
   await page.locator('#server-info dd[data-key="experts"]').filter({ hasText: "3" }).waitFor();
   assert.equal(await page.locator("#conn-text").innerText(), "live");
 
@@ -157,7 +159,7 @@ test("the dashboard lists the experts, runs a Forward and charts the load", asyn
   assert.ok(Number(await chart.getAttribute("data-points")) > points, "the chart gained no points");
   assert.match(await chart.locator("path.line").getAttribute("d"), /^M[\d.]+,[\d.]+(L[\d.]+,[\d.]+)+$/);
   // The rows/s column of the loaded expert.
-  const rate = await page.locator("#experts tbody tr[data-uid='ffn.0'] td:nth-child(6)").innerText();
+  const rate = await page.locator("#experts tbody tr[data-uid='ffn.0'] td:nth-child(7)").innerText();
   assert.ok(Number.parseFloat(rate) > 0, `ffn.0 shows ${rate} rows/s`);
 
   assert.deepEqual(errors, []);

@@ -107,6 +107,8 @@ function renderExperts(): void {
       health,
       schema,
       mod,
+      // Tenants' experts name their owner; the operator's have none.
+      cell(e.owner || "operator", e.owner ? "mono owner" : "muted owner"),
       cell(fmt(Number(e.parameterCount)), "num"),
       cell(fmt(l.rows), "num"),
       cell(l.batch ? l.batch.toFixed(1) : "–", "num"),
