@@ -77,7 +77,7 @@ func (d *cpuDevice) sumRows(dst, src *Tensor) error {
 	o, x := dst.f32(), src.f32()
 	n := len(o)
 	rows := len(x) / n
-	if err := d.parallelFor(dst.stop, n, max(1, grainCheap/rows), func(lo, hi int) {
+	return d.parallelFor(dst.stop, n, max(1, grainCheap/rows), func(lo, hi int) {
 		acc := make([]float32, hi-lo)
 		for r := range rows {
 			row := x[r*n+lo : r*n+hi]
@@ -86,10 +86,7 @@ func (d *cpuDevice) sumRows(dst, src *Tensor) error {
 			}
 		}
 		copy(o[lo:hi], acc)
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // copy implements kernels.copy.
@@ -108,34 +105,28 @@ const (
 // approximation; the AVX2 kernel takes whole runs of 8.
 func (d *cpuDevice) geluForward(y, x *Tensor) error {
 	o, in := y.f32(), x.f32()
-	if err := d.parallelFor(y.stop, len(in), grainTanh, func(lo, hi int) {
+	return d.parallelFor(y.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx := o[lo:hi], in[lo:hi]
 		done := 0
 		if d.asm {
 			done = geluForwardVec(oo, xx)
 		}
 		geluForward32(oo[done:], xx[done:])
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // geluBackward implements kernels.geluBackward with the exact derivative of
 // the tanh form: ½(1+t) + ½x(1−t²)·c(1+3a·x²), t = tanh(c(x+a·x³)).
 func (d *cpuDevice) geluBackward(gx, x, gy *Tensor) error {
 	o, in, g := gx.f32(), x.f32(), gy.f32()
-	if err := d.parallelFor(gx.stop, len(in), grainTanh, func(lo, hi int) {
+	return d.parallelFor(gx.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx, gg := o[lo:hi], in[lo:hi], g[lo:hi]
 		done := 0
 		if d.asm {
 			done = geluBackwardVec(oo, xx, gg)
 		}
 		geluBackward32(oo[done:], xx[done:], gg[done:])
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // geluForward32 sets y = gelu_tanh(x) elementwise.
@@ -201,7 +192,7 @@ func (d *cpuDevice) layerNormForward(y, mean, rstd, x, w, b *Tensor, eps float64
 	o, in, ww, bb := y.f32(), x.f32(), w.f32(), b.f32()
 	mu, rs := mean.f32(), rstd.f32()
 	h := len(ww)
-	if err := d.parallelFor(y.stop, len(mu), max(1, grainCheap/h), func(lo, hi int) {
+	return d.parallelFor(y.stop, len(mu), max(1, grainCheap/h), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr := in[r*h : (r+1)*h]
 			or := o[r*h : (r+1)*h]
@@ -224,10 +215,7 @@ func (d *cpuDevice) layerNormForward(y, mean, rstd, x, w, b *Tensor, eps float64
 				or[i] = float32((float64(v)-m)*inv)*ww[i] + bb[i]
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // layerNormBackward implements kernels.layerNormBackward:
@@ -270,7 +258,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		return nil
 	}
 	// Column sums; split columns across threads, as in sumRows.
-	if err := d.parallelFor(gradStop(gw, gb), h, max(1, grainCheap/rows), func(lo, hi int) {
+	return d.parallelFor(gradStop(gw, gb), h, max(1, grainCheap/rows), func(lo, hi int) {
 		sw := make([]float64, hi-lo)
 		sb := make([]float64, hi-lo)
 		for r := range rows {
@@ -296,10 +284,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 				o[i] = float32(v)
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // sgdStep implements kernels.sgdStep. The explicit conversions keep each
@@ -315,7 +300,7 @@ func (d *cpuDevice) sgdStep(p, g, buf *Tensor, c sgdCoeffs) error {
 	wd := float32(c.weightDecay)
 	mom := float32(c.momentum)
 	scale := float32(c.gradScale)
-	if err := d.parallelFor(nil, len(pp), grainCheap, func(lo, hi int) {
+	return d.parallelFor(nil, len(pp), grainCheap, func(lo, hi int) {
 		ps, gs := pp[lo:hi], gg[lo:hi]
 		gs = gs[:len(ps)]
 		for i, pv := range ps {
@@ -333,10 +318,7 @@ func (d *cpuDevice) sgdStep(p, g, buf *Tensor, c sgdCoeffs) error {
 			}
 			ps[i] = pv - float32(l*gv)
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // adamStep implements kernels.adamStep in the order of torch's
@@ -355,7 +337,7 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 	step := float32(c.lr / c.bc1)
 	bc2s := float32(math.Sqrt(c.bc2))
 	eps := float32(c.eps)
-	if err := d.parallelFor(nil, len(pp), grainCheap/4, func(lo, hi int) {
+	return d.parallelFor(nil, len(pp), grainCheap/4, func(lo, hi int) {
 		ps, gs, ms, vs := pp[lo:hi], gg[lo:hi], mm[lo:hi], vv[lo:hi]
 		gs, ms, vs = gs[:len(ps)], ms[:len(ps)], vs[:len(ps)]
 		for i, pv := range ps {
@@ -376,10 +358,7 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 			den := float32(float32(math.Sqrt(float64(vv)))/bc2s) + eps
 			ps[i] = pv - float32(step*float32(mv/den))
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // sumSquares implements kernels.sumSquares.

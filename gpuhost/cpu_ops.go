@@ -15,7 +15,7 @@ func (d *cpuDevice) unary(fn unaryFn, p float64, y, x *Tensor) error {
 	if fn <= unaryRelu || fn == unaryNeg {
 		grain = grainCheap
 	}
-	if err := d.parallelFor(y.stop, len(in), grain, func(lo, hi int) {
+	return d.parallelFor(y.stop, len(in), grain, func(lo, hi int) {
 		oo, xx := o[lo:hi], in[lo:hi]
 		oo = oo[:len(xx)]
 		switch fn {
@@ -42,10 +42,7 @@ func (d *cpuDevice) unary(fn unaryFn, p float64, y, x *Tensor) error {
 				oo[i] = float32(unaryF64(fn, float64(v)))
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // unaryF64 evaluates the transcendental unary functions.
@@ -74,7 +71,7 @@ func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 // unaryBackward implements kernels.unaryBackward.
 func (d *cpuDevice) unaryBackward(fn unaryFn, p float64, gx, x, y, gy *Tensor) error {
 	o, in, out, g := gx.f32(), x.f32(), y.f32(), gy.f32()
-	if err := d.parallelFor(gx.stop, len(in), grainTanh, func(lo, hi int) {
+	return d.parallelFor(gx.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx, yy, gg := o[lo:hi], in[lo:hi], out[lo:hi], g[lo:hi]
 		oo, yy, gg = oo[:len(xx)], yy[:len(xx)], gg[:len(xx)]
 		for i, v := range xx {
@@ -110,10 +107,7 @@ func (d *cpuDevice) unaryBackward(fn unaryFn, p float64, gx, x, y, gy *Tensor) e
 			}
 			oo[i] = float32(gv * dy)
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // binary implements kernels.binary. The smaller operand repeats along
@@ -162,7 +156,7 @@ func (d *cpuDevice) binary(fn binaryFn, dst, a, b *Tensor) error {
 // softmax implements kernels.softmax in float64 per row.
 func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error {
 	o, in := y.f32(), x.f32()
-	if err := d.parallelFor(y.stop, outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
+	return d.parallelFor(y.stop, outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
 			m := math.Inf(-1)
@@ -204,17 +198,14 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 				}
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // softmaxBackward implements kernels.softmaxBackward: softmax gives
 // gx = y·(gy − Σ gy·y), log-softmax gx = gy − e^y·Σ gy.
 func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, log bool) error {
 	o, out, g := gx.f32(), y.f32(), gy.f32()
-	if err := d.parallelFor(gx.stop, outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
+	return d.parallelFor(gx.stop, outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
 			var s float64
@@ -245,17 +236,14 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // rmsNormForward implements kernels.rmsNormForward.
 func (d *cpuDevice) rmsNormForward(y, rstd, x, w *Tensor, eps float64) error {
 	o, in, ww, rs := y.f32(), x.f32(), w.f32(), rstd.f32()
 	h := len(ww)
-	if err := d.parallelFor(y.stop, len(rs), max(1, grainCheap/h), func(lo, hi int) {
+	return d.parallelFor(y.stop, len(rs), max(1, grainCheap/h), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := in[r*h:(r+1)*h], o[r*h:(r+1)*h]
 			var q float64
@@ -268,10 +256,7 @@ func (d *cpuDevice) rmsNormForward(y, rstd, x, w *Tensor, eps float64) error {
 				or[i] = float32(float64(v)*inv) * ww[i]
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // rmsNormBackward implements kernels.rmsNormBackward:
@@ -302,7 +287,7 @@ func (d *cpuDevice) rmsNormBackward(gx, gw, x, w, rstd, gy *Tensor) error {
 		return nil
 	}
 	o := gw.f32()
-	if err := d.parallelFor(gradStop(gw), h, max(1, grainCheap/rows), func(lo, hi int) {
+	return d.parallelFor(gradStop(gw), h, max(1, grainCheap/rows), func(lo, hi int) {
 		acc := make([]float64, hi-lo)
 		for r := range rows {
 			inv := float64(rs[r])
@@ -314,10 +299,7 @@ func (d *cpuDevice) rmsNormBackward(gx, gw, x, w, rstd, gy *Tensor) error {
 		for i, v := range acc {
 			o[lo+i] = float32(v)
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // permute implements kernels.permute. It walks dst by rows of its last dim
@@ -343,7 +325,7 @@ func (d *cpuDevice) permute(dst, src *Tensor, perm []int) error {
 	last := dshape[rank-1]
 	ls := pstr[rank-1]
 	rows := len(o) / last
-	if err := d.parallelFor(dst.stop, rows, max(1, grainCheap/last), func(lo, hi int) {
+	return d.parallelFor(dst.stop, rows, max(1, grainCheap/last), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			// The src offset of dst row r.
 			off, rem := 0, r
@@ -356,23 +338,17 @@ func (d *cpuDevice) permute(dst, src *Tensor, perm []int) error {
 				or[j] = in[off+j*ls]
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // copy2D implements kernels.copy2D.
 func (d *cpuDevice) copy2D(dst *Tensor, dOff, dStride int, src *Tensor, sOff, sStride, rows, width int) error {
 	o, in := dst.f32(), src.f32()
-	if err := d.parallelFor(dst.stop, rows, max(1, grainCheap/width), func(lo, hi int) {
+	return d.parallelFor(dst.stop, rows, max(1, grainCheap/width), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			copy(o[dOff+r*dStride:dOff+r*dStride+width], in[sOff+r*sStride:sOff+r*sStride+width])
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // reduceAxis implements kernels.reduceAxis; sums run in float64.
@@ -382,7 +358,7 @@ func (d *cpuDevice) reduceAxis(fn reduceFn, dst, arg, src *Tensor, outer, dim, i
 	if arg != nil {
 		idx = arg.mem.([]byte)
 	}
-	if err := d.parallelFor(dst.stop, outer*inner, max(1, grainCheap/dim), func(lo, hi int) {
+	return d.parallelFor(dst.stop, outer*inner, max(1, grainCheap/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
 			switch fn {
@@ -417,10 +393,7 @@ func (d *cpuDevice) reduceAxis(fn reduceFn, dst, arg, src *Tensor, outer, dim, i
 				o[r] = float32(s)
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // reduceAxisBackward implements kernels.reduceAxisBackward.
@@ -430,7 +403,7 @@ func (d *cpuDevice) reduceAxisBackward(fn reduceFn, gx, gy, arg *Tensor, outer, 
 	if arg != nil {
 		idx = arg.mem.([]byte)
 	}
-	if err := d.parallelFor(gx.stop, outer*inner, max(1, grainCheap/dim), func(lo, hi int) {
+	return d.parallelFor(gx.stop, outer*inner, max(1, grainCheap/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
 			switch fn {
@@ -450,10 +423,7 @@ func (d *cpuDevice) reduceAxisBackward(fn reduceFn, gx, gy, arg *Tensor, outer, 
 				}
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // idAt returns the i-th id of an int32 or int64 tensor.
@@ -474,15 +444,12 @@ func (d *cpuDevice) embedding(y, ids, table *Tensor) error {
 		}
 	}
 	o, tb := y.f32(), table.f32()
-	if err := d.parallelFor(y.stop, ids.n, max(1, grainCheap/dd), func(lo, hi int) {
+	return d.parallelFor(y.stop, ids.n, max(1, grainCheap/dd), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			id := int(idAt(ids, b, i))
 			copy(o[i*dd:(i+1)*dd], tb[id*dd:(id+1)*dd])
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // embeddingBackward implements kernels.embeddingBackward. Columns are
@@ -491,7 +458,7 @@ func (d *cpuDevice) embeddingBackward(gtable, ids, gy *Tensor) error {
 	b := ids.mem.([]byte)
 	dd := gtable.shape[1]
 	o, g := gtable.f32(), gy.f32()
-	if err := d.parallelFor(gtable.stop, dd, max(1, grainCheap/ids.n), func(lo, hi int) {
+	return d.parallelFor(gtable.stop, dd, max(1, grainCheap/ids.n), func(lo, hi int) {
 		for i := range ids.n {
 			id := int(idAt(ids, b, i))
 			or, gr := o[id*dd+lo:id*dd+hi], g[i*dd+lo:i*dd+hi]
@@ -499,10 +466,7 @@ func (d *cpuDevice) embeddingBackward(gtable, ids, gy *Tensor) error {
 				or[j] += v
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // crossEntropy implements kernels.crossEntropy.
@@ -551,7 +515,7 @@ func (d *cpuDevice) crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, i
 	b := targets.mem.([]byte)
 	n, c := logits.shape[0], logits.shape[1]
 	o, x, ls, g := gx.f32(), logits.f32(), lse.f32(), gy.f32()
-	if err := d.parallelFor(gx.stop, n, max(1, grainTanh/c), func(lo, hi int) {
+	return d.parallelFor(gx.stop, n, max(1, grainTanh/c), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			or := o[r*c : (r+1)*c]
 			t := idAt(targets, b, r)
@@ -565,10 +529,7 @@ func (d *cpuDevice) crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, i
 			}
 			or[t] -= float32(gr)
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 // bmm implements kernels.bmm. Each c matrix is one task; the batches that
@@ -576,7 +537,7 @@ func (d *cpuDevice) crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, i
 func (d *cpuDevice) bmm(ta, tb bool, batch, m, n, k int, a *Tensor, na int, b *Tensor, nb int, c *Tensor, nc int, acc bool) error {
 	x, y, z := a.f32(), b.f32(), c.f32()
 	sa, sb, sc := m*k, k*n, m*n
-	if err := d.parallelFor(c.stop, nc, max(1, gemmMinWork/max(1, sa*n*(batch/nc))), func(lo, hi int) {
+	return d.parallelFor(c.stop, nc, max(1, gemmMinWork/max(1, sa*n*(batch/nc))), func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			cj := z[j*sc : (j+1)*sc]
 			first := !acc
@@ -586,13 +547,7 @@ func (d *cpuDevice) bmm(ta, tb bool, batch, m, n, k int, a *Tensor, na int, b *T
 				first = false
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	if stopped(c.stop) {
-		return errStopped
-	}
-	return nil
+	})
 }
 
 // attention implements kernels.attention, one (batch, head) per task:
@@ -605,7 +560,7 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 	}
 	sq, sk, sv, sp, so := a.tq*a.d, a.tk*a.d, a.tk*a.dv, a.tq*a.tk, a.tq*a.dv
 	work := a.tq * a.tk * (a.d + a.dv)
-	if err := d.parallelFor(out.stop, a.b*a.h, max(1, gemmMinWork/max(1, work)), func(lo, hi int) {
+	return d.parallelFor(out.stop, a.b*a.h, max(1, gemmMinWork/max(1, work)), func(lo, hi int) {
 		for bh := lo; bh < hi && !stopped(out.stop); bh++ {
 			p := pp[bh*sp : (bh+1)*sp]
 			d.gemmStop(out.stop, false, true, a.tq, a.tk, a.d, qq[bh*sq:(bh+1)*sq], kk[bh*sk:(bh+1)*sk], p, false)
@@ -651,13 +606,7 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 			}
 			d.gemmStop(out.stop, false, false, a.tq, a.dv, a.tk, p, vv[bh*sv:(bh+1)*sv], oo[bh*so:(bh+1)*so], false)
 		}
-	}); err != nil {
-		return err
-	}
-	if stopped(out.stop) {
-		return errStopped
-	}
-	return nil
+	})
 }
 
 // attentionBackward implements kernels.attentionBackward:
@@ -668,7 +617,7 @@ func (d *cpuDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor, 
 	sq, sk, sv, sp, so := a.tq*a.d, a.tk*a.d, a.tk*a.dv, a.tq*a.tk, a.tq*a.dv
 	work := a.tq * a.tk * (a.d + a.dv)
 	stop := gradStop(gq, gk, gv)
-	if err := d.parallelFor(stop, a.b*a.h, max(1, gemmMinWork/max(1, 2*work)), func(lo, hi int) {
+	return d.parallelFor(stop, a.b*a.h, max(1, gemmMinWork/max(1, 2*work)), func(lo, hi int) {
 		ds := make([]float32, sp)
 		for bh := lo; bh < hi && !stopped(stop); bh++ {
 			p, gb := pp[bh*sp:(bh+1)*sp], g[bh*so:(bh+1)*so]
@@ -699,8 +648,5 @@ func (d *cpuDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor, 
 				d.gemmStop(stop, true, false, a.tk, a.d, a.tq, ds, qq[bh*sq:(bh+1)*sq], gk.f32()[bh*sk:(bh+1)*sk], false)
 			}
 		}
-	}); err != nil {
-		return err
-	}
-	return nil
+	})
 }
