@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"maps"
@@ -259,7 +260,7 @@ func TestTenantParamBytesCapCoversAllItsExperts(t *testing.T) {
 	srv := startTenantsServer(t)
 	api := (*moduleAPI)(srv)
 	alice := rpc.Caller{Tenant: "alice"}
-	mod, err := api.Upload(ctx, alice, rpc.ModuleUpload{Size: -1, Body: bytesReader(wasmexperts.FFNC)})
+	mod, err := api.Upload(ctx, alice, rpc.ModuleUpload{Size: -1, Body: bytes.NewReader(wasmexperts.FFNC)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/modules"
@@ -69,15 +70,7 @@ func readDeployments(dataDir string) ([]deployment, error) {
 
 // writeDeployments replaces the deployments file atomically.
 func writeDeployments(dataDir string, ds []deployment) error {
-	slices.SortFunc(ds, func(a, b deployment) int {
-		switch {
-		case a.UID < b.UID:
-			return -1
-		case a.UID > b.UID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ds, func(a, b deployment) int { return strings.Compare(a.UID, b.UID) })
 	b, err := json.MarshalIndent(ds, "", "  ")
 	if err != nil {
 		return err

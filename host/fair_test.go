@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -44,7 +45,7 @@ func TestTenantsShareTheDeviceFairly(t *testing.T) {
 	// that their run time, which bounds bob's wait, stays near its mean.
 	deploy := func(who, experts string, maxRows int) {
 		c := rpc.Caller{Tenant: who}
-		mod, err := api.Upload(ctx, c, rpc.ModuleUpload{Size: -1, Body: bytesReader(wasmexperts.FFNC)})
+		mod, err := api.Upload(ctx, c, rpc.ModuleUpload{Size: -1, Body: bytes.NewReader(wasmexperts.FFNC)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -138,5 +138,3 @@ func settle() (heap, rss uint64, goroutines int) {
 	}
 	return ms.HeapAlloc, rss, runtime.NumGoroutine()
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -274,6 +274,7 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 	}
 	own := owner(c)
 	var limits *GuestLimits
+	var caps tenant.Caps
 	if !c.Operator {
 		if err := s.tenants.MayDeploy(c.Tenant, d.Experts); err != nil {
 			if errors.Is(err, tenant.ErrInvalidPattern) {
@@ -281,8 +282,7 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 			}
 			return nil, fmt.Errorf("%w: %w", rpc.ErrPermissionDenied, err)
 		}
-		caps, err := s.caps(c.Tenant)
-		if err != nil {
+		if caps, err = s.caps(c.Tenant); err != nil {
 			return nil, err
 		}
 		want := tenant.Limits{MemoryPages: int64(d.Limits.MemoryPages), CallTimeout: d.Limits.CallTimeout,
@@ -329,31 +329,30 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 		opt = &o
 	}
 	var done []string
+	// undo takes back what this call deployed: a deploy is all or nothing.
+	undo := func(err error) ([]string, error) {
+		for _, u := range done {
+			err = errors.Join(err, s.Undeploy(context.WithoutCancel(ctx), u))
+		}
+		return nil, err
+	}
 	for _, uid := range uids {
 		lim := limits
 		if !c.Operator {
 			// The tenant's param_bytes cap covers all its experts: each
 			// new one may declare what the others left.
-			caps, err := s.caps(c.Tenant)
-			if err != nil {
-				return nil, err
-			}
 			left := caps.ParamBytes - s.paramBytesOf(c.Tenant)
 			if left <= 0 {
-				err := fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, &tenant.CapError{Cap: "param_bytes", Limit: caps.ParamBytes, Want: caps.ParamBytes - left + 1})
-				for _, u := range done {
-					err = errors.Join(err, s.Undeploy(context.WithoutCancel(ctx), u))
-				}
-				return nil, err
+				return undo(fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, &tenant.CapError{Cap: "param_bytes", Limit: caps.ParamBytes, Want: caps.ParamBytes - left + 1}))
 			}
-			l := GuestLimits{}
+			capped := GuestLimits{}
 			if lim != nil {
-				l = *lim
+				capped = *lim
 			}
-			if l.ParamBytes <= 0 || l.ParamBytes > left {
-				l.ParamBytes = left
+			if capped.ParamBytes <= 0 || capped.ParamBytes > left {
+				capped.ParamBytes = left
 			}
-			lim = &l
+			lim = &capped
 		}
 		err := s.Deploy(ctx, ExpertConfig{
 			UID: uid, Owner: own, Module: ModuleDigest(d.Module), Config: d.Config,
@@ -361,11 +360,7 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 			ForwardAccess: d.Forward, BackwardAccess: d.Backward,
 		})
 		if err != nil {
-			// All or nothing: take back what this call deployed.
-			for _, u := range done {
-				err = errors.Join(err, s.Undeploy(context.WithoutCancel(ctx), u))
-			}
-			return nil, err
+			return undo(err)
 		}
 		done = append(done, uid)
 	}
