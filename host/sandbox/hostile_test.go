@@ -52,7 +52,6 @@ func allocatedDuring(f func()) uint64 {
 // budget (and a little slack for wazero and the host's bookkeeping), and
 // that another instance keeps answering right.
 func TestHostileGuests(t *testing.T) {
-	ctx := context.Background()
 	tests := []struct {
 		name   string
 		limits sandbox.Limits
@@ -68,15 +67,7 @@ func TestHostileGuests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rt, err := sandbox.NewRuntime(ctx, "", tt.limits)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rt.Close(ctx)
-			m, err := rt.Compile(ctx, hostileWasm)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := compileHostile(t, tt.limits)
 			bad, good := newHostile(t, m), newHostile(t, m)
 			good.identity(t)
 			var callErr error
@@ -102,19 +93,10 @@ func TestHostileGuests(t *testing.T) {
 // call fails as a trap that names the limit, while another instance of the
 // module keeps answering.
 func TestHostileWASICalls(t *testing.T) {
-	ctx := context.Background()
-	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{HostCallsPerCall: 5000, CallTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(ctx)
-	m, err := rt.Compile(ctx, hostileWasm)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := compileHostile(t, sandbox.Limits{HostCallsPerCall: 5000, CallTimeout: 5 * time.Second})
 	bad, good := newHostile(t, m), newHostile(t, m)
 	good.identity(t)
-	_, err = bad.call(7, 0)
+	_, err := bad.call(7, 0)
 	if !errors.Is(err, sandbox.ErrTrap) || !strings.Contains(err.Error(), "more than 5000 host calls") ||
 		!strings.Contains(err.Error(), "clock_time_get") {
 		t.Fatalf("got %v; want a trap naming the 5000 host calls and clock_time_get", err)
@@ -159,6 +141,23 @@ func TestHostileParams(t *testing.T) {
 }
 
 // hostile is an instance of hostile.wasm.
+// compileHostile compiles hostile.wasm in a runtime of its own with
+// limits; the runtime closes after the test's instances.
+func compileHostile(t *testing.T, limits sandbox.Limits) *sandbox.Module {
+	t.Helper()
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, "", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(ctx) })
+	m, err := rt.Compile(ctx, hostileWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 type hostile struct {
 	dev  gpuhost.Device
 	inst *sandbox.Instance
@@ -205,16 +204,7 @@ func (h *hostile) identity(t *testing.T) {
 // ErrTrap instead of wrapping to numbers that earlier calls or parameters
 // had, and another instance is unaffected.
 func TestHostileHandleWrap(t *testing.T) {
-	ctx := context.Background()
-	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(ctx)
-	m, err := rt.Compile(ctx, hostileWasm)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := compileHostile(t, sandbox.Limits{})
 	bad, good := newHostile(t, m), newHostile(t, m)
 	bad.identity(t)
 	sandbox.SetNextCallHandle(bad.inst, sandbox.CallHandleEnd-1000)
@@ -279,16 +269,7 @@ func TestHostileInit(t *testing.T) {
 // 256 MiB cap: the host allocates (and copies) next to nothing for it,
 // where growing a Go slice once peaked at +1 GB.
 func TestHostileMemoryGrowth(t *testing.T) {
-	ctx := context.Background()
-	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(ctx)
-	m, err := rt.Compile(ctx, hostileWasm)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := compileHostile(t, sandbox.Limits{})
 	h := newHostile(t, m)
 	var got []float32
 	var callErr error
