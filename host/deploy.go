@@ -110,9 +110,9 @@ func (l *loader) runtime(ctx context.Context, owner string, limits sandbox.Limit
 
 // compile returns owner's compiled module of wasm under limits, compiling
 // it if needed; fresh is true when it did.
-func (l *loader) compile(ctx context.Context, owner string, limits sandbox.Limits, wasm []byte) (cm *compiledModule, key string, fresh bool, err error) {
+func (l *loader) compile(ctx context.Context, owner string, limits sandbox.Limits, wasm []byte, digest string) (cm *compiledModule, key string, fresh bool, err error) {
 	rtKey := runtimeKey(owner, limits)
-	key = rtKey + "\x00" + modules.Digest(wasm)
+	key = rtKey + "\x00" + digest
 	if cm, ok := l.compiled[key]; ok {
 		return cm, key, false, nil
 	}
@@ -130,17 +130,16 @@ func (l *loader) compile(ctx context.Context, owner string, limits sandbox.Limit
 	return cm, key, true, nil
 }
 
-// keep makes sure the module store holds wasm for owner, so that the
-// deployment can be restored by digest: the operator's modules are Put,
-// a tenant's are already there when they came through an upload.
-func (l *loader) keep(owner string, wasm []byte) error {
+// keep makes sure the module store holds wasm (of the given digest) for
+// owner, so that the deployment can be restored by digest: a tenant's
+// modules are there already when they came through an upload.
+func (l *loader) keep(owner string, wasm []byte, digest string) error {
+	if l.store.Has(owner, digest) {
+		return nil
+	}
 	if owner == modules.Operator {
 		_, err := l.store.Put(wasm)
 		return err
-	}
-	d := modules.Digest(wasm)
-	if l.store.Has(owner, d) {
-		return nil
 	}
 	_, err := l.store.Upload(owner, "", bytes.NewReader(wasm), int64(len(wasm)), modules.Quota{})
 	return err
@@ -211,7 +210,10 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if ec.Limits != nil {
 		limits = overrideLimits(limits, *ec.Limits)
 	}
-	cm, key, fresh, err := l.compile(ctx, ec.Owner, limits, wasm)
+	// One hash per load: the module cache, the store and the pin all
+	// name the module by it.
+	digest := modules.Digest(wasm)
+	cm, key, fresh, err := l.compile(ctx, ec.Owner, limits, wasm, digest)
 	if err != nil {
 		return nil, false, fmt.Errorf("loading expert %q from %v: %w", ec.UID, ec.Module, err)
 	}
@@ -222,11 +224,11 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 			err = errors.Join(err, l.release(context.WithoutCancel(ctx), key))
 		}
 	}()
-	if err := l.keep(ec.Owner, wasm); err != nil {
+	if err := l.keep(ec.Owner, wasm, digest); err != nil {
 		return nil, false, fmt.Errorf("loading expert %q: %w", ec.UID, err)
 	}
 	// Pinned while the expert runs it, so that its owner cannot delete it.
-	unpin, err := l.store.Pin(ec.Owner, modules.Digest(wasm))
+	unpin, err := l.store.Pin(ec.Owner, digest)
 	if err != nil {
 		return nil, false, fmt.Errorf("loading expert %q: %w", ec.UID, err)
 	}

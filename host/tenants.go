@@ -199,7 +199,7 @@ func (s *Server) validateModule(ctx context.Context, l *loader, owner, digest st
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cm, key, _, err := l.compile(ctx, owner, l.limits(owner), wasm)
+	cm, key, _, err := l.compile(ctx, owner, l.limits(owner), wasm, digest)
 	if err != nil {
 		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
 	}
