@@ -118,16 +118,16 @@ func (a Access) Check(c Caller, owner, what string) error {
 	return fmt.Errorf("%w: %s: BUG: access %v", ErrInternal, what, a)
 }
 
-// authInterceptor puts the request's Caller in its context. With
+// authGate's caller, as a gate, puts the request's Caller in its context. With
 // required, a request without a token is refused; a token that no tenant
 // holds is refused either way, so that a typo is not served as anonymous.
-type authInterceptor struct {
+type authGate struct {
 	auth     Authenticator
 	required bool
 	service  string // for messages
 }
 
-func (a authInterceptor) caller(ctx context.Context, h http.Header) (context.Context, error) {
+func (a authGate) caller(ctx context.Context, _ connect.Peer, h http.Header) (context.Context, error) {
 	v := h.Get("Authorization")
 	if v == "" {
 		if a.required {
@@ -147,9 +147,14 @@ func (a authInterceptor) caller(ctx context.Context, h http.Header) (context.Con
 	return ContextWithCaller(ctx, c), nil
 }
 
-func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+// gate is a Connect interceptor that admits each unary call and each
+// stream with the function before its handler runs, passing on the
+// context the function returns (where authGate.caller puts the Caller).
+type gate func(ctx context.Context, peer connect.Peer, h http.Header) (context.Context, error)
+
+func (g gate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		ctx, err := a.caller(ctx, req.Header())
+		ctx, err := g(ctx, req.Peer(), req.Header())
 		if err != nil {
 			return nil, err
 		}
@@ -157,13 +162,13 @@ func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
-func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (g gate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
 
-func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (g gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := a.caller(ctx, conn.RequestHeader())
+		ctx, err := g(ctx, conn.Peer(), conn.RequestHeader())
 		if err != nil {
 			return err
 		}

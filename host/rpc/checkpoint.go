@@ -33,7 +33,7 @@ type Checkpoints interface {
 // on a loopback listener then).
 func NewCheckpointHandler(c Checkpoints, token string) (string, http.Handler) {
 	return moehostv1connect.NewCheckpointServiceHandler(&checkpointService{c: c},
-		connect.WithInterceptors(errorInterceptor{}, adminInterceptor{token: token}),
+		connect.WithInterceptors(errorInterceptor{}, gate(adminGate{token: token}.admit)),
 		connect.WithReadMaxBytes(1<<20), // requests name an expert, no more
 		connect.WithCompressMinBytes(math.MaxInt),
 	)
@@ -92,11 +92,11 @@ func (s *checkpointService) GetParameters(ctx context.Context, req *connect.Requ
 	return connect.NewResponse(&moehostv1.CheckpointServiceGetParametersResponse{Step: step, Parameters: params}), nil
 }
 
-// adminInterceptor admits callers with the admin token, or, without a
+// adminGate (through admit, as a gate) admits callers with the admin token, or, without a
 // token, loopback peers only.
-type adminInterceptor struct{ token string }
+type adminGate struct{ token string }
 
-func (a adminInterceptor) check(peer connect.Peer, h http.Header) error {
+func (a adminGate) check(peer connect.Peer, h http.Header) error {
 	if a.token != "" {
 		got, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
@@ -111,24 +111,7 @@ func (a adminInterceptor) check(peer connect.Peer, h http.Header) error {
 	return nil
 }
 
-func (a adminInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := a.check(req.Peer(), req.Header()); err != nil {
-			return nil, err
-		}
-		return next(ctx, req)
-	}
-}
-
-func (a adminInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (a adminInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := a.check(conn.Peer(), conn.RequestHeader()); err != nil {
-			return err
-		}
-		return next(ctx, conn)
-	}
+// admit is check as a gate.
+func (a adminGate) admit(ctx context.Context, peer connect.Peer, h http.Header) (context.Context, error) {
+	return ctx, a.check(peer, h)
 }

@@ -156,7 +156,7 @@ func NewModuleHandler(m Modules, auth Authenticator, maxUploadBytes int64) (stri
 		maxUploadBytes = DefaultMaxUploadBytes
 	}
 	return moehostv1connect.NewModuleServiceHandler(&moduleService{m: m, maxUpload: maxUploadBytes},
-		connect.WithInterceptors(errorInterceptor{}, authInterceptor{auth: auth, required: true, service: "ModuleService"}),
+		connect.WithInterceptors(errorInterceptor{}, gate(authGate{auth: auth, required: true, service: "ModuleService"}.caller)),
 		connect.WithReadMaxBytes(maxModuleMessageBytes),
 		connect.WithCompressMinBytes(math.MaxInt),
 	)

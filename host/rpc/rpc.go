@@ -114,7 +114,7 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	// caller is known before the handler runs.
 	interceptors := []connect.Interceptor{errorInterceptor{}}
 	if opts.Auth != nil {
-		interceptors = append(interceptors, authInterceptor{auth: opts.Auth, service: "this service"})
+		interceptors = append(interceptors, gate(authGate{auth: opts.Auth, service: "this service"}.caller))
 	}
 	mux := http.NewServeMux()
 	mux.Handle(moehostv1connect.NewExpertServiceHandler(
