@@ -106,13 +106,15 @@ class MixtureTest(unittest.TestCase):
                          {u: (2, 2) for u in self.uids})
 
     def test_k_min_not_met_raises(self):
-        # A forward timeout no call can meet: no expert answers.
-        moe = self.moe(forward_timeout=1e-4)
+        # A forward timeout no call can meet: no expert answers. (100 µs
+        # was met now and then by a loopback call on a fast machine; 1 ns
+        # has passed before grpc sends.)
+        moe = self.moe(forward_timeout=1e-9)
         # Beam search shares the timeout; give it its own by searching first.
         scores = moe.proj(torch.randn(2, HIDDEN)).split(GRID, dim=-1)
         moe.forward_timeout = None
         chosen = moe.beam_search(scores)
-        moe.forward_timeout = 1e-4
+        moe.forward_timeout = 1e-9
         with self.assertRaises(moehost.KMinNotMetError) as cm:
             moe._forward_all(chosen, torch.randn(2, HIDDEN))
         self.assertIn("k_min is 1", str(cm.exception))
