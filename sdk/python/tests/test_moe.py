@@ -9,6 +9,7 @@ Run by `make test-python`; the test starts `moehost serve` itself.
 """
 
 import os
+import socket
 import sys
 import time
 import unittest
@@ -106,15 +107,20 @@ class MixtureTest(unittest.TestCase):
                          {u: (2, 2) for u in self.uids})
 
     def test_k_min_not_met_raises(self):
-        # A forward timeout no call can meet: no expert answers. (100 µs
-        # was met now and then by a loopback call on a fast machine; 1 ns
-        # has passed before grpc sends.)
-        moe = self.moe(forward_timeout=1e-9)
-        # Beam search shares the timeout; give it its own by searching first.
+        # Every chosen expert's address is a socket that takes the
+        # connection and never speaks: no call can answer within the
+        # forward timeout. (A deadline shorter than a loopback call was
+        # met now and then: gRPC checks deadlines on a timer.)
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        self.addCleanup(silent.close)
+        moe = self.moe(forward_timeout=0.2)
         scores = moe.proj(torch.randn(2, HIDDEN)).split(GRID, dim=-1)
-        moe.forward_timeout = None
         chosen = moe.beam_search(scores)
-        moe.forward_timeout = 1e-9
+        for row in chosen:
+            for c in row:
+                c.addr = "127.0.0.1:%d" % silent.getsockname()[1]
         with self.assertRaises(moehost.KMinNotMetError) as cm:
             moe._forward_all(chosen, torch.randn(2, HIDDEN))
         self.assertIn("k_min is 1", str(cm.exception))
