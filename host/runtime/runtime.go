@@ -22,6 +22,7 @@ package runtime
 import (
 	"context"
 	"math"
+	goruntime "runtime"
 	"sync"
 	"time"
 )
@@ -263,6 +264,12 @@ func (w *Worker) run(ctx context.Context, p Pool, g *group) {
 	start := w.now()
 	p.RunBatch(ctx)
 	g.deficit -= float64(w.now().Sub(start))
+	// The batch's callers were woken on this goroutine's P, where Go
+	// queues them to run next; but the next batch would keep the P, and
+	// with every other P in its kernels they waited for the OS to
+	// schedule another thread: 2-4 ms on 2 cores, twice a tenant's whole
+	// wait (make test-fairness). Yielding lets them return first.
+	goruntime.Gosched()
 }
 
 // pick returns the pool to run next and its group, or nil and the
