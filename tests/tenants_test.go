@@ -175,6 +175,13 @@ func TestTenantsIsolation(t *testing.T) {
 	wantCode(t, "bob calls alice's owner-only expert", err, connect.CodePermissionDenied)
 	_, err = h.forward(ctx, "", "alice.ffn.0")
 	wantCode(t, "an anonymous call of alice's owner-only expert", err, connect.CodeUnauthenticated)
+	_, err = h.experts.Info(ctx, authed(bob, &moehostv1.InfoRequest{Uid: "alice.ffn.0"}))
+	wantCode(t, "bob reads the info of alice's owner-only expert", err, connect.CodePermissionDenied)
+	for _, who := range []string{bob, ""} {
+		if served := h.listExperts(ctx, t, who); !slices.Equal(served, []string{"ffn.0@"}) {
+			t.Errorf("experts listed to %q: %v; want only the operator's public one", who, served)
+		}
+	}
 	if _, err := h.deploy(ctx, bob, &moehostv1.DeployExpertRequest{Experts: "bob.ffn.0", ModuleDigest: digest, Config: cfg}); err != nil {
 		t.Fatalf("bob deploys his own upload: %v", err)
 	}
@@ -206,16 +213,8 @@ func TestTenantsIsolation(t *testing.T) {
 		!slices.Equal(list.Msg.GetModules()[0].GetExperts(), []string{"alice.ffn.0", "alice.ffn.1"}) {
 		t.Fatalf("alice's modules after a restart: %v, %v", list, err)
 	}
-	info, err := h.experts.ListExperts(ctx, connect.NewRequest(&moehostv1.ListExpertsRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var served []string
-	for _, e := range info.Msg.GetExperts() {
-		served = append(served, e.GetUid()+"@"+e.GetOwner())
-	}
-	if want := []string{"alice.ffn.0@alice", "alice.ffn.1@alice", "bob.ffn.0@bob", "ffn.0@"}; !slices.Equal(served, want) {
-		t.Errorf("served after a restart: %v, want %v", served, want)
+	if served := h.listExperts(ctx, t, alice); !slices.Equal(served, []string{"alice.ffn.0@alice", "alice.ffn.1@alice", "bob.ffn.0@bob", "ffn.0@"}) {
+		t.Errorf("served after a restart, as alice sees it: %v", served)
 	}
 	if _, err := h.forward(ctx, alice, "alice.ffn.1"); err != nil {
 		t.Errorf("alice's expert after a restart: %v", err)
@@ -346,4 +345,18 @@ func TestHostileUploads(t *testing.T) {
 	if _, err := h.forward(ctx, alice, "mallory.x"); !errors.As(err, &ce) || ce.Code() != connect.CodeNotFound {
 		t.Errorf("an expert never deployed: %v", err)
 	}
+}
+
+// listExperts returns ListExperts as token sees it, as uid@owner.
+func (h *tenantsHost) listExperts(ctx context.Context, t *testing.T, token string) []string {
+	t.Helper()
+	res, err := h.experts.ListExperts(ctx, authed(token, &moehostv1.ListExpertsRequest{}))
+	if err != nil {
+		t.Fatalf("ListExperts: %v", err)
+	}
+	var served []string
+	for _, e := range res.Msg.GetExperts() {
+		served = append(served, e.GetUid()+"@"+e.GetOwner())
+	}
+	return served
 }

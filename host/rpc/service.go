@@ -141,19 +141,29 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 	return connect.NewResponse(&moehostv1.BackwardResponse{GradInputs: pb}), nil
 }
 
-func (s *service) Info(_ context.Context, req *connect.Request[moehostv1.InfoRequest]) (*connect.Response[moehostv1.ExpertInfo], error) {
-	e, err := s.lookup(req.Msg.GetUid())
+// Info and ListExperts describe an expert only to callers who may call its
+// Forward: a private expert's config, schema and traffic are its owner's
+// business. Info answers the others as Forward would; ListExperts leaves
+// the expert out.
+func (s *service) Info(ctx context.Context, req *connect.Request[moehostv1.InfoRequest]) (*connect.Response[moehostv1.ExpertInfo], error) {
+	uid := req.Msg.GetUid()
+	e, err := s.lookup(uid)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkAccess(ctx, e, false, fmt.Sprintf("info %q", uid)); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(e.Info()), nil
 }
 
-func (s *service) ListExperts(context.Context, *connect.Request[moehostv1.ListExpertsRequest]) (*connect.Response[moehostv1.ListExpertsResponse], error) {
+func (s *service) ListExperts(ctx context.Context, _ *connect.Request[moehostv1.ListExpertsRequest]) (*connect.Response[moehostv1.ListExpertsResponse], error) {
 	all := s.experts.All()
-	res := &moehostv1.ListExpertsResponse{Experts: make([]*moehostv1.ExpertInfo, len(all))}
-	for i, e := range all {
-		res.Experts[i] = e.Info()
+	res := &moehostv1.ListExpertsResponse{Experts: make([]*moehostv1.ExpertInfo, 0, len(all))}
+	for _, e := range all {
+		if checkAccess(ctx, e, false, "") == nil {
+			res.Experts = append(res.Experts, e.Info())
+		}
 	}
 	return connect.NewResponse(res), nil
 }
