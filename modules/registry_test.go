@@ -104,6 +104,15 @@ func TestUploadStreamsAndCaps(t *testing.T) {
 	if z.n > 2<<20 {
 		t.Errorf("read %d bytes of an endless upload with a 1 MiB cap", z.n)
 	}
+	// A tenant's byte quota below the upload cap cuts the stream there.
+	z = &zeros{}
+	_, err = s.Upload("carol", "bomb", z, 1<<20, modules.Quota{Bytes: 4096})
+	if !errors.Is(err, modules.ErrQuota) || !strings.Contains(err.Error(), "4096 bytes") {
+		t.Errorf("upload past the quota: %v, want ErrQuota naming 4096 bytes", err)
+	}
+	if z.n > 4097 {
+		t.Errorf("read %d bytes of an endless upload with 4096 bytes of quota left", z.n)
+	}
 	if got := files(t, dir); !slices.Equal(got, []string{fileOf(m.Digest)}) {
 		t.Errorf("store holds %v, want only the first module", got)
 	}

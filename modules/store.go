@@ -243,12 +243,31 @@ func (s *Store) Upload(tenant, name string, r io.Reader, max int64, q Quota) (Mo
 			os.Remove(tmp)
 		}
 	}()
+	// The byte quota also cuts the stream short, so that an upload that
+	// cannot fit does not fill the disk up to the upload cap first. A
+	// module the tenant already has may be uploaded again at the cap, so
+	// the stream may run to the largest of those.
+	limit, quota := max, false
+	if q.Bytes > 0 {
+		s.mu.Lock()
+		room := q.Bytes - s.usage(tenant).Bytes
+		for _, m := range s.refs[tenant] {
+			room = maxInt64(room, m.Size)
+		}
+		s.mu.Unlock()
+		if room < limit {
+			limit, quota = room, true
+		}
+	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, max+1))
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, limit+1))
 	if err != nil {
 		return Module{}, fmt.Errorf("storing module: %w", err)
 	}
-	if n > max {
+	if n > limit && quota {
+		return Module{}, fmt.Errorf("%w: the upload passed the %d bytes that the tenant's cap of %d leaves", ErrQuota, limit, q.Bytes)
+	}
+	if n > limit {
 		return Module{}, fmt.Errorf("%w: module is larger than the upload cap of %d bytes", ErrTooLarge, max)
 	}
 	if err := f.Sync(); err != nil {
@@ -429,4 +448,11 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+func maxInt64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
 }
