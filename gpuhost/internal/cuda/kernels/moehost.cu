@@ -14,3 +14,10 @@ extern "C" __global__ void moe_fill_f32(float *p, float v, long long n) {
     p[i] = v;
   }
 }
+MOE_EMU_KERNEL(moe_fill_f32)
+
+#include "elementwise.cu"
+#include "optim.cu"
+#include "rows.cu"
+#include "attention.cu"
+#include "index.cu"

@@ -1,0 +1,1 @@
+// attention.cu: kernels of the CUDA device's row and structured ops (F2).

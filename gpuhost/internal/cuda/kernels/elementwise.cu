@@ -1,0 +1,1 @@
+// elementwise.cu holds the elementwise kernels.

@@ -1,0 +1,1 @@
+// index.cu: kernels of the CUDA device's row and structured ops (F2).

@@ -1,0 +1,1 @@
+// optim.cu holds the optimizer kernels.
