@@ -243,9 +243,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		}
 		// The gradient is gy's storage under x's shape; it is shared, so
 		// the set copies it before adding to it.
-		v := *gy
-		v.shape = a[0].shape
-		return gs.add(a[0], &v, false)
+		return gs.add(a[0], gy.view(a[0].shape), false)
 	case abi.OpPermute, abi.OpTranspose:
 		if !needs[a[0]] {
 			return nil

@@ -81,6 +81,18 @@ func (t *Tensor) ByteSize() int { return t.n * t.dt.Size() }
 // Device returns the device that holds the storage.
 func (t *Tensor) Device() Device { return t.dev }
 
+// view returns t's storage under another shape of the same length, as
+// the same tensor in all else: releasing the view releases the storage
+// (and stops t's cleanup, on the CPU), so callers hand on one of the two
+// to be released, as the tape's gradSet does. On the CUDA device the
+// storage is a pointer to a buffer that carries its own cleanup and
+// release mark, so it is freed once whichever way it goes.
+func (t *Tensor) view(shape []int) *Tensor {
+	v := *t
+	v.shape = shape
+	return &v
+}
+
 // desc describes the tensor for error messages, e.g. "float32[3 4]".
 func (t *Tensor) desc() string {
 	if t == nil {

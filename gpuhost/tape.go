@@ -100,13 +100,21 @@ func (s *gradSet) shared(g *Tensor) bool {
 	return false
 }
 
-// sameStorage reports whether a and b are views of one storage.
+// sameStorage reports whether a and b are views of one storage: the CPU's
+// float32 slices start at one element, or another device's storage (a
+// pointer to its buffer, never a slice) is one value.
 func sameStorage(a, b *Tensor) bool {
 	if a == b {
 		return true
 	}
-	fa, fb := a.f32(), b.f32()
-	return len(fa) > 0 && len(fb) > 0 && &fa[0] == &fb[0]
+	switch fa := a.mem.(type) {
+	case []float32:
+		fb := b.f32()
+		return len(fa) > 0 && len(fb) > 0 && &fa[0] == &fb[0]
+	case []byte, nil:
+		return false
+	}
+	return a.mem == b.mem
 }
 
 // drop forgets t's gradient and releases it when s made it and no other

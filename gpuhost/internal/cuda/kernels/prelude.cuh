@@ -14,3 +14,19 @@
 #define MOE_EMU_KERNEL(k)
 #define MOE_EXTERN_SHARED(T, name) extern __shared__ __align__(16) T name[]
 #endif
+
+// moe_block_row is the row of a block launched by the device's launchRows:
+// its grid has at most 65535 blocks in x and the rest in y, so the last
+// blocks may be past the last row and must return.
+__device__ inline long long moe_block_row() {
+  return (long long)blockIdx.y * gridDim.x + blockIdx.x;
+}
+
+// moe_grid_start and moe_grid_stride walk a grid-stride loop of the
+// device's launch1D: for (i = moe_grid_start(); i < n; i += moe_grid_stride()).
+__device__ inline long long moe_grid_start() {
+  return (long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ inline long long moe_grid_stride() {
+  return (long long)gridDim.x * blockDim.x;
+}
