@@ -54,6 +54,13 @@ static inline float atomicAdd(float *p, float v) {
 
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+// The rounded arithmetic intrinsics. emu_launch.cpp turns off the host
+// compiler's contraction into fused multiply-adds for the whole file.
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
 // glibc declares __expf and __logf itself.
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __int_as_float(int i) {

@@ -13,6 +13,10 @@
 // writes without a barrier between, reads stale data here as it may on a
 // GPU.
 
+// No fused multiply-adds: __fmul_rn and friends must round each step, as
+// they do on a GPU. (cgo's flag allow-list has no -ffp-contract.)
+#pragma GCC optimize("fp-contract=off")
+
 #include "emu.h"
 
 #include <stdio.h>

@@ -1,1 +1,196 @@
-// elementwise.cu holds the elementwise kernels.
+// elementwise.cu holds the CUDA device's elementwise kernels and its
+// float64 sum of squares. Each walks a grid-stride loop (launch1D), so any
+// grid covers any length. They follow the CPU device's arithmetic
+// (gpuhost/cpu_kernels.go, cpu_ops.go): float32 for the cheap functions,
+// float64 for the transcendental ones of unary and their derivatives.
+
+// moe_add_repeat_f32 sets dst[i] = src[i] + small[i mod ns]. dst may be src.
+extern "C" __global__ void moe_add_repeat_f32(float *dst, const float *src, const float *small,
+                                              long long n, long long ns) {
+  for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
+    dst[i] = src[i] + small[i % ns];
+  }
+}
+MOE_EMU_KERNEL(moe_add_repeat_f32)
+
+// moe_sum_rows_f32 sets dst[j] = Σ_r src[r·n + j]: a thread a column, which
+// walks the rows in order, so that neighbouring threads read neighbouring
+// floats.
+extern "C" __global__ void moe_sum_rows_f32(float *dst, const float *src, long long rows, long long n) {
+  for (long long j = moe_grid_start(); j < n; j += moe_grid_stride()) {
+    float s = 0;
+    for (long long r = 0; r < rows; r++) {
+      s += src[r * n + j];
+    }
+    dst[j] = s;
+  }
+}
+MOE_EMU_KERNEL(moe_sum_rows_f32)
+
+// The tanh form of GELU, as the CPU device's geluForward32: √(2/π) and the
+// cubic coefficient.
+#define MOE_GELU_C 0.7978845608028654f
+#define MOE_GELU_A 0.044715f
+
+// moe_gelu_f32 sets y = gelu_tanh(x).
+extern "C" __global__ void moe_gelu_f32(float *y, const float *x, long long n) {
+  for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
+    float v = x[i];
+    float t = tanhf(MOE_GELU_C * (v + MOE_GELU_A * v * v * v));
+    y[i] = 0.5f * v * (1.0f + t);
+  }
+}
+MOE_EMU_KERNEL(moe_gelu_f32)
+
+// moe_gelu_backward_f32 sets gx = gy·gelu_tanh'(x):
+// ½(1+t) + ½x(1−t²)·c(1+3a·x²), t = tanh(c(x+a·x³)).
+extern "C" __global__ void moe_gelu_backward_f32(float *gx, const float *x, const float *gy, long long n) {
+  for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
+    float v = x[i];
+    float v2 = v * v;
+    float t = tanhf(MOE_GELU_C * (v + MOE_GELU_A * v2 * v));
+    float dy = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * MOE_GELU_C * (1.0f + 3.0f * MOE_GELU_A * v2);
+    gx[i] = gy[i] * dy;
+  }
+}
+MOE_EMU_KERNEL(moe_gelu_backward_f32)
+
+// Unary functions: gpuhost's unaryFn values, in order.
+#define MOE_UNARY_SCALE 0
+#define MOE_UNARY_ADD_SCALAR 1
+#define MOE_UNARY_RELU 2
+#define MOE_UNARY_GELU 3
+#define MOE_UNARY_TANH 4
+#define MOE_UNARY_SIGMOID 5
+#define MOE_UNARY_SILU 6
+#define MOE_UNARY_EXP 7
+#define MOE_UNARY_LOG 8
+#define MOE_UNARY_SQRT 9
+#define MOE_UNARY_NEG 10
+
+__device__ inline double moe_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+// moe_unary_f32 sets y = fn(x); p is scale's factor and add_scalar's
+// addend. y may be x.
+extern "C" __global__ void moe_unary_f32(int fn, double p, float *y, const float *x, long long n) {
+  float pf = (float)p;
+  for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
+    float v = x[i];
+    double d = v;
+    float r;
+    switch (fn) {
+    case MOE_UNARY_SCALE: r = pf * v; break;
+    case MOE_UNARY_ADD_SCALAR: r = v + pf; break;
+    case MOE_UNARY_RELU: r = fmaxf(v, 0.0f); break;
+    case MOE_UNARY_NEG: r = -v; break;
+    case MOE_UNARY_GELU: r = (float)(0.5 * d * (1.0 + erf(d * 0.7071067811865476))); break;
+    case MOE_UNARY_TANH: r = (float)tanh(d); break;
+    case MOE_UNARY_SIGMOID: r = (float)moe_sigmoid(d); break;
+    case MOE_UNARY_SILU: r = (float)(d * moe_sigmoid(d)); break;
+    case MOE_UNARY_EXP: r = (float)exp(d); break;
+    case MOE_UNARY_LOG: r = (float)log(d); break;
+    case MOE_UNARY_SQRT: r = (float)sqrt(d); break;
+    default: r = 0.0f / 0.0f; break;
+    }
+    y[i] = r;
+  }
+}
+MOE_EMU_KERNEL(moe_unary_f32)
+
+// moe_unary_backward_f32 sets gx = gy·fn'(x), with y the forward's output.
+extern "C" __global__ void moe_unary_backward_f32(int fn, double p, float *gx, const float *x, const float *y,
+                                                  const float *gy, long long n) {
+  for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
+    double xv = x[i], yv = y[i], gv = gy[i];
+    double dy;
+    switch (fn) {
+    case MOE_UNARY_SCALE: dy = p; break;
+    case MOE_UNARY_ADD_SCALAR: dy = 1; break;
+    case MOE_UNARY_NEG: dy = -1; break;
+    case MOE_UNARY_RELU: dy = xv > 0 ? 1 : 0; break;
+    case MOE_UNARY_GELU:
+      // Φ(x) + x·φ(x).
+      dy = 0.5 * (1.0 + erf(xv * 0.7071067811865476)) + xv * exp(-0.5 * xv * xv) * 0.3989422804014327;
+      break;
+    case MOE_UNARY_TANH: dy = 1 - yv * yv; break;
+    case MOE_UNARY_SIGMOID: dy = yv * (1 - yv); break;
+    case MOE_UNARY_SILU: {
+      double s = moe_sigmoid(xv);
+      dy = s * (1 + xv * (1 - s));
+      break;
+    }
+    case MOE_UNARY_EXP: dy = yv; break;
+    case MOE_UNARY_LOG: dy = 1 / xv; break;
+    case MOE_UNARY_SQRT: dy = 0.5 / yv; break;
+    default: dy = 0.0 / 0.0; break;
+    }
+    gx[i] = (float)(gv * dy);
+  }
+}
+MOE_EMU_KERNEL(moe_unary_backward_f32)
+
+// moe_binary_f32 sets dst[i] = a[i mod na] fn b[i mod nb], fn being
+// gpuhost's binaryFn: 0 add, 1 sub, 2 mul, 3 div. dst may be a or b.
+extern "C" __global__ void moe_binary_f32(int fn, float *dst, const float *a, long long na, const float *b,
+                                          long long nb, long long n) {
+  for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
+    float x = a[na == n ? i : i % na];
+    float y = b[nb == n ? i : i % nb];
+    float r;
+    switch (fn) {
+    case 0: r = x + y; break;
+    case 1: r = x - y; break;
+    case 2: r = x * y; break;
+    case 3: r = x / y; break;
+    default: r = 0.0f / 0.0f; break;
+    }
+    dst[i] = r;
+  }
+}
+MOE_EMU_KERNEL(moe_binary_f32)
+
+// moe_sum_squares_partial_f64 is the first pass of Σ x² in float64: block b
+// writes the sum over its share of the grid-stride loop to partial[b].
+extern "C" __global__ void moe_sum_squares_partial_f64(double *partial, const float *x, long long n) {
+  __shared__ double s[256];
+  double acc = 0;
+  for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
+    double v = x[i];
+    acc += v * v;
+  }
+  unsigned t = threadIdx.x;
+  s[t] = acc;
+  __syncthreads();
+  for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+    if (t < h) {
+      s[t] += s[t + h];
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    partial[blockIdx.x] = s[0];
+  }
+}
+MOE_EMU_KERNEL(moe_sum_squares_partial_f64)
+
+// moe_sum_f64 is the second pass: one block sets *out = Σ partial[0..n).
+extern "C" __global__ void moe_sum_f64(double *out, const double *partial, int n) {
+  __shared__ double s[256];
+  unsigned t = threadIdx.x;
+  double acc = 0;
+  for (int i = t; i < n; i += blockDim.x) {
+    acc += partial[i];
+  }
+  s[t] = acc;
+  __syncthreads();
+  for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+    if (t < h) {
+      s[t] += s[t + h];
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    *out = s[0];
+  }
+}
+MOE_EMU_KERNEL(moe_sum_f64)
