@@ -14,47 +14,51 @@ import (
 // alone, and releasing twice or nil is harmless.
 func TestRelease(t *testing.T) {
 	t.Parallel()
-	dev, other := gpuhost.NewCPU(1), gpuhost.NewCPU(1)
-	a := mustTensor(t, dev, []int{3, 5}, randVals(rand.New(rand.NewPCG(1, 1)), 15, 1, 2))
-	p := mustTensor(t, dev, []int{3, 5}, randVals(rand.New(rand.NewPCG(1, 2)), 15, 1, 2))
-	p.Pin()
-	o := mustTensor(t, other, []int{3, 5}, randVals(rand.New(rand.NewPCG(1, 3)), 15, 1, 2))
-	want := mustFloats(t, dev, p)
-	dev.Release(a, p, o, nil)
-	dev.Release(a) // twice
-	z, err := dev.Zeros(abi.DTypeFloat32, []int{15})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := mustFloats(t, dev, z); slices.ContainsFunc(got, func(v float32) bool { return v != 0 }) {
-		t.Errorf("Zeros after a release = %v, want zeros", got)
-	}
-	if got := mustFloats(t, dev, p); !slices.Equal(got, want) {
-		t.Errorf("pinned tensor changed after Release: %v, want %v", got, want)
-	}
-	if _, err := other.Float32s(o); err != nil {
-		t.Errorf("another device's tensor was released: %v", err)
-	}
+	for _, d := range devices() {
+		t.Run(d.name, func(t *testing.T) {
+			dev, other := d.dev, gpuhost.NewCPU(1)
+			a := mustTensor(t, dev, []int{3, 5}, randVals(rand.New(rand.NewPCG(1, 1)), 15, 1, 2))
+			p := mustTensor(t, dev, []int{3, 5}, randVals(rand.New(rand.NewPCG(1, 2)), 15, 1, 2))
+			p.Pin()
+			o := mustTensor(t, other, []int{3, 5}, randVals(rand.New(rand.NewPCG(1, 3)), 15, 1, 2))
+			want := mustFloats(t, dev, p)
+			dev.Release(a, p, o, nil)
+			dev.Release(a) // twice
+			z, err := dev.Zeros(abi.DTypeFloat32, []int{15})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := mustFloats(t, dev, z); slices.ContainsFunc(got, func(v float32) bool { return v != 0 }) {
+				t.Errorf("Zeros after a release = %v, want zeros", got)
+			}
+			if got := mustFloats(t, dev, p); !slices.Equal(got, want) {
+				t.Errorf("pinned tensor changed after Release: %v, want %v", got, want)
+			}
+			if _, err := other.Float32s(o); err != nil {
+				t.Errorf("another device's tensor was released: %v", err)
+			}
 
-	// A double release must not put one buffer in the pool twice: the
-	// next two tensors of its size would share storage.
-	b := mustTensor(t, dev, []int{7}, randVals(rand.New(rand.NewPCG(1, 4)), 7, 1, 2))
-	dev.Release(b)
-	dev.Release(b)
-	x, y := []float32{1, 2, 3, 4, 5, 6, 7}, []float32{-1, -2, -3, -4, -5, -6, -7}
-	tx, err := dev.FromFloat32([]int{7}, x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ty, err := dev.FromFloat32([]int{7}, y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := mustFloats(t, dev, tx); !slices.Equal(got, x) {
-		t.Errorf("after a double release, a new tensor holds %v, want %v: two tensors share storage", got, x)
-	}
-	if got := mustFloats(t, dev, ty); !slices.Equal(got, y) {
-		t.Errorf("after a double release, a new tensor holds %v, want %v", got, y)
+			// A double release must not put one buffer in the pool twice: the
+			// next two tensors of its size would share storage.
+			b := mustTensor(t, dev, []int{7}, randVals(rand.New(rand.NewPCG(1, 4)), 7, 1, 2))
+			dev.Release(b)
+			dev.Release(b)
+			x, y := []float32{1, 2, 3, 4, 5, 6, 7}, []float32{-1, -2, -3, -4, -5, -6, -7}
+			tx, err := dev.FromFloat32([]int{7}, x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ty, err := dev.FromFloat32([]int{7}, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := mustFloats(t, dev, tx); !slices.Equal(got, x) {
+				t.Errorf("after a double release, a new tensor holds %v, want %v: two tensors share storage", got, x)
+			}
+			if got := mustFloats(t, dev, ty); !slices.Equal(got, y) {
+				t.Errorf("after a double release, a new tensor holds %v, want %v", got, y)
+			}
+		})
 	}
 }
 

@@ -331,6 +331,10 @@ uintptr_t moe_emu_alloc(int64_t bytes) {
   if (posix_memalign(&p, 256, bytes > 0 ? bytes : 1) != 0) {
     return 0;
   }
+  // cuMemAlloc does not clear memory: fresh memory holds NaNs (0xff
+  // bytes) here, so that a kernel or a copy that reads what nobody wrote
+  // shows in the results.
+  memset(p, 0xff, bytes);
   return reinterpret_cast<uintptr_t>(p);
 }
 
