@@ -381,57 +381,61 @@ func TestFFNGradients(t *testing.T) {
 // TestBackwardSemantics covers what Backward promises besides the math.
 func TestBackwardSemantics(t *testing.T) {
 	t.Parallel()
-	dev := gpuhost.NewCPU(1)
-	x := mustTensor(t, dev, []int{2, 3}, []float64{1, 2, 3, 4, 5, 6})
-	unused := mustTensor(t, dev, []int{4}, []float64{1, 1, 1, 1})
-	tape := gpuhost.NewTape()
-	y, err := gpuhost.Apply(dev, tape, abi.OpAdd, []*gpuhost.Tensor{x, x}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gy := mustTensor(t, dev, []int{2, 3}, []float64{1, -1, 2, -2, 3, -3})
-
-	t.Run("self-add-accumulates-and-unreached-is-zero", func(t *testing.T) {
-		for round := range 2 { // the tape can be replayed
-			g, err := tape.Backward(dev, []*gpuhost.Tensor{y}, []*gpuhost.Tensor{gy}, []*gpuhost.Tensor{x, unused, y, x})
+	for _, d := range devices() {
+		t.Run(d.name, func(t *testing.T) {
+			dev := d.dev
+			x := mustTensor(t, dev, []int{2, 3}, []float64{1, 2, 3, 4, 5, 6})
+			unused := mustTensor(t, dev, []int{4}, []float64{1, 1, 1, 1})
+			tape := gpuhost.NewTape()
+			y, err := gpuhost.Apply(dev, tape, abi.OpAdd, []*gpuhost.Tensor{x, x}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := mustFloats(t, dev, g[0]), []float32{2, -2, 4, -4, 6, -6}; !slices.Equal(got, want) {
-				t.Errorf("round %d: d/dx = %v, want %v", round, got, want)
-			}
-			if got := mustFloats(t, dev, g[1]); !slices.Equal(got, []float32{0, 0, 0, 0}) || !slices.Equal(g[1].Shape(), []int{4}) {
-				t.Errorf("unreached grad = %v %v, want zeros [4]", got, g[1].Shape())
-			}
-			if got := mustFloats(t, dev, g[2]); !slices.Equal(got, mustFloats(t, dev, gy)) {
-				t.Errorf("d/dy = %v, want gy", got)
-			}
-			if g[0] == g[3] || g[2] == gy {
-				t.Errorf("returned gradients alias each other or the caller's tensors")
-			}
-		}
-		if got := mustFloats(t, dev, gy); !slices.Equal(got, []float32{1, -1, 2, -2, 3, -3}) {
-			t.Errorf("gradOutput was modified: %v", got)
-		}
-	})
+			gy := mustTensor(t, dev, []int{2, 3}, []float64{1, -1, 2, -2, 3, -3})
 
-	errTests := []struct {
-		name    string
-		outs    []*gpuhost.Tensor
-		gouts   []*gpuhost.Tensor
-		wrt     []*gpuhost.Tensor
-		wantErr error
-	}{
-		{name: "grad-shape", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{unused}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrShape},
-		{name: "count", outs: []*gpuhost.Tensor{y}, gouts: nil, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
-		{name: "nil-grad", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{nil}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
-		{name: "nil-wrt", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{gy}, wrt: []*gpuhost.Tensor{nil}, wantErr: gpuhost.ErrArgument},
-		{name: "other-device", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{mustTensor(t, gpuhost.NewCPU(1), []int{2, 3}, make([]float64, 6))}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
-	}
-	for _, tt := range errTests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := tape.Backward(dev, tt.outs, tt.gouts, tt.wrt); !errors.Is(err, tt.wantErr) {
-				t.Errorf("Backward error = %v, want %v", err, tt.wantErr)
+			t.Run("self-add-accumulates-and-unreached-is-zero", func(t *testing.T) {
+				for round := range 2 { // the tape can be replayed
+					g, err := tape.Backward(dev, []*gpuhost.Tensor{y}, []*gpuhost.Tensor{gy}, []*gpuhost.Tensor{x, unused, y, x})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, want := mustFloats(t, dev, g[0]), []float32{2, -2, 4, -4, 6, -6}; !slices.Equal(got, want) {
+						t.Errorf("round %d: d/dx = %v, want %v", round, got, want)
+					}
+					if got := mustFloats(t, dev, g[1]); !slices.Equal(got, []float32{0, 0, 0, 0}) || !slices.Equal(g[1].Shape(), []int{4}) {
+						t.Errorf("unreached grad = %v %v, want zeros [4]", got, g[1].Shape())
+					}
+					if got := mustFloats(t, dev, g[2]); !slices.Equal(got, mustFloats(t, dev, gy)) {
+						t.Errorf("d/dy = %v, want gy", got)
+					}
+					if g[0] == g[3] || g[2] == gy {
+						t.Errorf("returned gradients alias each other or the caller's tensors")
+					}
+				}
+				if got := mustFloats(t, dev, gy); !slices.Equal(got, []float32{1, -1, 2, -2, 3, -3}) {
+					t.Errorf("gradOutput was modified: %v", got)
+				}
+			})
+
+			errTests := []struct {
+				name    string
+				outs    []*gpuhost.Tensor
+				gouts   []*gpuhost.Tensor
+				wrt     []*gpuhost.Tensor
+				wantErr error
+			}{
+				{name: "grad-shape", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{unused}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrShape},
+				{name: "count", outs: []*gpuhost.Tensor{y}, gouts: nil, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
+				{name: "nil-grad", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{nil}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
+				{name: "nil-wrt", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{gy}, wrt: []*gpuhost.Tensor{nil}, wantErr: gpuhost.ErrArgument},
+				{name: "other-device", outs: []*gpuhost.Tensor{y}, gouts: []*gpuhost.Tensor{mustTensor(t, gpuhost.NewCPU(1), []int{2, 3}, make([]float64, 6))}, wrt: []*gpuhost.Tensor{x}, wantErr: gpuhost.ErrArgument},
+			}
+			for _, tt := range errTests {
+				t.Run(tt.name, func(t *testing.T) {
+					if _, err := tape.Backward(dev, tt.outs, tt.gouts, tt.wrt); !errors.Is(err, tt.wantErr) {
+						t.Errorf("Backward error = %v, want %v", err, tt.wantErr)
+					}
+				})
 			}
 		})
 	}
@@ -441,59 +445,63 @@ func TestBackwardSemantics(t *testing.T) {
 // its own tensors and tape, on sizes that take the parallel GEMM path.
 func TestConcurrentUse(t *testing.T) {
 	t.Parallel()
-	dev := gpuhost.NewCPU(2)
-	shapes := ffnShapes(32, 48)
-	run := func(seed uint64) ([]float32, []float32, error) {
-		rng := rand.New(rand.NewPCG(seed, 1))
-		p := make([]*gpuhost.Tensor, len(shapes))
-		for i, s := range shapes {
-			var err error
-			if p[i], err = dev.FromFloat32(s, to32(randVals(rng, numel(s), -1, 1))); err != nil {
-				return nil, nil, err
+	for _, d := range devices() {
+		t.Run(d.name, func(t *testing.T) {
+			dev := d.dev
+			shapes := ffnShapes(32, 48)
+			run := func(seed uint64) ([]float32, []float32, error) {
+				rng := rand.New(rand.NewPCG(seed, 1))
+				p := make([]*gpuhost.Tensor, len(shapes))
+				for i, s := range shapes {
+					var err error
+					if p[i], err = dev.FromFloat32(s, to32(randVals(rng, numel(s), -1, 1))); err != nil {
+						return nil, nil, err
+					}
+				}
+				tape := gpuhost.NewTape()
+				out, err := applyFFN(dev, tape, p, 1e-5)
+				if err != nil {
+					return nil, nil, err
+				}
+				gy, err := dev.FromFloat32(out.Shape(), to32(randVals(rng, out.Len(), -1, 1)))
+				if err != nil {
+					return nil, nil, err
+				}
+				g, err := tape.Backward(dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{gy}, p[1:2])
+				if err != nil {
+					return nil, nil, err
+				}
+				o, _ := dev.Float32s(out)
+				gw, _ := dev.Float32s(g[0])
+				return o, gw, nil
 			}
-		}
-		tape := gpuhost.NewTape()
-		out, err := applyFFN(dev, tape, p, 1e-5)
-		if err != nil {
-			return nil, nil, err
-		}
-		gy, err := dev.FromFloat32(out.Shape(), to32(randVals(rng, out.Len(), -1, 1)))
-		if err != nil {
-			return nil, nil, err
-		}
-		g, err := tape.Backward(dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{gy}, p[1:2])
-		if err != nil {
-			return nil, nil, err
-		}
-		o, _ := dev.Float32s(out)
-		gw, _ := dev.Float32s(g[0])
-		return o, gw, nil
-	}
-	const workers = 4
-	want := make([][2][]float32, workers)
-	for w := range workers {
-		o, g, err := run(uint64(w))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[w] = [2][]float32{o, g}
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for range 2 {
+			const workers = 4
+			want := make([][2][]float32, workers)
+			for w := range workers {
 				o, g, err := run(uint64(w))
 				if err != nil {
-					t.Error(err)
-					return
+					t.Fatal(err)
 				}
-				if !slices.Equal(o, want[w][0]) || !slices.Equal(g, want[w][1]) {
-					t.Errorf("worker %d: concurrent result differs from the serial one", w)
-				}
+				want[w] = [2][]float32{o, g}
 			}
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					for range 2 {
+						o, g, err := run(uint64(w))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if !slices.Equal(o, want[w][0]) || !slices.Equal(g, want[w][1]) {
+							t.Errorf("worker %d: concurrent result differs from the serial one", w)
+						}
+					}
+				})
+			}
+			wg.Wait()
 		})
 	}
-	wg.Wait()
 }
 
 // BenchmarkFFN runs hivemind's ffn block (batch 64, hidden 1024, inner
