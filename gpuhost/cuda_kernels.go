@@ -95,9 +95,11 @@ func (d *cudaDevice) addRepeat(dst, src, small *Tensor) error {
 	return d.launch1D("moe_add_repeat_f32", dst.n, dst.dptr(), src.dptr(), small.dptr(), int64(dst.n), int64(small.n))
 }
 
-// sumRows implements kernels.sumRows.
+// sumRows implements kernels.sumRows: a block of 32×8 threads for each 32
+// columns.
 func (d *cudaDevice) sumRows(dst, src *Tensor) error {
-	return d.launch1D("moe_sum_rows_f32", dst.n, dst.dptr(), src.dptr(), int64(src.n/dst.n), int64(dst.n))
+	g := uint32((dst.n + 31) / 32)
+	return d.launch("moe_sum_rows_f32", cuda.Dim3{X: g, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 8, Z: 1}, dst.dptr(), src.dptr(), int64(src.n/dst.n), int64(dst.n))
 }
 
 // copy implements kernels.copy with a device copy.

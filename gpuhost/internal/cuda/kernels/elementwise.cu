@@ -13,16 +13,29 @@ extern "C" __global__ void moe_add_repeat_f32(float *dst, const float *src, cons
 }
 MOE_EMU_KERNEL(moe_add_repeat_f32)
 
-// moe_sum_rows_f32 sets dst[j] = Σ_r src[r·n + j]: a thread a column, which
-// walks the rows in order, so that neighbouring threads read neighbouring
-// floats.
+// moe_sum_rows_f32 sets dst[j] = Σ_r src[r·n + j]. A block of 32×8
+// threads takes 32 columns: each of its 8 lanes sums every 8th row (a warp
+// reads 32 neighbouring floats), and the lanes' sums are added in shared
+// memory, in lane order, so the result does not depend on scheduling.
+// grid.x = ⌈n/32⌉.
 extern "C" __global__ void moe_sum_rows_f32(float *dst, const float *src, long long rows, long long n) {
-  for (long long j = moe_grid_start(); j < n; j += moe_grid_stride()) {
-    float s = 0;
-    for (long long r = 0; r < rows; r++) {
+  __shared__ float part[8][33];
+  unsigned tx = threadIdx.x, ty = threadIdx.y;
+  long long j = (long long)blockIdx.x * 32 + tx;
+  float s = 0;
+  if (j < n) {
+    for (long long r = ty; r < rows; r += 8) {
       s += src[r * n + j];
     }
-    dst[j] = s;
+  }
+  part[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && j < n) {
+    float t = 0;
+    for (int l = 0; l < 8; l++) {
+      t += part[l][tx];
+    }
+    dst[j] = t;
   }
 }
 MOE_EMU_KERNEL(moe_sum_rows_f32)
