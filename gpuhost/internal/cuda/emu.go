@@ -24,6 +24,8 @@ import (
 	"unsafe"
 )
 
+//go:generate go run ./internal/emugen
+
 // kernelSources are the .cu files that emu_launch.cpp includes. Embedding
 // them makes the go command rebuild this package when one changes (it
 // does not follow #include into a subdirectory), and the tests check that

@@ -133,9 +133,9 @@ template <typename... A> struct moe_emu_wrap<void (*)(A...)> {
   }
 };
 
-// MOE_EMU_KERNEL(k) registers kernel k at start-up. Every kernel file
-// ends with one line per kernel it defines (prelude.cuh makes the line
-// empty under nvcc); the emulator's tests fail on a kernel without one.
+// MOE_EMU_KERNEL(k) registers kernel k at start-up. emu_kernels.h, which
+// internal/emugen generates from the kernel files, has one line for each;
+// the emulator's tests fail when it misses one.
 #define MOE_EMU_KERNEL(k)                                                    \
   static const int moe_emu_reg_##k = moe_emu_register(                      \
       #k, moe_emu_wrap<decltype(&k)>::sig,                                   \

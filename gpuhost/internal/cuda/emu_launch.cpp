@@ -374,7 +374,8 @@ void moe_emu_sgemm(int ta, int tb, int m, int n, int k, float alpha,
   }
 }
 
-// The kernels, compiled as C++ with emu.h's built-ins, and the emulator's
-// own test kernels.
+// The kernels, compiled as C++ with emu.h's built-ins, their registry,
+// and the emulator's own test kernels.
 #include "kernels/moehost.cu"
+#include "emu_kernels.h"
 #include "emu_testkernels.h"

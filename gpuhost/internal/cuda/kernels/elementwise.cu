@@ -11,7 +11,6 @@ extern "C" __global__ void moe_add_repeat_f32(float *dst, const float *src, cons
     dst[i] = src[i] + small[i % ns];
   }
 }
-MOE_EMU_KERNEL(moe_add_repeat_f32)
 
 // moe_sum_rows_f32 sets dst[j] = Σ_r src[r·n + j]. A block of 32×8
 // threads takes 32 columns: each of its 8 lanes sums every 8th row (a warp
@@ -38,7 +37,6 @@ extern "C" __global__ void moe_sum_rows_f32(float *dst, const float *src, long l
     dst[j] = t;
   }
 }
-MOE_EMU_KERNEL(moe_sum_rows_f32)
 
 // The tanh form of GELU, as the CPU device's geluForward32: √(2/π) and the
 // cubic coefficient.
@@ -53,7 +51,6 @@ extern "C" __global__ void moe_gelu_f32(float *y, const float *x, long long n) {
     y[i] = 0.5f * v * (1.0f + t);
   }
 }
-MOE_EMU_KERNEL(moe_gelu_f32)
 
 // moe_gelu_backward_f32 sets gx = gy·gelu_tanh'(x):
 // ½(1+t) + ½x(1−t²)·c(1+3a·x²), t = tanh(c(x+a·x³)).
@@ -66,7 +63,6 @@ extern "C" __global__ void moe_gelu_backward_f32(float *gx, const float *x, cons
     gx[i] = gy[i] * dy;
   }
 }
-MOE_EMU_KERNEL(moe_gelu_backward_f32)
 
 // Unary functions: gpuhost's unaryFn values, in order.
 #define MOE_UNARY_SCALE 0
@@ -108,7 +104,6 @@ extern "C" __global__ void moe_unary_f32(int fn, double p, float *y, const float
     y[i] = r;
   }
 }
-MOE_EMU_KERNEL(moe_unary_f32)
 
 // moe_unary_backward_f32 sets gx = gy·fn'(x), with y the forward's output.
 extern "C" __global__ void moe_unary_backward_f32(int fn, double p, float *gx, const float *x, const float *y,
@@ -140,7 +135,6 @@ extern "C" __global__ void moe_unary_backward_f32(int fn, double p, float *gx, c
     gx[i] = (float)(gv * dy);
   }
 }
-MOE_EMU_KERNEL(moe_unary_backward_f32)
 
 // moe_binary_f32 sets dst[i] = a[i mod na] fn b[i mod nb], fn being
 // gpuhost's binaryFn: 0 add, 1 sub, 2 mul, 3 div. dst may be a or b.
@@ -160,7 +154,6 @@ extern "C" __global__ void moe_binary_f32(int fn, float *dst, const float *a, lo
     dst[i] = r;
   }
 }
-MOE_EMU_KERNEL(moe_binary_f32)
 
 // moe_sum_squares_partial_f64 is the first pass of Σ x² in float64: block b
 // writes the sum over its share of the grid-stride loop to partial[b].
@@ -184,7 +177,6 @@ extern "C" __global__ void moe_sum_squares_partial_f64(double *partial, const fl
     partial[blockIdx.x] = s[0];
   }
 }
-MOE_EMU_KERNEL(moe_sum_squares_partial_f64)
 
 // moe_sum_f64 is the second pass: one block sets *out = Σ partial[0..n).
 extern "C" __global__ void moe_sum_f64(double *out, const double *partial, int n) {
@@ -206,4 +198,3 @@ extern "C" __global__ void moe_sum_f64(double *out, const double *partial, int n
     *out = s[0];
   }
 }
-MOE_EMU_KERNEL(moe_sum_f64)

@@ -14,7 +14,6 @@ extern "C" __global__ void moe_fill_f32(float *p, float v, long long n) {
     p[i] = v;
   }
 }
-MOE_EMU_KERNEL(moe_fill_f32)
 
 #include "elementwise.cu"
 #include "optim.cu"

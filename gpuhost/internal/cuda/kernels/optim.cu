@@ -24,7 +24,6 @@ extern "C" __global__ void moe_sgd_step_f32(float *p, const float *g, float *buf
     p[i] = __fsub_rn(pv, __fmul_rn(lr, gv));
   }
 }
-MOE_EMU_KERNEL(moe_sgd_step_f32)
 
 // moe_adam_step_f32 is one step of torch.optim.Adam, or AdamW when
 // decoupled: g = g·scale (+ wd·p for Adam; AdamW multiplies p by decay,
@@ -55,4 +54,3 @@ extern "C" __global__ void moe_adam_step_f32(float *p, const float *g, float *m,
     p[i] = __fsub_rn(pv, __fmul_rn(step, __fdiv_rn(mv, den)));
   }
 }
-MOE_EMU_KERNEL(moe_adam_step_f32)
