@@ -50,7 +50,7 @@ std::map<std::string, kernel> &registry() {
 // Fibers. On x86-64 a switch is six pushes, a stack swap and six pops
 // (swapcontext would add a signal-mask system call to each); elsewhere
 // ucontext does it.
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MOE_EMU_UCONTEXT)
 extern "C" void moe_emu_switch(void **save_sp, void *to_sp);
 extern "C" void moe_emu_fiber_start();
 asm(R"(
@@ -93,7 +93,7 @@ constexpr size_t guardBytes = 4096;
 
 struct fiber {
   unsigned char *stack; // lowest address of the usable stack
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MOE_EMU_UCONTEXT)
   void *sp;
 #else
   ucontext_t uc;
@@ -134,7 +134,7 @@ struct launch {
   std::vector<fiber> fibers;
   std::vector<unsigned char> state; // per thread: 0 not started, 1 at a barrier, 2 done
   unsigned cur;
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MOE_EMU_UCONTEXT)
   void *schedSP;
 #else
   ucontext_t sched;
@@ -145,7 +145,7 @@ thread_local launch *running;
 
 void yieldToScheduler() {
   launch *l = running;
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MOE_EMU_UCONTEXT)
   moe_emu_switch(&l->fibers[l->cur].sp, l->schedSP);
 #else
   swapcontext(&l->fibers[l->cur].uc, &l->sched);
@@ -162,7 +162,7 @@ extern "C" void moe_emu_fiber_main(void *arg) {
   abort(); // a finished fiber is never resumed
 }
 
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(MOE_EMU_UCONTEXT)
 static void fiberEntry() { moe_emu_fiber_main(running); }
 #endif
 
@@ -183,7 +183,7 @@ static void resume(launch *l, unsigned i) {
   threadIdx = dim3{i % bx, (i / bx) % by, i / (bx * by)};
   fiber &f = l->fibers[i];
   if (l->state[i] == 0) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MOE_EMU_UCONTEXT)
     // The new stack holds moe_emu_switch's six saved registers (r12 is
     // the launch, for moe_emu_fiber_start) under the address to return
     // to; the top stays 16-byte aligned for the call that follows.
@@ -205,7 +205,7 @@ static void resume(launch *l, unsigned i) {
     makecontext(&f.uc, fiberEntry, 0);
 #endif
   }
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MOE_EMU_UCONTEXT)
   moe_emu_switch(&l->schedSP, f.sp);
 #else
   swapcontext(&l->sched, &f.uc);
