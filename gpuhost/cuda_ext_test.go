@@ -4,7 +4,10 @@ package gpuhost_test
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/moehost/moehost/abi"
@@ -101,4 +104,112 @@ func TestCUDACeiling(t *testing.T) {
 	if got := c.Used(); got != 512<<10 {
 		t.Errorf("ceiling used %d bytes after a release, want %d", got, 512<<10)
 	}
+}
+
+// TestCUDAHammer runs a small network of the CUDA device's own ops
+// (linear, reshape, gelu_tanh, linear, add) forward and backward from
+// several goroutines at once, each releasing its tape and gradients after
+// every round as the host does: every round's results must equal the
+// serial run's bit for bit, and the serial run must agree with the CPU's.
+// Reshape's backward hands its gradient on as a view of gy's buffer: the
+// tape must see that they share storage (sameStorage) and copy before it
+// adds into it, or the gradients of W1 and b1 come out wrong.
+func TestCUDAHammer(t *testing.T) {
+	t.Parallel()
+	var cuda gpuhost.Device
+	for _, d := range buildDevices {
+		if d.name == "cuda-0" {
+			cuda = d.dev
+		}
+	}
+	shapes := [][]int{{6, 16}, {32, 16}, {32}, {16, 16}, {16}}
+	run := func(dev gpuhost.Device, seed uint64) ([][]float32, error) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		p := make([]*gpuhost.Tensor, len(shapes))
+		for i, s := range shapes {
+			var err error
+			if p[i], err = dev.FromFloat32(s, to32(randVals(rng, numel(s), -1, 1))); err != nil {
+				return nil, err
+			}
+		}
+		defer dev.Release(p...)
+		var res [][]float32
+		for range 3 {
+			tape := gpuhost.NewTape()
+			h, err := gpuhost.Apply(dev, tape, abi.OpLinear, p[0:3], nil)
+			if err == nil {
+				h, err = gpuhost.Apply(dev, tape, abi.OpReshape, []*gpuhost.Tensor{h}, []float64{12, 16})
+			}
+			if err == nil {
+				h, err = gpuhost.Apply(dev, tape, abi.OpGeluTanh, []*gpuhost.Tensor{h}, nil)
+			}
+			var y *gpuhost.Tensor
+			if err == nil {
+				y, err = gpuhost.Apply(dev, tape, abi.OpLinear, []*gpuhost.Tensor{h, p[3], p[4]}, nil)
+			}
+			if err == nil {
+				y, err = gpuhost.Apply(dev, tape, abi.OpAdd, []*gpuhost.Tensor{y, h}, nil)
+			}
+			if err != nil {
+				return nil, err
+			}
+			gy, err := dev.FromFloat32(y.Shape(), to32(randVals(rand.New(rand.NewPCG(seed, 4)), y.Len(), -1, 1)))
+			if err != nil {
+				return nil, err
+			}
+			g, err := tape.Backward(dev, []*gpuhost.Tensor{y}, []*gpuhost.Tensor{gy}, p)
+			if err != nil {
+				return nil, err
+			}
+			res = res[:0]
+			for _, x := range append([]*gpuhost.Tensor{y}, g...) {
+				v, err := dev.Float32s(x)
+				if err != nil {
+					return nil, err
+				}
+				res = append(res, v)
+			}
+			tape.Release(dev)
+			dev.Release(append(g, gy)...)
+		}
+		return res, nil
+	}
+	const workers = 4
+	want := make([][][]float32, workers)
+	for w := range workers {
+		var err error
+		if want[w], err = run(cuda, uint64(w)); err != nil {
+			t.Fatal(err)
+		}
+		cpu, err := run(gpuhost.NewCPU(1), uint64(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cpu {
+			for j, v := range cpu[i] {
+				if d := math.Abs(float64(want[w][i][j] - v)); d > 1e-4*(1+math.Abs(float64(v))) {
+					t.Fatalf("worker %d: result %d element %d is %v on cuda, %v on the CPU", w, i, j, want[w][i][j], v)
+				}
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range 3 {
+				got, err := run(cuda, uint64(w))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for i := range got {
+					if !slices.Equal(got[i], want[w][i]) {
+						t.Errorf("worker %d: concurrent result %d differs from the serial one", w, i)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
