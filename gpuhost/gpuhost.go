@@ -45,8 +45,9 @@ type Tensor struct {
 	dev   Device
 	// mem is the device's storage. The CPU device keeps []float32 for
 	// float32 and little-endian []byte for the storage-only dtypes, so
-	// that ids and masks survive untouched until ops use them. Release
-	// sets it to nil.
+	// that ids and masks survive untouched until ops use them; the CUDA
+	// device keeps a pointer to its device buffer for every dtype.
+	// Release sets it to nil.
 	mem any
 	// pinned tensors are long-lived (parameters): Release ignores them.
 	pinned bool
