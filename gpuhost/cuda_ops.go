@@ -319,7 +319,7 @@ func (d *cudaDevice) crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, 
 func (d *cudaDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) error {
 	bh := a.b * a.h
 	if err := d.ctx.SgemmStridedBatched(false, true, a.tq, a.tk, a.d, 1, q.dptr(), a.d, int64(a.tq*a.d), k.dptr(), a.d, int64(a.tk*a.d), 0, probs.dptr(), a.tk, int64(a.tq*a.tk), bh); err != nil {
-		return fmt.Errorf("attention: q·kᵀ: %w", err)
+		return fmt.Errorf("%s: attention: q·kᵀ: %w", d.Name(), err)
 	}
 	if stopped(out.stop) {
 		return errStopped
@@ -332,7 +332,7 @@ func (d *cudaDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) er
 		return errStopped
 	}
 	if err := d.ctx.SgemmStridedBatched(false, false, a.tq, a.dv, a.tk, 1, probs.dptr(), a.tk, int64(a.tq*a.tk), v.dptr(), a.dv, int64(a.tk*a.dv), 0, out.dptr(), a.dv, int64(a.tq*a.dv), bh); err != nil {
-		return fmt.Errorf("attention: P·v: %w", err)
+		return fmt.Errorf("%s: attention: P·v: %w", d.Name(), err)
 	}
 	return nil
 }
@@ -346,7 +346,7 @@ func (d *cudaDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor,
 	stop := gradStop(gq, gk, gv)
 	if gv != nil {
 		if err := d.ctx.SgemmStridedBatched(true, false, a.tk, a.dv, a.tq, 1, probs.dptr(), a.tk, sp, gout.dptr(), a.dv, so, 0, gv.dptr(), a.dv, sv, bh); err != nil {
-			return fmt.Errorf("attention backward: Pᵀ·gout: %w", err)
+			return fmt.Errorf("%s: attention backward: Pᵀ·gout: %w", d.Name(), err)
 		}
 	}
 	if gq == nil && gk == nil {
@@ -354,7 +354,7 @@ func (d *cudaDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor,
 	}
 	ds, err := d.allocDirty(abi.DTypeFloat32, []int{bh, a.tq, a.tk})
 	if err != nil {
-		return fmt.Errorf("attention backward: %w", err)
+		return fmt.Errorf("%s: attention backward: %w", d.Name(), err)
 	}
 	defer d.Release(ds)
 	steps := []func() error{
@@ -383,7 +383,7 @@ func (d *cudaDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor,
 			return errStopped
 		}
 		if err := step(); err != nil {
-			return fmt.Errorf("attention backward: %w", err)
+			return fmt.Errorf("%s: attention backward: %w", d.Name(), err)
 		}
 	}
 	return nil
