@@ -5,6 +5,7 @@ package gpuhost
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/moehost/moehost/abi"
@@ -176,35 +177,71 @@ func (d *cudaDevice) rmsNormBackward(gx, gw, x, w, rstd, gy *Tensor) error {
 
 // permute implements kernels.permute: one thread per dst element finds
 // its src element from dst's dims and the src stride of each, passed as
-// the kernel's eight dim and eight stride arguments.
+// the kernel's eight dim and eight stride arguments. Dims of size 1 are
+// dropped and neighbours that are contiguous in src too are merged
+// (permuteDims), so a permutation that moves nothing is a copy, and
+// tensors below 2³¹ elements take 32-bit indices.
 func (d *cudaDevice) permute(dst, src *Tensor, perm []int) error {
-	rank := len(perm)
-	var dims, pstr [abi.MaxRank]int64
-	st := int64(1)
-	sstr := make([]int64, rank)
-	for i := rank - 1; i >= 0; i-- {
-		sstr[i] = st
-		st *= int64(src.shape[i])
+	dims, strides := permuteDims(src.shape, perm)
+	if len(dims) == 0 || len(dims) == 1 && strides[0] == 1 {
+		return d.copy(dst, src)
 	}
-	for i := range dims {
-		dims[i] = 1
+	kernel := "moe_permute"
+	if dst.n <= math.MaxInt32 {
+		kernel = "moe_permute_u32"
 	}
-	for i, p := range perm {
-		dims[i], pstr[i] = int64(dst.shape[i]), sstr[p]
-	}
-	args := []any{dst.dptr(), src.dptr(), int64(dst.n), int32(rank)}
-	for _, v := range dims {
+	args := []any{dst.dptr(), src.dptr(), int64(dst.n), int32(len(dims))}
+	for i := range abi.MaxRank {
+		v := int64(1)
+		if i < len(dims) {
+			v = dims[i]
+		}
 		args = append(args, v)
 	}
-	for _, v := range pstr {
+	for i := range abi.MaxRank {
+		var v int64
+		if i < len(strides) {
+			v = strides[i]
+		}
 		args = append(args, v)
 	}
-	return d.launch1D("moe_permute", dst.n, args...)
+	return d.launch1D(kernel, dst.n, args...)
 }
 
-// copy2D implements kernels.copy2D.
+// permuteDims returns the dims of src permuted by perm and the src stride
+// of each, without dims of size 1, and with each dim merged into the next
+// when the two are contiguous in src as well (stride = next's stride ×
+// next's size), which leaves the same element order with fewer dims.
+func permuteDims(shape, perm []int) (dims, strides []int64) {
+	sstr := make([]int64, len(shape))
+	st := int64(1)
+	for i := len(shape) - 1; i >= 0; i-- {
+		sstr[i] = st
+		st *= int64(shape[i])
+	}
+	for _, p := range perm {
+		n, s := int64(shape[p]), sstr[p]
+		if n == 1 {
+			continue
+		}
+		if k := len(dims) - 1; k >= 0 && strides[k] == s*n {
+			dims[k] *= n
+			strides[k] = s
+			continue
+		}
+		dims, strides = append(dims, n), append(strides, s)
+	}
+	return dims, strides
+}
+
+// copy2D implements kernels.copy2D, with 32-bit indices when both
+// tensors are below 2³¹ elements.
 func (d *cudaDevice) copy2D(dst *Tensor, dOff, dStride int, src *Tensor, sOff, sStride, rows, width int) error {
-	return d.launch1D("moe_copy2d", rows*width, dst.dptr(), int64(dOff), int64(dStride), src.dptr(), int64(sOff), int64(sStride), int64(rows), int64(width))
+	kernel := "moe_copy2d"
+	if dst.n <= math.MaxInt32 && src.n <= math.MaxInt32 {
+		kernel = "moe_copy2d_u32"
+	}
+	return d.launch1D(kernel, rows*width, dst.dptr(), int64(dOff), int64(dStride), src.dptr(), int64(sOff), int64(sStride), int64(rows), int64(width))
 }
 
 // reduceAxis implements kernels.reduceAxis.

@@ -37,6 +37,10 @@ var wideCases = []wideCase{
 	// spill into grid.y.
 	{opCase: opCase{name: "max-rows-past-grid-x", op: abi.OpMax, shapes: [][]int{{65537, 2}}}, ties: true},
 	{opCase: opCase{name: "permute-rank5", op: abi.OpPermute, shapes: [][]int{{2, 3, 4, 5, 6}}, attrs: []float64{4, 2, 0, 3, 1}}},
+	// Dims that a GPU merges (contiguous in both orders) or drops (1s).
+	{opCase: opCase{name: "permute-mergeable", op: abi.OpPermute, shapes: [][]int{{2, 3, 4, 5}}, attrs: []float64{2, 3, 0, 1}}},
+	{opCase: opCase{name: "permute-unit-dims", op: abi.OpPermute, shapes: [][]int{{1, 3, 1, 4, 2}}, attrs: []float64{3, 0, 2, 4, 1}}},
+	{opCase: opCase{name: "permute-identity-but-units", op: abi.OpPermute, shapes: [][]int{{3, 1, 4}}, attrs: []float64{1, 0, 2}}},
 	{opCase: opCase{name: "embedding-repeated-ids", op: abi.OpEmbedding, shapes: [][]int{{600}, {5, 40}}, kinds: []argKind{kIDs32}, ids: 5}},
 	{opCase: opCase{name: "embedding-wide-int64", op: abi.OpEmbedding, shapes: [][]int{{3, 7}, {9, 300}}, kinds: []argKind{kIDs64}, ids: 9}},
 	{opCase: opCase{name: "cross_entropy-wide-mean", op: abi.OpCrossEntropy, shapes: [][]int{{5, 1000}, {5}}, attrs: []float64{1}, kinds: []argKind{kFloat, kTarget}, ids: 1000, lo: -3, hi: 3}},

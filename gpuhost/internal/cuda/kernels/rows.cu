@@ -320,18 +320,17 @@ extern "C" __global__ void moe_reduce_axis_bwd(float *gx, const float *gy,
   }
 }
 
-// moe_permute sets dst (n elements, dims d0..d7 of which the first rank
-// count) from src: dst's element at multi-index (i0, …) reads src at
-// Σ ik·sk, where sk is the src stride of dst's dim k.
-extern "C" __global__ void moe_permute(
-    float *dst, const float *src, long long n, int rank, long long d0,
-    long long d1, long long d2, long long d3, long long d4, long long d5,
-    long long d6, long long d7, long long s0, long long s1, long long s2,
-    long long s3, long long s4, long long s5, long long s6, long long s7) {
-  long long d[8] = {d0, d1, d2, d3, d4, d5, d6, d7};
-  long long st[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
-  MOE_FOR_GRID(i, n) {
-    long long rem = i, off = 0;
+// moe_permute_body sets dst (n elements, of rank dims d) from src: dst's
+// element at multi-index (i0, …) reads src at Σ ik·st[k], where st[k] is
+// the src stride of dst's dim k. I is the index type: unsigned int where
+// every index fits, since 64-bit division costs a GPU several times the
+// memory traffic of a copy.
+template <typename I>
+__device__ void moe_permute_body(float *dst, const float *src, I n, int rank,
+                                 const I *d, const I *st) {
+  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (I)gridDim.x * blockDim.x) {
+    I rem = i, off = 0;
     for (int k = rank - 1; k >= 0; k--) {
       off += (rem % d[k]) * st[k];
       rem /= d[k];
@@ -340,14 +339,61 @@ extern "C" __global__ void moe_permute(
   }
 }
 
-// moe_copy2d copies rows×width elements: dst[dOff + r·dStride + j] =
-// src[sOff + r·sStride + j].
+// moe_permute runs moe_permute_body with 64-bit indices; d0..d7 are the
+// dims (the first rank count) and s0..s7 their src strides.
+extern "C" __global__ void moe_permute(
+    float *dst, const float *src, long long n, int rank, long long d0,
+    long long d1, long long d2, long long d3, long long d4, long long d5,
+    long long d6, long long d7, long long s0, long long s1, long long s2,
+    long long s3, long long s4, long long s5, long long s6, long long s7) {
+  long long d[8] = {d0, d1, d2, d3, d4, d5, d6, d7};
+  long long st[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+  moe_permute_body<long long>(dst, src, n, rank, d, st);
+}
+
+// moe_permute_u32 is moe_permute for tensors below 2³¹ elements, with
+// 32-bit indices.
+extern "C" __global__ void moe_permute_u32(
+    float *dst, const float *src, long long n, int rank, long long d0,
+    long long d1, long long d2, long long d3, long long d4, long long d5,
+    long long d6, long long d7, long long s0, long long s1, long long s2,
+    long long s3, long long s4, long long s5, long long s6, long long s7) {
+  unsigned d[8] = {(unsigned)d0, (unsigned)d1, (unsigned)d2, (unsigned)d3,
+                   (unsigned)d4, (unsigned)d5, (unsigned)d6, (unsigned)d7};
+  unsigned st[8] = {(unsigned)s0, (unsigned)s1, (unsigned)s2, (unsigned)s3,
+                    (unsigned)s4, (unsigned)s5, (unsigned)s6, (unsigned)s7};
+  moe_permute_body<unsigned>(dst, src, (unsigned)n, rank, d, st);
+}
+
+// moe_copy2d_body copies rows×width elements: dst[dOff + r·dStride + j] =
+// src[sOff + r·sStride + j], with indices of type I.
+template <typename I>
+__device__ void moe_copy2d_body(float *dst, I dOff, I dStride, const float *src,
+                                I sOff, I sStride, I rows, I width) {
+  I n = rows * width;
+  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (I)gridDim.x * blockDim.x) {
+    I r = i / width, j = i % width;
+    dst[dOff + r * dStride + j] = src[sOff + r * sStride + j];
+  }
+}
+
+// moe_copy2d runs moe_copy2d_body with 64-bit indices.
 extern "C" __global__ void moe_copy2d(float *dst, long long dOff,
                                       long long dStride, const float *src,
                                       long long sOff, long long sStride,
                                       long long rows, long long width) {
-  MOE_FOR_GRID(i, rows * width) {
-    long long r = i / width, j = i % width;
-    dst[dOff + r * dStride + j] = src[sOff + r * sStride + j];
-  }
+  moe_copy2d_body<long long>(dst, dOff, dStride, src, sOff, sStride, rows,
+                             width);
+}
+
+// moe_copy2d_u32 is moe_copy2d for tensors below 2³¹ elements, with
+// 32-bit indices.
+extern "C" __global__ void moe_copy2d_u32(float *dst, long long dOff,
+                                          long long dStride, const float *src,
+                                          long long sOff, long long sStride,
+                                          long long rows, long long width) {
+  moe_copy2d_body<unsigned>(dst, (unsigned)dOff, (unsigned)dStride, src,
+                            (unsigned)sOff, (unsigned)sStride, (unsigned)rows,
+                            (unsigned)width);
 }
