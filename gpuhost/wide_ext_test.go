@@ -280,3 +280,23 @@ func TestMaxPicksFirstOnEveryDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyNoPanicOnBuildDevices is TestApplyNoPanic on the devices that
+// only some builds have (the CUDA device under -tags cudaemu or cuda),
+// with fewer calls: hostile ids, targets, shapes and attrs return errors
+// there too, and no kernel reads or writes out of bounds.
+func TestApplyNoPanicOnBuildDevices(t *testing.T) {
+	t.Parallel()
+	other := gpuhost.NewCPU(1)
+	for _, d := range buildDevices {
+		for _, op := range append(abi.Ops(), 0, 37) {
+			t.Run(d.name+"/"+op.String(), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(uint64(op), 5))
+				for range 400 {
+					fuzzOne(t, rng, d.dev, other, op)
+				}
+			})
+		}
+	}
+}
