@@ -134,13 +134,24 @@ func (d *cudaDevice) normWeightGrads(gw, gb, x, mean, rstd, gy *Tensor, rows, h 
 	return nil
 }
 
+// colsInner is the inner size from which the axis kernels take a thread
+// per row (the _cols kernels) instead of a block per row: a warp's rows
+// then lie side by side in memory.
+const colsInner = 32
+
 // softmax implements kernels.softmax.
 func (d *cudaDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error {
+	if inner >= colsInner {
+		return d.launch1D("moe_softmax_fwd_cols", outer*inner, y.dptr(), x.dptr(), int64(outer), int64(dim), int64(inner), flag32(log))
+	}
 	return d.launchRowsOf("moe_softmax_fwd", outer*inner, dim, y.dptr(), x.dptr(), int64(outer), int64(dim), int64(inner), flag32(log))
 }
 
 // softmaxBackward implements kernels.softmaxBackward.
 func (d *cudaDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, log bool) error {
+	if inner >= colsInner {
+		return d.launch1D("moe_softmax_bwd_cols", outer*inner, gx.dptr(), y.dptr(), gy.dptr(), int64(outer), int64(dim), int64(inner), flag32(log))
+	}
 	return d.launchRowsOf("moe_softmax_bwd", outer*inner, dim, gx.dptr(), y.dptr(), gy.dptr(), int64(outer), int64(dim), int64(inner), flag32(log))
 }
 
@@ -246,6 +257,9 @@ func (d *cudaDevice) copy2D(dst *Tensor, dOff, dStride int, src *Tensor, sOff, s
 
 // reduceAxis implements kernels.reduceAxis.
 func (d *cudaDevice) reduceAxis(fn reduceFn, dst, arg, src *Tensor, outer, dim, inner int) error {
+	if inner >= colsInner {
+		return d.launch1D("moe_reduce_axis_cols", outer*inner, dst.dptr(), ptrOrNull(arg), src.dptr(), int64(outer), int64(dim), int64(inner), int32(fn))
+	}
 	return d.launchRowsOf("moe_reduce_axis", outer*inner, dim, dst.dptr(), ptrOrNull(arg), src.dptr(), int64(outer), int64(dim), int64(inner), int32(fn))
 }
 

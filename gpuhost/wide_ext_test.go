@@ -33,6 +33,13 @@ var wideCases = []wideCase{
 	{opCase: opCase{name: "mean-wide", op: abi.OpMean, shapes: [][]int{{3, 900}}}},
 	{opCase: opCase{name: "max-wide-ties", op: abi.OpMax, shapes: [][]int{{4, 600}}}, ties: true},
 	{opCase: opCase{name: "max-wide-ties-strided", op: abi.OpMax, shapes: [][]int{{600, 3}}, attrs: []float64{0}}, ties: true},
+	// Axes with 32 or more elements after them: a GPU takes a thread per
+	// row there.
+	{opCase: opCase{name: "softmax-inner-40", op: abi.OpSoftmax, shapes: [][]int{{50, 40}}, attrs: []float64{0}, lo: -3, hi: 3}},
+	{opCase: opCase{name: "log_softmax-inner-33", op: abi.OpLogSoftmax, shapes: [][]int{{3, 20, 33}}, attrs: []float64{1}}},
+	{opCase: opCase{name: "sum-inner-64", op: abi.OpSum, shapes: [][]int{{300, 64}}, attrs: []float64{0}}},
+	{opCase: opCase{name: "mean-inner-40", op: abi.OpMean, shapes: [][]int{{2, 5, 40}}, attrs: []float64{1, 1}}},
+	{opCase: opCase{name: "max-inner-64-ties", op: abi.OpMax, shapes: [][]int{{300, 64}}, attrs: []float64{0}}, ties: true},
 	// More rows than a grid's 65535 blocks in x: a GPU's row kernels
 	// spill into grid.y.
 	{opCase: opCase{name: "max-rows-past-grid-x", op: abi.OpMax, shapes: [][]int{{65537, 2}}}, ties: true},

@@ -300,6 +300,84 @@ extern "C" __global__ void moe_reduce_axis(float *dst, int *arg,
   }
 }
 
+// The _cols kernels below are the row kernels above for views with inner
+// >= 32: a thread per row, over a 1-D grid, walks its row alone, so the
+// threads of a warp (rows k, k+1, … of one outer index) read neighbouring
+// addresses at every step, where a block per row would read one element
+// per 32-byte sector.
+
+// moe_softmax_fwd_cols is moe_softmax_fwd with a thread per row.
+extern "C" __global__ void moe_softmax_fwd_cols(float *y, const float *x,
+                                                long long outer, long long dim,
+                                                long long inner, int logsm) {
+  MOE_FOR_GRID(r, outer * inner) {
+    long long base = (r / inner) * dim * inner + r % inner;
+    float m = -INFINITY;
+    for (long long j = 0; j < dim; j++) {
+      m = fmaxf(m, x[base + j * inner]);
+    }
+    double s = 0;
+    for (long long j = 0; j < dim; j++) {
+      s += expf(x[base + j * inner] - m);
+    }
+    double ls = (double)m + log(s), inv = 1.0 / s;
+    for (long long j = 0; j < dim; j++) {
+      long long i = base + j * inner;
+      y[i] = logsm ? (float)((double)x[i] - ls)
+                   : (float)((double)expf(x[i] - m) * inv);
+    }
+  }
+}
+
+// moe_softmax_bwd_cols is moe_softmax_bwd with a thread per row.
+extern "C" __global__ void moe_softmax_bwd_cols(float *gx, const float *y,
+                                                const float *gy,
+                                                long long outer, long long dim,
+                                                long long inner, int logsm) {
+  MOE_FOR_GRID(r, outer * inner) {
+    long long base = (r / inner) * dim * inner + r % inner;
+    double s = 0;
+    for (long long j = 0; j < dim; j++) {
+      long long i = base + j * inner;
+      s += logsm ? (double)gy[i] : (double)gy[i] * (double)y[i];
+    }
+    for (long long j = 0; j < dim; j++) {
+      long long i = base + j * inner;
+      gx[i] = logsm ? (float)((double)gy[i] - (double)expf(y[i]) * s)
+                    : (float)((double)y[i] * ((double)gy[i] - s));
+    }
+  }
+}
+
+// moe_reduce_axis_cols is moe_reduce_axis with a thread per row.
+extern "C" __global__ void moe_reduce_axis_cols(float *dst, int *arg,
+                                                const float *src,
+                                                long long outer, long long dim,
+                                                long long inner, int fn) {
+  MOE_FOR_GRID(r, outer * inner) {
+    long long base = (r / inner) * dim * inner + r % inner;
+    if (fn != 2) {
+      double s = 0;
+      for (long long j = 0; j < dim; j++) {
+        s += src[base + j * inner];
+      }
+      dst[r] = (float)(fn == 1 ? s / (double)dim : s);
+      continue;
+    }
+    float best = 0;
+    long long at = -1;
+    for (long long j = 0; j < dim; j++) {
+      float v = src[base + j * inner];
+      if (moe_max_better(v, j, best, at)) {
+        best = v;
+        at = j;
+      }
+    }
+    dst[r] = best;
+    arg[r] = (int)at;
+  }
+}
+
 // moe_reduce_axis_bwd sets gx, an [outer, dim, inner] tensor of n
 // elements, from gy[outer·inner]: sum spreads gy, mean gy/dim, and max
 // puts gy at the arg-max and zeros elsewhere.
