@@ -5,7 +5,6 @@ package gpuhost
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"time"
@@ -54,7 +53,8 @@ type devPooled struct {
 
 // NewCUDA returns the CUDA device on GPU ordinal. Under the build tag
 // cudaemu it opens the CPU emulator instead (for tests on machines
-// without a GPU). Options are those of [NewCPU]; WithCeiling bounds the
+// without a GPU). Options are those of [NewCPU] (ExactPoolEnv, a CPU
+// benchmark's switch, does not apply); WithCeiling bounds the
 // device's live tensor bytes as the CPU's, and the GPU's own memory
 // bounds them too: an allocation the GPU refuses returns
 // [ErrOutOfMemory] as well.
@@ -69,9 +69,6 @@ func NewCUDA(ordinal int, opts ...DeviceOption) (Device, error) {
 	}
 	d := &cudaDevice{ordinal: ordinal, ctx: ctx}
 	d.mem.ceiling = cfg.ceiling
-	if os.Getenv(ExactPoolEnv) == "1" {
-		d.mem.decay = 24 * time.Hour // the exact pool never trims
-	}
 	return d, nil
 }
 
@@ -118,6 +115,7 @@ func (d *cudaDevice) getBuf(n int64, fit bool) (*cudaBuf, error) {
 		m.mu.Unlock()
 		return d.newBuf(p, k), nil
 	}
+	peak := m.peak
 	if err := m.charge(c); err != nil {
 		m.mu.Unlock()
 		return nil, err
@@ -140,6 +138,9 @@ func (d *cudaDevice) getBuf(n int64, fit bool) (*cudaBuf, error) {
 	if err != nil {
 		m.mu.Lock()
 		m.uncharge(c)
+		// Memory the GPU refused was never live: it must not raise the
+		// mark that bounds the pool.
+		m.peak = max(peak, m.live)
 		m.misses--
 		m.granted -= c
 		m.requested -= n
