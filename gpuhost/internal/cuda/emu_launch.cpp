@@ -326,16 +326,33 @@ int moe_emu_kernels(char *buf, int len) {
   return static_cast<int>(all.size()) + 1;
 }
 
+// Each allocation is followed by a guard of moeEmuGuard bytes of
+// moeEmuCanary, which moe_emu_guard_ok checks after a launch: a kernel
+// that writes past the end of a buffer it was given shows as an error.
+static const int64_t moeEmuGuard = 256;
+static const unsigned char moeEmuCanary = 0xcd;
+
 uintptr_t moe_emu_alloc(int64_t bytes) {
   void *p = nullptr;
-  if (posix_memalign(&p, 256, bytes > 0 ? bytes : 1) != 0) {
+  if (posix_memalign(&p, 256, bytes + moeEmuGuard) != 0) {
     return 0;
   }
   // cuMemAlloc does not clear memory: fresh memory holds NaNs (0xff
   // bytes) here, so that a kernel or a copy that reads what nobody wrote
   // shows in the results.
   memset(p, 0xff, bytes);
+  memset(static_cast<unsigned char *>(p) + bytes, moeEmuCanary, moeEmuGuard);
   return reinterpret_cast<uintptr_t>(p);
+}
+
+int moe_emu_guard_ok(uintptr_t p, int64_t bytes) {
+  const unsigned char *g = reinterpret_cast<const unsigned char *>(p) + bytes;
+  for (int64_t i = 0; i < moeEmuGuard; i++) {
+    if (g[i] != moeEmuCanary) {
+      return 0;
+    }
+  }
+  return 1;
 }
 
 void moe_emu_free(uintptr_t p) { free(reinterpret_cast<void *>(p)); }

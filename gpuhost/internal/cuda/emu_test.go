@@ -151,6 +151,31 @@ func TestEmuIndicesAndArgs(t *testing.T) {
 	}
 }
 
+// TestEmuBounds checks the emulator's checks on kernel arguments: a
+// pointer outside every allocation is refused before the launch, and a
+// kernel that writes past the end of a buffer fails the launch.
+func TestEmuBounds(t *testing.T) {
+	c := openEmu(t)
+	p, err := c.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Launch("moe_fill_f32", Dim3{1, 1, 1}, Dim3{16, 1, 1}, 0, p, float32(1), int64(16)); err != nil {
+		t.Fatalf("a fill within the buffer: %v", err)
+	}
+	err = c.Launch("moe_fill_f32", Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, p, float32(1), int64(17))
+	if err == nil || !strings.Contains(err.Error(), "wrote past the end of argument 0's allocation") {
+		t.Fatalf("a fill one float past the end: err = %v", err)
+	}
+	if err := c.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Launch("moe_fill_f32", Dim3{1, 1, 1}, Dim3{16, 1, 1}, 0, p, float32(1), int64(16))
+	if err == nil || !strings.Contains(err.Error(), "points outside every allocation") {
+		t.Fatalf("a fill of freed memory: err = %v", err)
+	}
+}
+
 func TestEmuDynamicShared(t *testing.T) {
 	c := openEmu(t)
 	const blocks, block = 3, 64
