@@ -2,9 +2,9 @@
 
 // emu_launch.cpp runs the CUDA device's kernels on the CPU: it compiles
 // kernels/moehost.cu as C++ under emu.h's built-ins, keeps a registry of
-// the kernels by name, and launches one as CUDA would, block after block,
-// each block's threads as cooperative fibers so that __syncthreads is a
-// real barrier.
+// the kernels by name, and launches one as CUDA would, block after block
+// (the last first), each block's threads as cooperative fibers so that
+// __syncthreads is a real barrier.
 //
 // Between two barriers the scheduler resumes a block's fibers in a
 // shuffled order (fixed for a given block and barrier, so runs repeat), and
@@ -272,9 +272,12 @@ int moe_emu_launch(const char *name, unsigned gx, unsigned gy, unsigned gz,
   std::vector<unsigned char *> held; // stacks of this block's fibers
   std::vector<unsigned> order(threads);
   int rc = 0;
-  for (unsigned z = 0; z < gz && rc == 0; z++) {
-    for (unsigned y = 0; y < gy && rc == 0; y++) {
-      for (unsigned x = 0; x < gx && rc == 0; x++) {
+  // Blocks run one at a time, last first: a GPU runs them in no set
+  // order, so a kernel that needs block 0's writes in block 1 is wrong.
+  for (unsigned zz = gz; zz-- > 0 && rc == 0;) {
+    for (unsigned yy = gy; yy-- > 0 && rc == 0;) {
+      for (unsigned xx = gx; xx-- > 0 && rc == 0;) {
+        unsigned x = xx, y = yy, z = zz;
         blockIdx = dim3{x, y, z};
         std::fill(l.state.begin(), l.state.end(), 0);
         unsigned left = threads;

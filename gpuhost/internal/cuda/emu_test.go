@@ -107,6 +107,26 @@ func TestEmuBarriers(t *testing.T) {
 	}
 }
 
+// TestEmuBlockOrder checks that blocks do not run in index order, so that
+// a kernel that needs block 0 to run first fails here as it may on a GPU.
+func TestEmuBlockOrder(t *testing.T) {
+	c := openEmu(t)
+	p, err := c.Alloc(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Launch("moe_emutest_lastblock", Dim3{5, 3, 1}, Dim3{32, 1, 1}, 0, p); err != nil {
+		t.Fatal(err)
+	}
+	var last int32
+	if err := c.CopyOut(unsafe.Pointer(&last), p, 4); err != nil {
+		t.Fatal(err)
+	}
+	if last == 14 {
+		t.Fatalf("block %d ran last: blocks run in index order", last)
+	}
+}
+
 func TestEmuIndicesAndArgs(t *testing.T) {
 	c := openEmu(t)
 	grid, block := Dim3{3, 2, 2}, Dim3{4, 3, 2}
