@@ -145,15 +145,24 @@ func (c *Context) within(what string, p Ptr, n int64) error {
 	if n < 0 {
 		return fmt.Errorf("cuda emulator: %s of %d bytes", what, n)
 	}
-	if size, ok := c.allocs[p]; ok && n <= size {
+	if base, size, ok := c.allocation(p); ok && int64(p-base)+n <= size {
 		return nil
 	}
+	return fmt.Errorf("cuda emulator: %s of %d bytes at %#x is outside every allocation", what, n, uintptr(p))
+}
+
+// allocation returns the allocation that holds address p. Call with c.mu
+// held.
+func (c *Context) allocation(p Ptr) (base Ptr, size int64, ok bool) {
+	if size, ok := c.allocs[p]; ok {
+		return p, size, true
+	}
 	for base, size := range c.allocs {
-		if p >= base && p < base+Ptr(size) && int64(p-base)+n <= size {
-			return nil
+		if p >= base && p < base+Ptr(size) {
+			return base, size, true
 		}
 	}
-	return fmt.Errorf("cuda emulator: %s of %d bytes at %#x is outside every allocation", what, n, uintptr(p))
+	return 0, 0, false
 }
 
 func (c *Context) open() error {
@@ -254,9 +263,26 @@ func (c *Context) Launch(kernel string, grid, block Dim3, sharedBytes uint32, ar
 	if err := c.open(); err != nil {
 		return err
 	}
+	// A pointer argument must point into memory that Alloc returned and
+	// Free did not take back (0 is a null pointer, which kernels test).
+	for i, a := range args {
+		if p, ok := a.(Ptr); ok && p != 0 {
+			if _, _, ok := c.allocation(p); !ok {
+				return fmt.Errorf("cuda emulator: kernel %s: argument %d (%#x) points outside every allocation", kernel, i, uintptr(p))
+			}
+		}
+	}
 	if C.moe_emu_launch(cname, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
 		C.uint(sharedBytes), csig, (*unsafe.Pointer)(mem), &errBuf[0], C.int(len(errBuf))) != 0 {
 		return fmt.Errorf("cuda emulator: launch: %s", C.GoString(&errBuf[0]))
+	}
+	for i, a := range args {
+		if p, ok := a.(Ptr); ok && p != 0 {
+			base, size, _ := c.allocation(p)
+			if C.moe_emu_guard_ok(C.uintptr_t(base), C.int64_t(size)) == 0 {
+				return fmt.Errorf("cuda emulator: kernel %s wrote past the end of argument %d's allocation (%d bytes at %#x)", kernel, i, size, uintptr(base))
+			}
+		}
 	}
 	return nil
 }

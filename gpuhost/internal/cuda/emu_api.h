@@ -8,8 +8,10 @@
 extern "C" {
 #endif
 
-// moe_emu_alloc returns bytes of memory aligned to 256, or 0.
+// moe_emu_alloc returns bytes of memory aligned to 256, or 0, followed
+// by a guard that moe_emu_guard_ok checks (0 when something wrote on it).
 uintptr_t moe_emu_alloc(int64_t bytes);
+int moe_emu_guard_ok(uintptr_t p, int64_t bytes);
 void moe_emu_free(uintptr_t p);
 void moe_emu_copy(uintptr_t dst, uintptr_t src, int64_t bytes);
 void moe_emu_memset32(uintptr_t dst, uint32_t v, int64_t n);

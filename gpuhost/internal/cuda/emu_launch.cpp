@@ -2,9 +2,9 @@
 
 // emu_launch.cpp runs the CUDA device's kernels on the CPU: it compiles
 // kernels/moehost.cu as C++ under emu.h's built-ins, keeps a registry of
-// the kernels by name, and launches one as CUDA would, block after block,
-// each block's threads as cooperative fibers so that __syncthreads is a
-// real barrier.
+// the kernels by name, and launches one as CUDA would, block after block
+// (the last first), each block's threads as cooperative fibers so that
+// __syncthreads is a real barrier.
 //
 // Between two barriers the scheduler resumes a block's fibers in a
 // shuffled order (fixed for a given block and barrier, so runs repeat), and
@@ -272,9 +272,12 @@ int moe_emu_launch(const char *name, unsigned gx, unsigned gy, unsigned gz,
   std::vector<unsigned char *> held; // stacks of this block's fibers
   std::vector<unsigned> order(threads);
   int rc = 0;
-  for (unsigned z = 0; z < gz && rc == 0; z++) {
-    for (unsigned y = 0; y < gy && rc == 0; y++) {
-      for (unsigned x = 0; x < gx && rc == 0; x++) {
+  // Blocks run one at a time, last first: a GPU runs them in no set
+  // order, so a kernel that needs block 0's writes in block 1 is wrong.
+  for (unsigned zz = gz; zz-- > 0 && rc == 0;) {
+    for (unsigned yy = gy; yy-- > 0 && rc == 0;) {
+      for (unsigned xx = gx; xx-- > 0 && rc == 0;) {
+        unsigned x = xx, y = yy, z = zz;
         blockIdx = dim3{x, y, z};
         std::fill(l.state.begin(), l.state.end(), 0);
         unsigned left = threads;
@@ -326,16 +329,33 @@ int moe_emu_kernels(char *buf, int len) {
   return static_cast<int>(all.size()) + 1;
 }
 
+// Each allocation is followed by a guard of moeEmuGuard bytes of
+// moeEmuCanary, which moe_emu_guard_ok checks after a launch: a kernel
+// that writes past the end of a buffer it was given shows as an error.
+static const int64_t moeEmuGuard = 256;
+static const unsigned char moeEmuCanary = 0xcd;
+
 uintptr_t moe_emu_alloc(int64_t bytes) {
   void *p = nullptr;
-  if (posix_memalign(&p, 256, bytes > 0 ? bytes : 1) != 0) {
+  if (posix_memalign(&p, 256, bytes + moeEmuGuard) != 0) {
     return 0;
   }
   // cuMemAlloc does not clear memory: fresh memory holds NaNs (0xff
   // bytes) here, so that a kernel or a copy that reads what nobody wrote
   // shows in the results.
   memset(p, 0xff, bytes);
+  memset(static_cast<unsigned char *>(p) + bytes, moeEmuCanary, moeEmuGuard);
   return reinterpret_cast<uintptr_t>(p);
+}
+
+int moe_emu_guard_ok(uintptr_t p, int64_t bytes) {
+  const unsigned char *g = reinterpret_cast<const unsigned char *>(p) + bytes;
+  for (int64_t i = 0; i < moeEmuGuard; i++) {
+    if (g[i] != moeEmuCanary) {
+      return 0;
+    }
+  }
+  return 1;
 }
 
 void moe_emu_free(uintptr_t p) { free(reinterpret_cast<void *>(p)); }

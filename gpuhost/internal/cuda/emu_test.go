@@ -107,6 +107,26 @@ func TestEmuBarriers(t *testing.T) {
 	}
 }
 
+// TestEmuBlockOrder checks that blocks do not run in index order, so that
+// a kernel that needs block 0 to run first fails here as it may on a GPU.
+func TestEmuBlockOrder(t *testing.T) {
+	c := openEmu(t)
+	p, err := c.Alloc(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Launch("moe_emutest_lastblock", Dim3{5, 3, 1}, Dim3{32, 1, 1}, 0, p); err != nil {
+		t.Fatal(err)
+	}
+	var last int32
+	if err := c.CopyOut(unsafe.Pointer(&last), p, 4); err != nil {
+		t.Fatal(err)
+	}
+	if last == 14 {
+		t.Fatalf("block %d ran last: blocks run in index order", last)
+	}
+}
+
 func TestEmuIndicesAndArgs(t *testing.T) {
 	c := openEmu(t)
 	grid, block := Dim3{3, 2, 2}, Dim3{4, 3, 2}
@@ -148,6 +168,31 @@ func TestEmuIndicesAndArgs(t *testing.T) {
 				t.Fatalf("err = %v, want it to say %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestEmuBounds checks the emulator's checks on kernel arguments: a
+// pointer outside every allocation is refused before the launch, and a
+// kernel that writes past the end of a buffer fails the launch.
+func TestEmuBounds(t *testing.T) {
+	c := openEmu(t)
+	p, err := c.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Launch("moe_fill_f32", Dim3{1, 1, 1}, Dim3{16, 1, 1}, 0, p, float32(1), int64(16)); err != nil {
+		t.Fatalf("a fill within the buffer: %v", err)
+	}
+	err = c.Launch("moe_fill_f32", Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, p, float32(1), int64(17))
+	if err == nil || !strings.Contains(err.Error(), "wrote past the end of argument 0's allocation") {
+		t.Fatalf("a fill one float past the end: err = %v", err)
+	}
+	if err := c.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Launch("moe_fill_f32", Dim3{1, 1, 1}, Dim3{16, 1, 1}, 0, p, float32(1), int64(16))
+	if err == nil || !strings.Contains(err.Error(), "points outside every allocation") {
+		t.Fatalf("a fill of freed memory: err = %v", err)
 	}
 }
 

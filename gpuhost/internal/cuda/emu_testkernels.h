@@ -60,3 +60,12 @@ extern "C" __global__ void moe_emutest_dynshared(float *out, const float *in) {
   out[blockIdx.x * blockDim.x + t] = buf[blockDim.x - 1 - t];
 }
 MOE_EMU_KERNEL(moe_emutest_dynshared)
+
+// moe_emutest_lastblock has every block's thread 0 write its block index
+// to *out: what stays is the block that ran last.
+extern "C" __global__ void moe_emutest_lastblock(int *out) {
+  if (threadIdx.x == 0) {
+    *out = (int)(blockIdx.x + gridDim.x * blockIdx.y);
+  }
+}
+MOE_EMU_KERNEL(moe_emutest_lastblock)
