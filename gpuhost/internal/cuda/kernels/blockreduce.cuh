@@ -1,7 +1,8 @@
 // blockreduce.cuh holds the block-wide reductions and loops that the row
 // kernels (rows.cu, attention.cu, index.cu) share. Every kernel that uses
-// the reductions runs with blockDim.x == MOE_ROW_THREADS, a power of two,
-// and calls them from every thread of the block (they hold barriers).
+// the reductions runs with blockDim.x a power of two of at most
+// MOE_ROW_THREADS (the size of their shared arrays), and calls them from
+// every thread of the block (they hold barriers).
 #pragma once
 #include "prelude.cuh"
 

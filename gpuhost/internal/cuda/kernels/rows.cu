@@ -1,10 +1,11 @@
 // rows.cu holds the row kernels of gpuhost's CUDA device: layer and RMS
 // norm, softmax and log-softmax, reductions along an axis, permute and
-// copy2D. A row kernel runs one block of MOE_ROW_THREADS threads per row
-// (moe_block_row), each thread striding over the row, and reduces with the
-// block reductions of blockreduce.cuh; row statistics accumulate in
-// double, as the CPU device's do. Elementwise kernels are grid-stride
-// loops over a 1-D grid. Sizes and offsets are long long throughout.
+// copy2D. A row kernel runs one block per row (moe_block_row) of a power
+// of two threads up to MOE_ROW_THREADS, each thread striding over the row,
+// and reduces with the block reductions of blockreduce.cuh; row
+// statistics accumulate in double, as the CPU device's do. Elementwise
+// kernels are grid-stride loops over a 1-D grid. Sizes and offsets are
+// long long, but for the _u32 kernels' 32-bit indices.
 #include "blockreduce.cuh"
 
 // moe_layernorm_fwd normalises each of rows rows of h elements of x into
