@@ -81,18 +81,20 @@ func (d *cudaDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor)
 	if gw == nil && gb == nil {
 		return nil
 	}
-	if gx != nil && stopped(gx.stop) {
+	stop := gradStop(gx, gw, gb)
+	if gx != nil && stopped(stop) {
 		return errStopped
 	}
-	return d.normWeightGrads(gw, gb, x, mean, rstd, gy, rows, h)
+	return d.normWeightGrads(stop, gw, gb, x, mean, rstd, gy, rows, h)
 }
 
 // normWeightGrads sets gw = Σ_rows gy·x̂ and gb = Σ_rows gy (either may be
 // nil) for a norm with x̂ = (x − mean)·rstd, or x·rstd when mean is nil.
 // Blocks sum chunks of rows per column into scratch partial sums, and
 // moe_colsum adds them up: one pass over rows per column would leave most
-// of a GPU idle at hidden sizes in the thousands.
-func (d *cudaDevice) normWeightGrads(gw, gb, x, mean, rstd, gy *Tensor, rows, h int) error {
+// of a GPU idle at hidden sizes in the thousands. It looks at stop before
+// each launch after the first.
+func (d *cudaDevice) normWeightGrads(stop <-chan struct{}, gw, gb, x, mean, rstd, gy *Tensor, rows, h int) error {
 	rpc := normChunkRows
 	chunks := (rows + rpc - 1) / rpc
 	if chunks > maxNormChunks {
@@ -124,7 +126,7 @@ func (d *cudaDevice) normWeightGrads(gw, gb, x, mean, rstd, gy *Tensor, rows, h 
 		if o.dst == nil {
 			continue
 		}
-		if stopped(o.dst.stop) {
+		if stopped(stop) {
 			return errStopped
 		}
 		if err := d.launch1D("moe_colsum", h, o.dst.dptr(), o.part.dptr(), int64(chunks), int64(h)); err != nil {
@@ -180,10 +182,11 @@ func (d *cudaDevice) rmsNormBackward(gx, gw, x, w, rstd, gy *Tensor) error {
 	if gw == nil {
 		return nil
 	}
-	if stopped(gw.stop) {
+	stop := gradStop(gx, gw)
+	if gx != nil && stopped(stop) {
 		return errStopped
 	}
-	return d.normWeightGrads(gw, nil, x, nil, rstd, gy, rows, h)
+	return d.normWeightGrads(stop, gw, nil, x, nil, rstd, gy, rows, h)
 }
 
 // permute implements kernels.permute: one thread per dst element finds
