@@ -214,6 +214,37 @@ test-web: ## Browser tests of the dashboard and of CORS in headless Chromium (in
 	cd $(WEB_TEST_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost CHROMIUM=$(CHROMIUM) \
 	  WEB_TEST_OUT=$(CURDIR)/.tmp/test-web $(NPM) test
 
+# The CUDA device (gpuhost/internal/cuda): Debian's CUDA 11.8 toolkit
+# (scripts/install-cuda-toolkit.sh) compiles the kernels to PTX for
+# compute_80, which the GPU's driver JIT-compiles for Ampere, Hopper and
+# later. nvcc 11.8 needs clang-14 as its host compiler.
+CUDA_KERNELS := gpuhost/internal/cuda/kernels
+NVCC ?= nvcc
+NVCC_FLAGS := -ccbin clang-14 -ptx -arch=compute_80 -I$(CUDA_KERNELS)
+
+.PHONY: generate-cuda
+generate-cuda: ## Regenerate the CUDA kernels' PTX (gpuhost/internal/cuda/kernels/moehost.ptx) with nvcc (installs the toolkit if missing)
+	./scripts/install-cuda-toolkit.sh
+	$(NVCC) $(NVCC_FLAGS) -o $(CUDA_KERNELS)/moehost.ptx $(CUDA_KERNELS)/moehost.cu
+
+.PHONY: check-cuda
+check-cuda: ## Compile-check and vet the cuda tag (installs the toolkit if missing), vet the cudaemu tag, and fail if the committed PTX is stale
+	./scripts/install-cuda-toolkit.sh
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  $(NVCC) $(NVCC_FLAGS) -o "$$tmp/moehost.ptx" $(CUDA_KERNELS)/moehost.cu; \
+	  cmp -s "$$tmp/moehost.ptx" $(CUDA_KERNELS)/moehost.ptx || { echo "$(CUDA_KERNELS)/moehost.ptx is stale: run make generate-cuda and commit it"; exit 1; }
+	$(GO) build -tags cuda ./...
+	$(GO) vet -tags cuda ./...
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  echo "$(GO) test -c -tags cuda ./gpuhost/... ./host/"; \
+	  $(GO) test -c -tags cuda -o "$$tmp/" ./gpuhost/... ./host/
+	$(GO) vet -tags cudaemu ./...
+
+.PHONY: build-cuda
+build-cuda: examples ## Build the moehost binary with the CUDA device (tag cuda) into .tmp/bin/moehost-cuda (installs the toolkit if missing)
+	./scripts/install-cuda-toolkit.sh
+	$(GO) build -tags cuda -o $(BIN)/moehost-cuda ./cmd/moehost
+
 .PHONY: clean
 clean: ## Remove build outputs and the default data dir
 	rm -rf .tmp moehost-data

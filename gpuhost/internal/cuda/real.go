@@ -1,0 +1,388 @@
+//go:build cuda && !cudaemu
+
+package cuda
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"gorgonia.org/cu"
+)
+
+// ptx is the kernels' PTX for compute_80, which the driver JIT-compiles
+// for the GPU at hand (Ampere, Hopper and later) when a context opens.
+//
+// Rebuild it with: make generate-cuda
+//
+//go:embed kernels/moehost.ptx
+var ptx string
+
+// errClosed is returned by every method after Close.
+var errClosed = errors.New("cuda: context closed")
+
+// Context is one GPU: a retained primary context, one non-blocking
+// stream, the loaded kernels and a cuBLAS handle bound to that stream.
+//
+// CUDA binds a context to the OS thread that made it current, and the
+// RPC layer's goroutines move between threads. So one goroutine, locked
+// to its thread with the context current, runs every driver call; the
+// methods hand it closures over an unbuffered channel and wait.
+type Context struct {
+	ordinal int
+	name    string
+
+	calls chan func()
+	quit  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+
+	// Owned by the driver goroutine.
+	dev     cu.Device
+	ctx     cu.CUContext
+	stream  cu.Stream
+	module  cu.Module
+	kernels map[string]cu.Function
+	blas    *cublasHandle
+}
+
+// DeviceCount returns the number of CUDA devices the driver sees.
+func DeviceCount() (int, error) {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return 0, fmt.Errorf("cuda: count devices: %w", err)
+	}
+	return n, nil
+}
+
+// Open starts the driver goroutine for GPU ordinal, retains its primary
+// context (the one cuBLAS and other runtime-API users share), makes a
+// stream, loads the embedded PTX and creates a cuBLAS handle on the
+// stream with fp32 math that never uses TF32.
+func Open(ordinal int) (*Context, error) {
+	n, err := DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if ordinal < 0 || ordinal >= n {
+		return nil, fmt.Errorf("cuda: no device %d (the driver sees %d)", ordinal, n)
+	}
+	lib, err := loadCublas()
+	if err != nil {
+		return nil, err
+	}
+	c := &Context{
+		ordinal: ordinal,
+		calls:   make(chan func()),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+		kernels: make(map[string]cu.Function),
+	}
+	started := make(chan error, 1)
+	go c.loop(lib, started)
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// loop is the driver goroutine. It never unlocks its thread: when it
+// returns, the runtime ends the thread with it, and with it the thread's
+// CUDA state.
+func (c *Context) loop(lib *cublasLib, started chan<- error) {
+	runtime.LockOSThread()
+	defer close(c.done)
+	if err := c.setUp(lib); err != nil {
+		c.tearDown()
+		started <- fmt.Errorf("cuda: open device %d: %w", c.ordinal, err)
+		return
+	}
+	started <- nil
+	for {
+		select {
+		case f := <-c.calls:
+			f()
+		case <-c.quit:
+			c.tearDown()
+			return
+		}
+	}
+}
+
+func (c *Context) setUp(lib *cublasLib) error {
+	dev, err := cu.GetDevice(c.ordinal)
+	if err != nil {
+		return fmt.Errorf("get device: %w", err)
+	}
+	c.dev = dev
+	name, err := dev.Name()
+	if err != nil {
+		return fmt.Errorf("device name: %w", err)
+	}
+	c.name = fmt.Sprintf("cuda:%d (%s)", c.ordinal, name)
+	ctx, err := dev.RetainPrimaryCtx()
+	if err != nil {
+		return fmt.Errorf("retain primary context: %w", err)
+	}
+	c.ctx = ctx
+	if err := cu.SetCurrentContext(ctx); err != nil {
+		return fmt.Errorf("make context current: %w", err)
+	}
+	if c.stream, err = cu.MakeStream(cu.NonBlocking); err != nil {
+		return fmt.Errorf("make stream: %w", err)
+	}
+	if c.module, err = cu.LoadData(ptx); err != nil {
+		return fmt.Errorf("load kernels (PTX JIT): %w", err)
+	}
+	if c.blas, err = lib.newHandle(unsafe.Pointer(c.stream.C())); err != nil {
+		return err
+	}
+	return nil
+}
+
+// tearDown releases what setUp made, in reverse, ignoring errors: a
+// context that faulted fails every call, and there is nothing left to do.
+func (c *Context) tearDown() {
+	if c.blas != nil {
+		c.blas.destroy()
+		c.blas = nil
+	}
+	var zeroMod cu.Module
+	if c.module != zeroMod {
+		_ = c.module.Unload()
+	}
+	var zeroStream cu.Stream
+	if c.stream != zeroStream {
+		_ = c.stream.Destroy()
+	}
+	var zeroCtx cu.CUContext
+	if c.ctx != zeroCtx {
+		_ = c.dev.ReleasePrimaryCtx()
+	}
+}
+
+// do runs f on the driver goroutine and returns its error.
+func (c *Context) do(f func() error) error {
+	errc := make(chan error, 1)
+	select {
+	case c.calls <- func() { errc <- f() }:
+		return <-errc
+	case <-c.done:
+		return errClosed
+	}
+}
+
+// check wraps a driver error with what was being done, mapping CUDA's
+// out-of-memory to ErrOutOfMemory.
+func check(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	what := fmt.Sprintf(format, args...)
+	if errors.Is(err, cu.OutOfMemory) {
+		return fmt.Errorf("%w: %s: %v", ErrOutOfMemory, what, err)
+	}
+	return fmt.Errorf("cuda: %s: %w", what, err)
+}
+
+// Name reports the ordinal and the GPU's name, e.g. "cuda:0 (NVIDIA H200)".
+func (c *Context) Name() string { return c.name }
+
+// MemInfo returns the device's free and total memory in bytes.
+func (c *Context) MemInfo() (free, total int64, err error) {
+	err = c.do(func() error {
+		var e error
+		free, total, e = cu.MemInfo()
+		return check(e, "memory info")
+	})
+	return free, total, err
+}
+
+// Alloc returns bytes of device memory. Zero bytes is Ptr 0.
+func (c *Context) Alloc(bytes int64) (Ptr, error) {
+	if bytes < 0 {
+		return 0, fmt.Errorf("cuda: alloc %d bytes", bytes)
+	}
+	if bytes == 0 {
+		return 0, nil
+	}
+	var p Ptr
+	err := c.do(func() error {
+		d, e := cu.MemAlloc(bytes)
+		p = Ptr(d)
+		return check(e, "alloc %d bytes", bytes)
+	})
+	return p, err
+}
+
+// Free returns memory from Alloc. Free(0) does nothing. cuMemFree
+// waits for work on the memory to finish.
+func (c *Context) Free(p Ptr) error {
+	if p == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return check(cu.MemFree(cu.DevicePtr(p)), "free %#x", uintptr(p))
+	})
+}
+
+// CopyIn queues a copy of bytes from host memory to dst. Pageable host
+// memory is staged before the call returns, so src may be reused then.
+func (c *Context) CopyIn(dst Ptr, src unsafe.Pointer, bytes int64) error {
+	if bytes == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return check(cu.MemcpyHtoDAsync(cu.DevicePtr(dst), src, bytes, c.stream), "copy %d bytes in", bytes)
+	})
+}
+
+// CopyOut copies bytes from src to host memory, after all queued work.
+func (c *Context) CopyOut(dst unsafe.Pointer, src Ptr, bytes int64) error {
+	if bytes == 0 {
+		return c.Sync()
+	}
+	return c.do(func() error {
+		if err := cu.MemcpyDtoHAsync(dst, cu.DevicePtr(src), bytes, c.stream); err != nil {
+			return check(err, "copy %d bytes out", bytes)
+		}
+		return check(c.stream.Synchronize(), "copy %d bytes out", bytes)
+	})
+}
+
+// CopyDevice queues a device-to-device copy.
+func (c *Context) CopyDevice(dst, src Ptr, bytes int64) error {
+	if bytes == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return check(cu.MemcpyDtoDAsync(cu.DevicePtr(dst), cu.DevicePtr(src), bytes, c.stream), "copy %d bytes on device", bytes)
+	})
+}
+
+// Memset32 queues setting n 32-bit words at dst to v.
+func (c *Context) Memset32(dst Ptr, v uint32, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	return c.do(func() error {
+		return check(cu.MemsetD32Async(cu.DevicePtr(dst), uint(v), n, c.stream), "memset %d words", n)
+	})
+}
+
+// kernelArgs packs args into 8-byte slots, one per parameter:
+// cuLaunchKernel reads each parameter's own size from its slot, and
+// gorgonia.org/cu copies 8 bytes from each (little-endian, so a 4-byte
+// value sits in the slot's low half).
+func kernelArgs(kernel string, args []any) ([]uint64, error) {
+	slots := make([]uint64, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case Ptr:
+			slots[i] = uint64(v)
+		case int32:
+			slots[i] = uint64(uint32(v))
+		case int64:
+			slots[i] = uint64(v)
+		case uint32:
+			slots[i] = uint64(v)
+		case float32:
+			slots[i] = uint64(math.Float32bits(v))
+		case float64:
+			slots[i] = math.Float64bits(v)
+		default:
+			return nil, fmt.Errorf("cuda: launch %s: argument %d has type %T (want Ptr, int32, int64, uint32, float32 or float64)", kernel, i, a)
+		}
+	}
+	return slots, nil
+}
+
+// Launch queues kernel on the stream.
+func (c *Context) Launch(kernel string, grid, block Dim3, sharedBytes uint32, args ...any) error {
+	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 || block.X == 0 || block.Y == 0 || block.Z == 0 {
+		return fmt.Errorf("cuda: launch %s: empty grid %v or block %v", kernel, grid, block)
+	}
+	slots, err := kernelArgs(kernel, args)
+	if err != nil {
+		return err
+	}
+	params := make([]unsafe.Pointer, len(slots))
+	for i := range slots {
+		params[i] = unsafe.Pointer(&slots[i])
+	}
+	return c.do(func() error {
+		fn, ok := c.kernels[kernel]
+		if !ok {
+			f, err := c.module.Function(kernel)
+			if err != nil {
+				return fmt.Errorf("cuda: kernel %s not in moehost.ptx: %w", kernel, err)
+			}
+			c.kernels[kernel] = f
+			fn = f
+		}
+		err := fn.Launch(int(grid.X), int(grid.Y), int(grid.Z), int(block.X), int(block.Y), int(block.Z),
+			int(sharedBytes), c.stream, params)
+		return check(err, "launch %s grid %v block %v", kernel, grid, block)
+	})
+}
+
+// Sgemm is C = alpha·op(A)·op(B) + beta·C on row-major operands. cuBLAS
+// is column-major, and a row-major matrix read as column-major is its
+// transpose, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap, and
+// so do m and n.
+func (c *Context) Sgemm(ta, tb bool, m, n, k int, alpha float32, a Ptr, lda int, b Ptr, ldb int, beta float32, cp Ptr, ldc int) error {
+	if err := gemmDims(m, n, k, lda, ldb, ldc, 1); err != nil {
+		return err
+	}
+	return c.do(func() error {
+		return c.blas.sgemm(tb, ta, n, m, k, alpha, b, ldb, a, lda, beta, cp, ldc)
+	})
+}
+
+// SgemmStridedBatched is Sgemm over batch matrices, each stride elements
+// after the last (0 reuses one matrix).
+func (c *Context) SgemmStridedBatched(ta, tb bool, m, n, k int, alpha float32, a Ptr, lda int, strideA int64, b Ptr, ldb int, strideB int64, beta float32, cp Ptr, ldc int, strideC int64, batch int) error {
+	if err := gemmDims(m, n, k, lda, ldb, ldc, batch); err != nil {
+		return err
+	}
+	return c.do(func() error {
+		return c.blas.sgemmStridedBatched(tb, ta, n, m, k, alpha, b, ldb, strideB, a, lda, strideA, beta, cp, ldc, strideC, batch)
+	})
+}
+
+// gemmDims rejects sizes that cuBLAS's 32-bit int parameters cannot hold.
+func gemmDims(vals ...int) error {
+	for _, v := range vals {
+		if v < 0 || v > math.MaxInt32 {
+			return fmt.Errorf("cuda: gemm size %d out of range", v)
+		}
+	}
+	return nil
+}
+
+// Sync waits for all queued work and returns its first error.
+func (c *Context) Sync() error {
+	return c.do(func() error {
+		return check(c.stream.Synchronize(), "synchronize")
+	})
+}
+
+// Close waits for queued work, frees the stream, module and cuBLAS
+// handle, and releases the primary context. Memory still allocated goes
+// with the context only when its last user releases it; the device frees
+// its memory first. Later calls return an error.
+func (c *Context) Close() error {
+	var err error
+	c.once.Do(func() {
+		err = c.Sync()
+		close(c.quit)
+		<-c.done
+	})
+	return err
+}
+
+var _ driver = (*Context)(nil)
