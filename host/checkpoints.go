@@ -151,7 +151,6 @@ type checkpointer struct {
 	store *checkpoint.Store
 	cfg   CheckpointConfig
 	srv   *Server
-	pool  *taskPool
 
 	mu    sync.Mutex       // serialises writes
 	saved map[string]int64 // last step written, by uid
@@ -203,7 +202,7 @@ func (c *checkpointer) save(ctx context.Context, e *expert, onWorker, force bool
 		snapErr error
 	)
 	if onWorker {
-		if err := c.pool.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
+		if err := c.srv.laneOf(e).tasks.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
 			return 0, false, err
 		}
 	} else {
@@ -333,7 +332,7 @@ func (s *Server) openCheckpoints() (*checkpointer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &checkpointer{store: store, cfg: cfg, srv: s, pool: s.tasks, saved: map[string]int64{}}
+	c := &checkpointer{store: store, cfg: cfg, srv: s, saved: map[string]int64{}}
 	s.mu.Lock()
 	s.ckpt = c
 	s.mu.Unlock()
@@ -500,7 +499,7 @@ func (cs *ckptService) Restore(ctx context.Context, uid string, step *int64) (*m
 		return nil, fmt.Errorf("%w: %w", rpc.ErrFailedPrecondition, err)
 	}
 	var restoreErr error
-	if err := c.pool.run(ctx, func() { restoreErr = e.restoreFrom(ck, c.cfg.AllowModuleChange, cs.log.Warn) }); err != nil {
+	if err := c.srv.laneOf(e).tasks.run(ctx, func() { restoreErr = e.restoreFrom(ck, c.cfg.AllowModuleChange, cs.log.Warn) }); err != nil {
 		return nil, err
 	}
 	if restoreErr != nil {
@@ -525,7 +524,7 @@ func (cs *ckptService) Parameters(ctx context.Context, uid string) (int64, []*mo
 		snap    *snapshot
 		snapErr error
 	)
-	if err := cs.tasks.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
+	if err := (*Server)(cs).laneOf(e).tasks.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
 		return 0, nil, err
 	}
 	if snapErr != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/runtime"
 	"github.com/moehost/moehost/host/sandbox"
@@ -30,7 +29,6 @@ type loader struct {
 	cache    *sandbox.Cache                    // nil: compile without one
 	limits   func(owner string) sandbox.Limits // an owner's limits, before an expert's own
 	store    *modules.Store
-	dev      gpuhost.Device
 	runtimes map[string]*ownerRuntime   // by owner and limits (runtimeKey)
 	compiled map[string]*compiledModule // by owner and digest
 	slots    map[string]*instanceSlot   // by owner and shareKey
@@ -245,14 +243,17 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if err != nil {
 		return nil, false, err
 	}
-	share := cm.rt + "\x00" + shareKey(cm.m.Digest(), ec.Config)
+	// Experts share an instance only on one device: the instance's
+	// tensors live there.
+	ln := s.pickLane()
+	share := cm.rt + "\x00" + shareKey(cm.m.Digest(), ec.Config) + "\x00" + ln.dev.Name()
 	paramBytes := limits.WithDefaults().ParamBytes // the expert's own, not its runtime's
 	limits = cm.limits
 	limits.ParamBytes = paramBytes
 	if slot, ok := l.slots[share]; ok && !s.cfg.exclusiveInstances {
-		e, err = newSharedExpert(ec.UID, slot, cm.m, l.dev, ec.Config, opt, limits.ParamBytes)
+		e, err = newSharedExpert(ec.UID, slot, cm.m, ln.dev, ec.Config, opt, limits.ParamBytes)
 	} else {
-		e, err = newExpert(ctx, ec.UID, cm.m, l.dev, ec.Config, opt, limits.ParamBytes)
+		e, err = newExpert(ctx, ec.UID, cm.m, ln.dev, ec.Config, opt, limits.ParamBytes)
 	}
 	if limited(err) {
 		return nil, false, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
@@ -275,7 +276,7 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if ec.Batching != nil {
 		lim = *ec.Batching
 	}
-	e.attachPools(lim, s.metrics, s.worker.Notify)
+	e.attachPools(lim, s.metrics, ln.worker.Notify)
 	return e, fresh, nil
 }
 
@@ -374,8 +375,9 @@ func (s *Server) Undeploy(ctx context.Context, uid string) error {
 	e.bwd.Close(gone)
 	// Remove waits for a batch of the pools that is running, so that
 	// nothing uses the instance once it is closed below.
-	s.worker.Remove(e.fwd)
-	s.worker.Remove(e.bwd)
+	w := s.laneOf(e).worker
+	w.Remove(e.fwd)
+	w.Remove(e.bwd)
 	err = s.unload(ctx, l, e)
 	if e.deployed != nil {
 		err = errors.Join(err, s.saveDeployments(l))
@@ -406,8 +408,9 @@ func (s *Server) schedule(e *expert) {
 	if e.owner != "" {
 		opts = append(opts, runtime.WithGroup("tenant:"+e.owner, s.queueShare(e.owner)))
 	}
-	s.worker.Add(e.fwd, opts...)
-	s.worker.Add(e.bwd, opts...)
+	w := s.laneOf(e).worker
+	w.Add(e.fwd, opts...)
+	w.Add(e.bwd, opts...)
 }
 
 // sortedExperts lists experts by uid, for rpc.Experts.All.

@@ -57,11 +57,12 @@ type Server struct {
 	log *slog.Logger
 
 	metrics *metrics
-	worker  *runtime.Worker // the CPU device's batch worker
+	worker  *runtime.Worker // the first device's batch worker
 
 	mu       sync.Mutex
 	started  bool
-	dev      gpuhost.Device
+	dev      gpuhost.Device // the first device
+	lanes    []*lane        // one per device, the first on dev and worker
 	experts  map[string]*expert
 	sorted   []rpc.Expert
 	devices  []gpuhost.Device
@@ -69,7 +70,6 @@ type Server struct {
 	addr     string // ln's address, kept after Shutdown
 	httpSrv  *http.Server
 	serveErr chan error
-	tasks    *taskPool     // runs snapshots and restores on the worker
 	ckpt     *checkpointer // nil without WithCheckpoints
 	stopSave chan struct{} // closed to stop the periodic saver
 	saveDone chan struct{} // closed when it has stopped
@@ -199,20 +199,18 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.tasks = &taskPool{notify: s.worker.Notify}
-	s.mu.Unlock()
-	s.worker.Add(s.tasks)
 	if _, err := s.openCheckpoints(); err != nil {
 		return err
 	}
-	dev, err := s.newDevice()
+	devs, err := s.newDevices()
 	if err != nil {
 		return err
 	}
-	l.store, l.dev = store, dev
+	dev := devs[0]
+	l.store = store
+	lanes := s.makeLanes(devs)
 	s.mu.Lock()
-	s.dev = dev
+	s.dev, s.lanes = dev, lanes
 	s.mu.Unlock()
 	var mods, configs []string // for the startup log line
 	if err := s.openTenants(ctx); err != nil {
@@ -253,12 +251,12 @@ func (s *Server) start(ctx context.Context) error {
 		"experts", uidsString(slices.Sorted(maps.Keys(experts))),
 		"modules", strings.Join(mods, "; "),
 		"config", strings.Join(configs, "; "),
-		"device", dev.Name(),
+		"device", deviceNames(devs),
 		"data_dir", s.cfg.dataDir,
 	}
 	s.mu.Unlock()
 
-	s.worker.Start(ctx)
+	s.startWorkers(ctx)
 	s.startSaving()
 
 	// The DHT node is up and its addresses are on disk before Ready.
@@ -367,7 +365,7 @@ func (s *Server) release(ctx context.Context) error {
 		}
 	}
 	s.stopSaving()
-	s.worker.Close(ctx)
+	s.closeWorkers(ctx)
 	s.saveOnShutdown(ctx, experts)
 	var errs []error
 	if httpSrv != nil {
@@ -387,6 +385,11 @@ func (s *Server) release(ctx context.Context) error {
 		errs = append(errs, l.close(ctx))
 	}
 	errs = append(errs, s.closeDHT(ctx))
+	s.mu.Lock()
+	devs := s.devices
+	s.devices = nil
+	s.mu.Unlock()
+	errs = append(errs, closeDevices(devs))
 	return errors.Join(errs...)
 }
 

@@ -133,23 +133,26 @@ func (s *Server) MemoryStats() []DeviceMemory {
 // none.
 func (s *Server) MemoryLimit() int64 { return s.cfg.memoryLimitBytes() }
 
-// newDevice builds the server's device under its memory limit, sets the
-// Go runtime's soft limit to the same number, and exports the device's
-// memory to /metrics.
-func (s *Server) newDevice() (gpuhost.Device, error) {
+// newDevices opens the server's devices (WithDevice) under its memory
+// limit, sets the Go runtime's soft limit to the same number, and exports
+// the devices' memory to /metrics.
+func (s *Server) newDevices() ([]gpuhost.Device, error) {
 	limit := s.cfg.memoryLimitBytes()
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}
-	dev := gpuhost.NewCPU(kernelThreads(), gpuhost.WithCeiling(gpuhost.NewCeiling(limit)))
+	devs, err := s.openDevices(limit)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
-	s.devices = append(s.devices, dev)
+	s.devices = append(s.devices, devs...)
 	s.mu.Unlock()
 	if err := s.metrics.reg.Register(newMemCollector(s.MemoryStats)); err != nil {
 		return nil, fmt.Errorf("registering memory metrics: %w", err)
 	}
 	s.log.Info("memory limit", "bytes", limit)
-	return dev, nil
+	return devs, nil
 }
 
 // kernelThreads returns the threads the CPU device's kernels use: as many

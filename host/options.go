@@ -48,6 +48,8 @@ type config struct {
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
 	dht                *DHTConfig
+	// device is WithDevice's spec (devices.go).
+	device string
 }
 
 // BatchLimits configure the batching of one expert's requests; each
@@ -250,6 +252,9 @@ func (c *config) validate() error {
 		return errors.New("moehost: data dir is empty")
 	}
 	if err := c.validateDHT(); err != nil {
+		return err
+	}
+	if err := c.validateDevice(); err != nil {
 		return err
 	}
 	if err := c.optimizer.validate(); err != nil {

@@ -66,6 +66,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		corsOrigins                                           []string
 		dhtCfg                                                host.DHTConfig
 		noDHT                                                 bool
+		device                                                string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -116,6 +117,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				dhtOption(noDHT, dhtCfg),
 				host.WithTenants(tenantsFile),
 				host.WithMaxUploadBytes(maxUploadBytes),
+				host.WithDevice(device),
 			)
 			if err != nil {
 				return err
@@ -157,6 +159,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.BoolVar(&noDHT, "no-dht", false, "run no DHT node: the server is reachable by address only")
 	f.StringVar(&tenantsFile, "tenants", "", "tenants file (moehost tenant add): serve ModuleService so that its tenants upload modules and deploy experts under their prefixes; reread on SIGHUP. Default: none, only the experts given here are served")
 	f.Int64Var(&maxUploadBytes, "max-upload-bytes", 64<<20, "largest module upload in bytes (separate from --max-request-bytes)")
+	f.StringVar(&device, "device", "cpu", "devices to run experts on: cpu, cuda (GPU 0), cuda:N, or cuda:N,M,... (experts assigned round-robin, one worker per GPU); CUDA needs a binary from make build-cuda")
 	return cmd
 }
 

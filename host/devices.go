@@ -1,0 +1,217 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/runtime"
+)
+
+// errNoCUDA is what a binary built without the cuda tag says to a CUDA
+// device spec.
+var errNoCUDA = errors.New("built without CUDA support; rebuild with make build-cuda")
+
+// maxGPUs bounds the ordinals of one device spec.
+const maxGPUs = 64
+
+// WithDevice sets the devices the experts run on:
+//
+//   - "cpu" (the default): the CPU device;
+//   - "cuda" or "cuda:N": GPU N (0 for "cuda");
+//   - "cuda:N,M,...": several GPUs, each with its own worker. Experts are
+//     assigned round-robin (each new expert goes to the GPU with the
+//     fewest), and an expert's instance, parameters, optimizer state and
+//     batches all stay on its GPU.
+//
+// A binary built without the cuda (or cudaemu) build tag refuses a CUDA
+// spec in New. Each GPU's live tensors are bounded by its own memory, and
+// by WithMemoryLimit's bytes too when that is set (one ceiling shared by
+// all of them).
+func WithDevice(spec string) Option {
+	return optionFunc(func(c *config) { c.device = spec })
+}
+
+// deviceSpec is a parsed WithDevice spec: no ordinals is the CPU.
+type deviceSpec struct {
+	gpus []int
+}
+
+// parseDeviceSpec parses a WithDevice spec ("" is "cpu").
+func parseDeviceSpec(spec string) (deviceSpec, error) {
+	s := strings.TrimSpace(spec)
+	if s == "" || s == "cpu" {
+		return deviceSpec{}, nil
+	}
+	if s == "cuda" {
+		s = "cuda:0"
+	}
+	list, ok := strings.CutPrefix(s, "cuda:")
+	if !ok {
+		return deviceSpec{}, fmt.Errorf("device %q: want cpu, cuda, cuda:N or cuda:N,M,...", spec)
+	}
+	var ds deviceSpec
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n >= maxGPUs {
+			return deviceSpec{}, fmt.Errorf("device %q: %q is not a GPU ordinal (0 to %d)", spec, f, maxGPUs-1)
+		}
+		for _, m := range ds.gpus {
+			if m == n {
+				return deviceSpec{}, fmt.Errorf("device %q: GPU %d is listed twice", spec, n)
+			}
+		}
+		ds.gpus = append(ds.gpus, n)
+	}
+	return ds, nil
+}
+
+// validateDevice checks the WithDevice spec, and that this binary can
+// open what it names.
+func (c *config) validateDevice() error {
+	ds, err := parseDeviceSpec(c.device)
+	if err != nil {
+		return err
+	}
+	if len(ds.gpus) > 0 && !cudaBuilt {
+		return errNoCUDA
+	}
+	return nil
+}
+
+// lane is one device and the worker that runs its batches and tasks
+// (snapshots, restores). Each expert belongs to one lane for its life.
+type lane struct {
+	dev    gpuhost.Device
+	worker *runtime.Worker
+	tasks  *taskPool
+}
+
+// openDevices opens the devices of the WithDevice spec under limit (0:
+// none), the ceiling on live tensor bytes.
+func (s *Server) openDevices(limit int64) ([]gpuhost.Device, error) {
+	ds, err := parseDeviceSpec(s.cfg.device)
+	if err != nil {
+		return nil, err
+	}
+	if len(ds.gpus) == 0 {
+		return []gpuhost.Device{gpuhost.NewCPU(kernelThreads(), gpuhost.WithCeiling(gpuhost.NewCeiling(limit)))}, nil
+	}
+	var opts []gpuhost.DeviceOption
+	if s.cfg.memoryLimit > 0 {
+		opts = append(opts, gpuhost.WithCeiling(gpuhost.NewCeiling(s.cfg.memoryLimit)))
+	}
+	var devs []gpuhost.Device
+	for _, n := range ds.gpus {
+		d, err := openCUDA(n, opts...)
+		if err != nil {
+			closeDevices(devs)
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// closeDevices closes the devices that hold resources beyond Go memory
+// (a GPU's context); the CPU device has nothing to close.
+func closeDevices(devs []gpuhost.Device) error {
+	var errs []error
+	for _, d := range devs {
+		if c, ok := d.(interface{ Close() error }); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// makeLanes gives each device a worker and a task pool; the first device
+// gets the server's own worker.
+func (s *Server) makeLanes(devs []gpuhost.Device) []*lane {
+	lanes := make([]*lane, len(devs))
+	for i, d := range devs {
+		w := s.worker
+		if i > 0 {
+			w = runtime.NewWorker()
+		}
+		tp := &taskPool{notify: w.Notify}
+		w.Add(tp)
+		lanes[i] = &lane{dev: d, worker: w, tasks: tp}
+	}
+	return lanes
+}
+
+// pickLane returns the lane for a new expert: the one with the fewest
+// experts, the first of them on a tie, which is round robin as experts
+// are added.
+func (s *Server) pickLane() *lane {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lanes) == 1 {
+		return s.lanes[0]
+	}
+	count := make(map[gpuhost.Device]int, len(s.lanes))
+	for _, e := range s.experts {
+		count[e.Device()]++
+	}
+	best := s.lanes[0]
+	for _, ln := range s.lanes[1:] {
+		if count[ln.dev] < count[best.dev] {
+			best = ln
+		}
+	}
+	return best
+}
+
+// laneOf returns the lane of e's device.
+func (s *Server) laneOf(e *expert) *lane {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ln := range s.lanes {
+		if ln.dev == e.Device() {
+			return ln
+		}
+	}
+	panic(fmt.Sprintf("BUG: expert %q is on device %s, which no lane has", e.uid, e.Device().Name()))
+}
+
+// workers returns each lane's worker, or the server's own before the
+// lanes are made.
+func (s *Server) workers() []*runtime.Worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lanes) == 0 {
+		return []*runtime.Worker{s.worker}
+	}
+	ws := make([]*runtime.Worker, len(s.lanes))
+	for i, ln := range s.lanes {
+		ws[i] = ln.worker
+	}
+	return ws
+}
+
+// startWorkers starts every lane's worker.
+func (s *Server) startWorkers(ctx context.Context) {
+	for _, w := range s.workers() {
+		w.Start(ctx)
+	}
+}
+
+// closeWorkers stops every lane's worker, letting running batches end.
+func (s *Server) closeWorkers(ctx context.Context) {
+	for _, w := range s.workers() {
+		w.Close(ctx)
+	}
+}
+
+// deviceNames lists devices' names for the startup log line.
+func deviceNames(devs []gpuhost.Device) string {
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		names[i] = d.Name()
+	}
+	return strings.Join(names, ",")
+}
