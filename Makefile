@@ -245,6 +245,10 @@ build-cuda: examples ## Build the moehost binary with the CUDA device (tag cuda)
 	./scripts/install-cuda-toolkit.sh
 	$(GO) build -tags cuda -o $(BIN)/moehost-cuda ./cmd/moehost
 
+.PHONY: device-check
+device-check: ## Build the GPU device check's binaries into .tmp/device-check (scripts/device-check.sh); scripts/device-run.sh runs them on the GPU machine
+	./scripts/device-check.sh
+
 .PHONY: clean
 clean: ## Remove build outputs and the default data dir
 	rm -rf .tmp moehost-data
