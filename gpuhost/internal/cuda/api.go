@@ -15,8 +15,9 @@
 // without a GPU.
 //
 // Every method of Context is safe for concurrent use. CUDA contexts are
-// bound to OS threads, so the real backend runs every driver call on the
-// context's own goroutine, which locks its thread; callers never need to.
+// bound to OS threads, so the real backend locks the calling goroutine to
+// its thread and makes the context current there for each call, one call
+// at a time; callers never need to.
 package cuda
 
 import (

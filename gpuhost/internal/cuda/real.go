@@ -28,20 +28,20 @@ var errClosed = errors.New("cuda: context closed")
 // Context is one GPU: a retained primary context, one non-blocking
 // stream, the loaded kernels and a cuBLAS handle bound to that stream.
 //
-// CUDA binds a context to the OS thread that made it current, and the
-// RPC layer's goroutines move between threads. So one goroutine, locked
-// to its thread with the context current, runs every driver call; the
-// methods hand it closures over an unbuffered channel and wait.
+// CUDA binds a context to the OS thread that made it current, and Go
+// moves goroutines between threads. So every call locks its goroutine to
+// its thread, makes the context current there, and runs the driver calls
+// under the context's mutex, which also keeps one call at a time on the
+// stream and the cuBLAS handle. Handing each call to one goroutine locked
+// to its own thread was the other way; the hand-off to a locked thread
+// wakes it through the OS, tens of microseconds a call against tens of
+// nanoseconds for the lock (RATIONALE.md).
 type Context struct {
 	ordinal int
 	name    string
 
-	calls chan func()
-	quit  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-
-	// Owned by the driver goroutine.
+	mu      sync.Mutex
+	closed  bool
 	dev     cu.Device
 	ctx     cu.CUContext
 	stream  cu.Stream
@@ -59,10 +59,10 @@ func DeviceCount() (int, error) {
 	return n, nil
 }
 
-// Open starts the driver goroutine for GPU ordinal, retains its primary
-// context (the one cuBLAS and other runtime-API users share), makes a
-// stream, loads the embedded PTX and creates a cuBLAS handle on the
-// stream with fp32 math that never uses TF32.
+// Open retains GPU ordinal's primary context (the one cuBLAS and other
+// runtime-API users share), makes a stream, loads the embedded PTX and
+// creates a cuBLAS handle on the stream with fp32 math that never uses
+// TF32.
 func Open(ordinal int) (*Context, error) {
 	n, err := DeviceCount()
 	if err != nil {
@@ -75,44 +75,18 @@ func Open(ordinal int) (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Context{
-		ordinal: ordinal,
-		calls:   make(chan func()),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
-		kernels: make(map[string]cu.Function),
-	}
-	started := make(chan error, 1)
-	go c.loop(lib, started)
-	if err := <-started; err != nil {
-		return nil, err
+	c := &Context{ordinal: ordinal, kernels: make(map[string]cu.Function)}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := c.setUp(lib); err != nil {
+		c.tearDown()
+		return nil, fmt.Errorf("cuda: open device %d: %w", ordinal, err)
 	}
 	return c, nil
 }
 
-// loop is the driver goroutine. It never unlocks its thread: when it
-// returns, the runtime ends the thread with it, and with it the thread's
-// CUDA state.
-func (c *Context) loop(lib *cublasLib, started chan<- error) {
-	runtime.LockOSThread()
-	defer close(c.done)
-	if err := c.setUp(lib); err != nil {
-		c.tearDown()
-		started <- fmt.Errorf("cuda: open device %d: %w", c.ordinal, err)
-		return
-	}
-	started <- nil
-	for {
-		select {
-		case f := <-c.calls:
-			f()
-		case <-c.quit:
-			c.tearDown()
-			return
-		}
-	}
-}
-
+// setUp makes what a Context holds. Call with the goroutine locked to
+// its thread.
 func (c *Context) setUp(lib *cublasLib) error {
 	dev, err := cu.GetDevice(c.ordinal)
 	if err != nil {
@@ -145,7 +119,9 @@ func (c *Context) setUp(lib *cublasLib) error {
 }
 
 // tearDown releases what setUp made, in reverse, ignoring errors: a
-// context that faulted fails every call, and there is nothing left to do.
+// context that faulted fails every call, and there is nothing left to
+// do. Call with the goroutine locked to its thread and the context
+// current.
 func (c *Context) tearDown() {
 	if c.blas != nil {
 		c.blas.destroy()
@@ -165,15 +141,20 @@ func (c *Context) tearDown() {
 	}
 }
 
-// do runs f on the driver goroutine and returns its error.
+// do runs f with the context current on the calling goroutine's thread,
+// one call at a time.
 func (c *Context) do(f func() error) error {
-	errc := make(chan error, 1)
-	select {
-	case c.calls <- func() { errc <- f() }:
-		return <-errc
-	case <-c.done:
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
 		return errClosed
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cu.SetCurrentContext(c.ctx); err != nil {
+		return check(err, "make context current")
+	}
+	return f()
 }
 
 // check wraps a driver error with what was being done, mapping CUDA's
@@ -377,12 +358,16 @@ func (c *Context) Sync() error {
 // its memory first. Later calls return an error.
 func (c *Context) Close() error {
 	var err error
-	c.once.Do(func() {
-		err = c.Sync()
-		close(c.quit)
-		<-c.done
+	done := c.do(func() error {
+		err = check(c.stream.Synchronize(), "synchronize")
+		c.tearDown()
+		c.closed = true
+		return nil
 	})
-	return err
+	if errors.Is(done, errClosed) {
+		return nil
+	}
+	return errors.Join(err, done)
 }
 
 var _ driver = (*Context)(nil)
