@@ -245,6 +245,14 @@ build-cuda: examples ## Build the moehost binary with the CUDA device (tag cuda)
 	./scripts/install-cuda-toolkit.sh
 	$(GO) build -tags cuda -o $(BIN)/moehost-cuda ./cmd/moehost
 
+# host's tests of --device cuda; the rest of host runs in make test.
+CUDAEMU_HOST_TESTS := ^(TestServeOnEmulatedCUDA|TestExpertsRoundRobinOnTwoGPUs|TestParseDeviceSpec)$$
+
+.PHONY: test-cudaemu
+test-cudaemu: ## The CUDA device on the CPU emulator (tag cudaemu; needs cgo and g++, no GPU): gpuhost's device table and driver tests, and host's --device cuda wiring, with -race
+	$(GO) test -race -tags cudaemu ./gpuhost/...
+	$(GO) test -race -tags cudaemu -run '$(CUDAEMU_HOST_TESTS)' ./host/
+
 .PHONY: device-check
 device-check: ## Build the GPU device check's binaries into .tmp/device-check (scripts/device-check.sh); scripts/device-run.sh runs them on the GPU machine
 	./scripts/device-check.sh
