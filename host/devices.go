@@ -28,9 +28,10 @@ const maxGPUs = 64
 //     batches all stay on its GPU.
 //
 // A binary built without the cuda (or cudaemu) build tag refuses a CUDA
-// spec in New. Each GPU's live tensors are bounded by its own memory, and
-// by WithMemoryLimit's bytes too when that is set (one ceiling shared by
-// all of them).
+// spec in New. Each GPU's live tensors are bounded by its own memory (an
+// allocation it refuses is ErrOutOfMemory, ResourceExhausted at the edge);
+// WithMemoryLimit bounds host memory (the Go runtime's soft limit) and
+// the CPU device's tensors, not GPU memory.
 func WithDevice(spec string) Option {
 	return optionFunc(func(c *config) { c.device = spec })
 }
@@ -90,8 +91,9 @@ type lane struct {
 	tasks  *taskPool
 }
 
-// openDevices opens the devices of the WithDevice spec under limit (0:
-// none), the ceiling on live tensor bytes.
+// openDevices opens the devices of the WithDevice spec: the CPU under
+// limit (0: none), the ceiling on live tensor bytes, or the GPUs, each
+// bounded by its own memory.
 func (s *Server) openDevices(limit int64) ([]gpuhost.Device, error) {
 	ds, err := parseDeviceSpec(s.cfg.device)
 	if err != nil {
@@ -100,13 +102,9 @@ func (s *Server) openDevices(limit int64) ([]gpuhost.Device, error) {
 	if len(ds.gpus) == 0 {
 		return []gpuhost.Device{gpuhost.NewCPU(kernelThreads(), gpuhost.WithCeiling(gpuhost.NewCeiling(limit)))}, nil
 	}
-	var opts []gpuhost.DeviceOption
-	if s.cfg.memoryLimit > 0 {
-		opts = append(opts, gpuhost.WithCeiling(gpuhost.NewCeiling(s.cfg.memoryLimit)))
-	}
 	var devs []gpuhost.Device
 	for _, n := range ds.gpus {
-		d, err := openCUDA(n, opts...)
+		d, err := openCUDA(n)
 		if err != nil {
 			closeDevices(devs)
 			return nil, err
