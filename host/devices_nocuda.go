@@ -1,8 +1,10 @@
+//go:build !cuda && !cudaemu
+
 package host
 
 import "github.com/moehost/moehost/gpuhost"
 
-// cudaBuilt is false until the CUDA device is wired in: validateDevice
+// cudaBuilt is false without the cuda and cudaemu tags: validateDevice
 // refuses CUDA specs, so openCUDA is never reached.
 const cudaBuilt = false
 

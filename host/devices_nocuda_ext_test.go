@@ -1,3 +1,5 @@
+//go:build !cuda && !cudaemu
+
 package host_test
 
 import (

@@ -1,0 +1,11 @@
+//go:build cuda || cudaemu
+
+package host
+
+import "github.com/moehost/moehost/gpuhost"
+
+// cudaBuilt is true in binaries built with the cuda or cudaemu tag.
+const cudaBuilt = true
+
+// openCUDA opens GPU ordinal (the CPU emulator's device under cudaemu).
+func openCUDA(ordinal int) (gpuhost.Device, error) { return gpuhost.NewCUDA(ordinal) }
