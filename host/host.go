@@ -82,6 +82,9 @@ type Server struct {
 	// stopTenants stops its SIGHUP watch.
 	tenants     *tenant.Set
 	stopTenants func()
+	// devicesClosed is set once release has closed the devices (they
+	// stay listed, so that MemoryStats reads after Shutdown).
+	devicesClosed bool
 
 	// lifeMu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
@@ -386,10 +389,12 @@ func (s *Server) release(ctx context.Context) error {
 	}
 	errs = append(errs, s.closeDHT(ctx))
 	s.mu.Lock()
-	devs := s.devices
-	s.devices = nil
+	devs, closed := s.devices, s.devicesClosed
+	s.devicesClosed = true
 	s.mu.Unlock()
-	errs = append(errs, closeDevices(devs))
+	if !closed {
+		errs = append(errs, closeDevices(devs))
+	}
 	return errors.Join(errs...)
 }
 
