@@ -11,7 +11,8 @@ import (
 
 // Device returns the device the server's experts run on, on which the
 // tensors of [Server.Forward] and [Server.Backward] must live; nil before
-// Start.
+// Start. With several GPUs (WithDevice) it is the first, and an expert's
+// tensors must live on the GPU it was assigned.
 func (s *Server) Device() gpuhost.Device {
 	s.mu.Lock()
 	defer s.mu.Unlock()
