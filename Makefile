@@ -176,6 +176,7 @@ check: lint test checkgenerate ## Everything CI could ask for
 	GOARCH=arm64 $(GO) vet ./gpuhost/...
 	$(GO) vet -tags purego ./gpuhost/...
 	@cd gpuhost && $(GO) run internal/asmgen/main.go | diff -q - gemm_amd64.s >/dev/null || { echo "gpuhost/gemm_amd64.s is stale: cd gpuhost && go run internal/asmgen/main.go > gemm_amd64.s"; exit 1; }
+	@if command -v $(NVCC) >/dev/null; then $(MAKE) --no-print-directory check-cuda; else echo "check-cuda: skipped (no CUDA toolkit; make check-cuda installs it)"; fi
 
 # The web parts: the TypeScript client (sdk/ts), the dashboard
 # (host/ui/web, built into host/ui/dist and embedded) and the browser tests
