@@ -311,16 +311,15 @@ func (c *Context) Launch(kernel string, grid, block Dim3, sharedBytes uint32, ar
 	})
 }
 
-// Sgemm is C = alpha·op(A)·op(B) + beta·C on row-major operands. cuBLAS
-// is column-major, and a row-major matrix read as column-major is its
-// transpose, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap, and
-// so do m and n.
+// Sgemm is C = alpha·op(A)·op(B) + beta·C on row-major operands,
+// through cuBLAS's column-major sgemm (toColMajor).
 func (c *Context) Sgemm(ta, tb bool, m, n, k int, alpha float32, a Ptr, lda int, b Ptr, ldb int, beta float32, cp Ptr, ldc int) error {
 	if err := gemmDims(m, n, k, lda, ldb, ldc, 1); err != nil {
 		return err
 	}
+	g := toColMajor(ta, tb, m, n, k, a, lda, 0, b, ldb, 0)
 	return c.do(func() error {
-		return c.blas.sgemm(tb, ta, n, m, k, alpha, b, ldb, a, lda, beta, cp, ldc)
+		return c.blas.sgemm(g.ta, g.tb, g.m, g.n, g.k, alpha, g.a, g.lda, g.b, g.ldb, beta, cp, ldc)
 	})
 }
 
@@ -330,8 +329,9 @@ func (c *Context) SgemmStridedBatched(ta, tb bool, m, n, k int, alpha float32, a
 	if err := gemmDims(m, n, k, lda, ldb, ldc, batch); err != nil {
 		return err
 	}
+	g := toColMajor(ta, tb, m, n, k, a, lda, strideA, b, ldb, strideB)
 	return c.do(func() error {
-		return c.blas.sgemmStridedBatched(tb, ta, n, m, k, alpha, b, ldb, strideB, a, lda, strideA, beta, cp, ldc, strideC, batch)
+		return c.blas.sgemmStridedBatched(g.ta, g.tb, g.m, g.n, g.k, alpha, g.a, g.lda, g.strideA, g.b, g.ldb, g.strideB, beta, cp, ldc, strideC, batch)
 	})
 }
 
