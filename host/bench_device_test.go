@@ -16,7 +16,7 @@ import (
 var (
 	benchDevice = flag.String("bench.device", "cpu", "BenchmarkDeviceFFN's device (WithDevice): cpu, or cuda:N in a binary built with the cuda or cudaemu tag")
 	benchHidden = flag.Int("bench.hidden", 1024, "BenchmarkDeviceFFN's ffn hidden_dim")
-	benchBatch  = flag.Int("bench.batch", 4096, "BenchmarkDeviceFFN's rows per call, and the server's --max-batch-size")
+	benchBatch  = flag.Int("bench.batch", 256, "BenchmarkDeviceFFN's rows per call, and the server's --max-batch-size (the device check uses 4096)")
 )
 
 // BenchmarkDeviceFFN serves hivemind's ffn on -bench.device and calls it
