@@ -97,7 +97,16 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 	for i := range errs {
 		wg.Go(func() { _, errs[i] = srv.Forward(ctx, "picky.1", []*gpuhost.Tensor{rows(t, dev, 1, 2, 3, 4)}) })
 	}
-	for srv.experts["picky.1"].Info().GetForwardPool().GetQueueDepth() < 3 {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		depth := srv.experts["picky.1"].Info().GetForwardPool().GetQueueDepth()
+		if depth >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			// A hang here once cost make test its 12-minute timeout;
+			// fail with what is known instead.
+			t.Fatalf("picky.1's queue holds %d requests after 30 s, want 3", depth)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	if err := srv.Undeploy(ctx, "picky.1"); err != nil {
