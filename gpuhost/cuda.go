@@ -72,6 +72,25 @@ func NewCUDA(ordinal int, opts ...DeviceOption) (Device, error) {
 	return d, nil
 }
 
+// Close frees the pooled memory and closes the device's context, which
+// frees every tensor still on it: the host calls it at shutdown, so that
+// a GPU's memory goes back before the process ends. The device must not
+// be used after.
+func (d *cudaDevice) Close() error {
+	m := &d.mem
+	m.mu.Lock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	d.evict(-1)
+	m.mu.Unlock()
+	if err := d.ctx.Close(); err != nil {
+		return fmt.Errorf("%s: closing: %w", d.Name(), err)
+	}
+	return nil
+}
+
 // Name returns "cuda:N".
 func (d *cudaDevice) Name() string { return fmt.Sprintf("cuda:%d", d.ordinal) }
 

@@ -210,3 +210,40 @@ func TestCUDAKernelsMatchCPU(t *testing.T) {
 		}
 	})
 }
+
+// TestCUDAClose frees the pool and the context: the emulator's memory in
+// use drops to zero, and the closed device refuses work with an error.
+func TestCUDAClose(t *testing.T) {
+	dev, err := NewCUDA(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dev.(*cudaDevice)
+	kept, err := d.Zeros(abi.DTypeFloat32, []int{1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled, err := d.Zeros(abi.DTypeFloat32, []int{4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Release(pooled)
+	if d.MemStats().PoolBytes == 0 {
+		t.Fatal("a released tensor was not pooled")
+	}
+	if free, total, err := d.ctx.MemInfo(); err != nil || free == total {
+		t.Fatalf("before Close the context holds nothing: %d of %d bytes free, %v", free, total, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if free, total, err := d.ctx.MemInfo(); err == nil && free != total {
+		t.Errorf("after Close the context holds %d of %d bytes", total-free, total)
+	}
+	if _, err := d.Zeros(abi.DTypeFloat32, []int{8}); err == nil {
+		t.Error("a closed device allocated")
+	}
+	if _, err := d.Float32s(kept); err == nil {
+		t.Error("a closed device read a tensor")
+	}
+}
