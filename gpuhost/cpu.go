@@ -269,16 +269,7 @@ func (d *cpuDevice) Reserve(n int64) error {
 }
 
 // Admit implements Device.Admit.
-func (d *cpuDevice) Admit(n int64) error {
-	if d.mem.ceiling.admit(n) {
-		return nil
-	}
-	d.mem.mu.Lock()
-	d.mem.notAdmit++
-	d.mem.mu.Unlock()
-	c := d.mem.ceiling
-	return fmt.Errorf("%w: cpu: admitting %d bytes of new work: %d of the ceiling's %d bytes are in use, and new work may take %.0f%%", ErrOutOfMemory, n, c.Used(), c.Limit(), 100*AdmitFraction)
-}
+func (d *cpuDevice) Admit(n int64) error { return d.mem.admit(n, "cpu") }
 
 // Unreserve implements Device.Unreserve.
 func (d *cpuDevice) Unreserve(n int64) {

@@ -539,16 +539,7 @@ func (d *cudaDevice) Unreserve(n int64) {
 }
 
 // Admit implements Device.Admit.
-func (d *cudaDevice) Admit(n int64) error {
-	if d.mem.ceiling.admit(n) {
-		return nil
-	}
-	d.mem.mu.Lock()
-	d.mem.notAdmit++
-	d.mem.mu.Unlock()
-	c := d.mem.ceiling
-	return fmt.Errorf("%w: %s: admitting %d bytes of new work: %d of the ceiling's %d bytes are in use, and new work may take %.0f%%", ErrOutOfMemory, d.Name(), n, c.Used(), c.Limit(), 100*AdmitFraction)
-}
+func (d *cudaDevice) Admit(n int64) error { return d.mem.admit(n, d.Name()) }
 
 // MemStats implements Device.MemStats; PoolBytes is the device memory
 // that the caching allocator holds.

@@ -336,6 +336,19 @@ func (m *memory) trim() {
 	}
 }
 
+// admit is Device.Admit for a device named who: nil when the ceiling
+// admits n more bytes of new work, else ErrOutOfMemory with the figures.
+func (m *memory) admit(n int64, who string) error {
+	if m.ceiling.admit(n) {
+		return nil
+	}
+	m.mu.Lock()
+	m.notAdmit++
+	m.mu.Unlock()
+	c := m.ceiling
+	return fmt.Errorf("%w: %s: admitting %d bytes of new work: %d of the ceiling's %d bytes are in use, and new work may take %.0f%%", ErrOutOfMemory, who, n, c.Used(), c.Limit(), 100*AdmitFraction)
+}
+
 // chargeOther accounts storage that is not pooled (other dtypes,
 // reservations).
 func (m *memory) chargeOther(n int64) error {
