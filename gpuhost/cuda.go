@@ -72,10 +72,11 @@ func NewCUDA(ordinal int, opts ...DeviceOption) (Device, error) {
 	return d, nil
 }
 
-// Close frees the pooled memory and closes the device's context, which
-// frees every tensor still on it: the host calls it at shutdown, so that
-// a GPU's memory goes back before the process ends. The device must not
-// be used after.
+// Close frees the pooled memory and closes the device's context: the
+// host calls it at shutdown. Tensors still alive keep their memory until
+// the process ends (the GPU's primary context outlives its Contexts;
+// see cuda.holdPrimary); the emulator frees it at once. The device must
+// not be used after.
 func (d *cudaDevice) Close() error {
 	m := &d.mem
 	m.mu.Lock()

@@ -45,14 +45,27 @@ else
 	fi
 	# cuBLAS: the loader's, else PyTorch's wheel's, else a toolkit's.
 	if [ -z "${MOEHOST_CUBLAS:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.1[123] '; then
-		cands=$(python3 -c 'import nvidia.cublas, os; [print(os.path.join(p, "lib")) for p in nvidia.cublas.__path__]' 2>/dev/null || true)
-		for d in $cands /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64; do
+		# PyTorch's wheels: CUDA 12's put it in nvidia/cublas/lib, CUDA
+		# 13's in nvidia/cu13/lib; look through the whole namespace.
+		cands=$(python3 -c '
+import glob, os, nvidia
+for p in nvidia.__path__:
+    for f in sorted(glob.glob(os.path.join(p, "**", "libcublas.so.1[123]"), recursive=True)):
+        print(os.path.dirname(f))
+' 2>/dev/null | awk '!seen[$0]++' || true)
+		for d in $cands /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 /usr/local/cuda-*/targets/x86_64-linux/lib; do
 			f=$(ls "$d"/libcublas.so.1[321] 2>/dev/null | sort -r | head -1)
 			if [ -n "$f" ]; then
 				export MOEHOST_CUBLAS=$f LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 				break
 			fi
 		done
+	fi
+	if [ -z "${MOEHOST_CUBLAS:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.1[123] '; then
+		# Every CUDA step would fail on it: say so once, and list what is there.
+		echo "cuBLAS: NOT FOUND (no libcublas.so.1[123] from the loader, PyTorch's wheels or /usr/local/cuda*); set MOEHOST_CUBLAS" | tee -a "$out/summary.txt"
+		timeout 20 find / -xdev -name 'libcublas.so*' 2>/dev/null | head -20 | tee -a "$out/summary.txt"
+		exit 1
 	fi
 	echo "cuBLAS: ${MOEHOST_CUBLAS:-found by the loader}; LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" | tee -a "$out/summary.txt"
 	nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$out/summary.txt"

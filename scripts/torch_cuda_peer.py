@@ -113,9 +113,15 @@ def main():
 
     if not torch.cuda.is_available():
         sys.exit("torch_cuda_peer: torch sees no GPU")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    # Plain fp32 on both sides. PyTorch 2.9 added fp32_precision and
+    # deprecated allow_tf32 (mixing the two may be refused): use the new
+    # switch where it exists.
+    # (The ffn has no convolutions: cuDNN's switch does not matter.)
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+    except (AttributeError, RuntimeError, ValueError):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
 
     ours = parse_go_bench(args.ours) if args.ours else {}
     rows = []  # (what, unit, moehost, torch, bar)

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -24,6 +25,44 @@ func TestKernelArgs(t *testing.T) {
 	for _, bad := range []any{3, uint64(1), "x", nil} {
 		if _, err := kernelArgs("moe_k", []any{Ptr(1), bad}); err == nil || !strings.Contains(err.Error(), "moe_k: argument 1") {
 			t.Errorf("argument %T: %v, want an error naming the kernel and argument 1", bad, err)
+		}
+	}
+}
+
+// TestPTXParams reads the committed PTX's kernel signatures, which the
+// real backend checks every launch against, and checks the check.
+func TestPTXParams(t *testing.T) {
+	b, err := os.ReadFile("kernels/moehost.ptx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernels := ptxParams(string(b))
+	if n := strings.Count(string(b), ".entry "); len(kernels) != n || n < 30 {
+		t.Fatalf("parsed %d kernels of the PTX's %d entries", len(kernels), n)
+	}
+	fill := kernels["moe_fill_f32"]
+	if want := []string{".u64", ".f32", ".u64"}; !slices.Equal(fill, want) {
+		t.Fatalf("moe_fill_f32's parameters %q, want %q", fill, want)
+	}
+	for name, params := range kernels {
+		if len(params) == 0 || strings.Count(string(b), " "+name+"_param_") != len(params) {
+			t.Errorf("%s: parsed %d parameters", name, len(params))
+		}
+	}
+	if err := checkParams("moe_fill_f32", fill, []any{Ptr(1), float32(2), int64(3)}); err != nil {
+		t.Errorf("the right arguments: %v", err)
+	}
+	for _, tt := range []struct {
+		args []any
+		msg  string
+	}{
+		{[]any{Ptr(1), float32(2)}, "2 arguments for 3 parameters"},
+		{[]any{Ptr(1), float32(2), int32(3)}, "argument 2 is a int32, but the parameter is .u64"},
+		{[]any{Ptr(1), float64(2), int64(3)}, "argument 1 is a float64, but the parameter is .f32"},
+		{[]any{float32(1), float32(2), int64(3)}, "argument 0 is a float32"},
+	} {
+		if err := checkParams("moe_fill_f32", fill, tt.args); err == nil || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%v: %v, want an error with %q", tt.args, err, tt.msg)
 		}
 	}
 }

@@ -221,6 +221,11 @@ func (c *Context) Memset32(dst Ptr, v uint32, n int64) error {
 
 // Launch runs kernel on the CPU; see the driver interface.
 func (c *Context) Launch(kernel string, grid, block Dim3, sharedBytes uint32, args ...any) error {
+	if decl, ok := ptxKernels[kernel]; ok {
+		if err := checkParams(kernel, decl, args); err != nil {
+			return err
+		}
+	}
 	sig := make([]byte, len(args))
 	// One C block: len(args) pointers, then the values they point at.
 	mem := C.calloc(C.size_t(max(1, 2*len(args))), 8)

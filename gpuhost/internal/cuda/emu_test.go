@@ -160,7 +160,8 @@ func TestEmuIndicesAndArgs(t *testing.T) {
 		{"unknown", "moe_nope", grid, block, nil, "no kernel named moe_nope"},
 		{"block", "moe_fill_f32", Dim3{1, 1, 1}, Dim3{1025, 1, 1}, []any{p, float32(0), int64(0)}, "outside CUDA's limits"},
 		{"grid", "moe_fill_f32", Dim3{1, 65536, 1}, Dim3{1, 1, 1}, []any{p, float32(0), int64(0)}, "outside CUDA's limits"},
-		{"go type", "moe_fill_f32", grid, block, []any{p, 0.5, 7}, "argument 2 is a int"},
+		{"go type", "moe_fill_f32", grid, block, []any{p, float32(0.5), 7}, "argument 2 is a int"},
+		{"ptx type", "moe_fill_f32", grid, block, []any{p, 0.5, int64(7)}, "argument 1 is a float64, but the parameter is .f32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := c.Launch(tc.kernel, tc.grid, tc.block, 0, tc.args...)

@@ -3,24 +3,16 @@
 package cuda
 
 import (
-	_ "embed"
 	"errors"
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 
 	"gorgonia.org/cu"
 )
-
-// ptx is the kernels' PTX for compute_80, which the driver JIT-compiles
-// for the GPU at hand (Ampere, Hopper and later) when a context opens.
-//
-// Rebuild it with: make generate-cuda
-//
-//go:embed kernels/moehost.ptx
-var ptx string
 
 // errClosed is returned by every method after Close.
 var errClosed = errors.New("cuda: context closed")
@@ -98,6 +90,9 @@ func (c *Context) setUp(lib *cublasLib) error {
 		return fmt.Errorf("device name: %w", err)
 	}
 	c.name = fmt.Sprintf("cuda:%d (%s)", c.ordinal, name)
+	if err := holdPrimary(dev, c.ordinal); err != nil {
+		return err
+	}
 	ctx, err := dev.RetainPrimaryCtx()
 	if err != nil {
 		return fmt.Errorf("retain primary context: %w", err)
@@ -109,12 +104,38 @@ func (c *Context) setUp(lib *cublasLib) error {
 	if c.stream, err = cu.MakeStream(cu.NonBlocking); err != nil {
 		return fmt.Errorf("make stream: %w", err)
 	}
-	if c.module, err = cu.LoadData(ptx); err != nil {
-		return fmt.Errorf("load kernels (PTX JIT): %w", err)
+	// The JIT's own log says which line of the PTX it refused; the
+	// driver's error code alone does not.
+	jitLog := make([]byte, 16<<10)
+	if c.module, err = cu.LoadDataEx(ptx, &cu.JITErrorLogBuffer{Buffer: jitLog}); err != nil {
+		return fmt.Errorf("load kernels (PTX JIT): %w: %s", err, strings.TrimRight(string(jitLog), "\x00"))
 	}
 	if c.blas, err = lib.newHandle(unsafe.Pointer(c.stream.C())); err != nil {
 		return err
 	}
+	return nil
+}
+
+// held records the GPUs whose primary context this process keeps
+// retained once more than its Contexts do, so that closing the last
+// Context never destroys it: cuBLAS's own runtime keeps state tied to
+// the primary context, and a context destroyed and made again under it
+// is known to crash it. The driver frees it when the process exits.
+var (
+	heldMu sync.Mutex
+	held   = map[int]bool{}
+)
+
+func holdPrimary(dev cu.Device, ordinal int) error {
+	heldMu.Lock()
+	defer heldMu.Unlock()
+	if held[ordinal] {
+		return nil
+	}
+	if _, err := dev.RetainPrimaryCtx(); err != nil {
+		return fmt.Errorf("retain primary context: %w", err)
+	}
+	held[ordinal] = true
 	return nil
 }
 
@@ -200,13 +221,17 @@ func (c *Context) Alloc(bytes int64) (Ptr, error) {
 	return p, err
 }
 
-// Free returns memory from Alloc. Free(0) does nothing. cuMemFree
-// waits for work on the memory to finish.
+// Free returns memory from Alloc. Free(0) does nothing. It waits for the
+// stream first: kernels queued before it may still use the memory, and
+// the driver documents only that cuMemFree "may" wait for them.
 func (c *Context) Free(p Ptr) error {
 	if p == 0 {
 		return nil
 	}
 	return c.do(func() error {
+		if err := c.stream.Synchronize(); err != nil {
+			return check(err, "synchronize before freeing %#x", uintptr(p))
+		}
 		return check(cu.MemFree(cu.DevicePtr(p)), "free %#x", uintptr(p))
 	})
 }
@@ -259,6 +284,13 @@ func (c *Context) Memset32(dst Ptr, v uint32, n int64) error {
 func (c *Context) Launch(kernel string, grid, block Dim3, sharedBytes uint32, args ...any) error {
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 || block.X == 0 || block.Y == 0 || block.Z == 0 {
 		return fmt.Errorf("cuda: launch %s: empty grid %v or block %v", kernel, grid, block)
+	}
+	decl, ok := ptxKernels[kernel]
+	if !ok {
+		return fmt.Errorf("cuda: launch %s: no such kernel in moehost.ptx", kernel)
+	}
+	if err := checkParams(kernel, decl, args); err != nil {
+		return err
 	}
 	slots, err := kernelArgs(kernel, args)
 	if err != nil {
