@@ -12,28 +12,31 @@ import (
 // kernelArgs packs args into 8-byte slots, one per parameter:
 // cuLaunchKernel reads each parameter's own size from its slot, and
 // gorgonia.org/cu copies 8 bytes from each (little-endian, so a 4-byte
-// value sits in the slot's low half).
-func kernelArgs(kernel string, args []any) ([]uint64, error) {
-	slots := make([]uint64, len(args))
+// value sits in the slot's low half). sig names each argument's C type
+// by a letter (p pointer, i int, l long long, u unsigned, f float, d
+// double), which the emulator checks against the kernel's signature.
+func kernelArgs(kernel string, args []any) (slots []uint64, sig []byte, err error) {
+	slots = make([]uint64, len(args))
+	sig = make([]byte, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
 		case Ptr:
-			slots[i] = uint64(v)
+			slots[i], sig[i] = uint64(v), 'p'
 		case int32:
-			slots[i] = uint64(uint32(v))
+			slots[i], sig[i] = uint64(uint32(v)), 'i'
 		case int64:
-			slots[i] = uint64(v)
+			slots[i], sig[i] = uint64(v), 'l'
 		case uint32:
-			slots[i] = uint64(v)
+			slots[i], sig[i] = uint64(v), 'u'
 		case float32:
-			slots[i] = uint64(math.Float32bits(v))
+			slots[i], sig[i] = uint64(math.Float32bits(v)), 'f'
 		case float64:
-			slots[i] = math.Float64bits(v)
+			slots[i], sig[i] = math.Float64bits(v), 'd'
 		default:
-			return nil, fmt.Errorf("cuda: launch %s: argument %d has type %T (want Ptr, int32, int64, uint32, float32 or float64)", kernel, i, a)
+			return nil, nil, fmt.Errorf("cuda: launch %s: argument %d has type %T (want Ptr, int32, int64, uint32, float32 or float64)", kernel, i, a)
 		}
 	}
-	return slots, nil
+	return slots, sig, nil
 }
 
 // ptxParams returns each kernel's parameter types as the PTX declares

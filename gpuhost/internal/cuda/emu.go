@@ -226,37 +226,18 @@ func (c *Context) Launch(kernel string, grid, block Dim3, sharedBytes uint32, ar
 			return err
 		}
 	}
-	sig := make([]byte, len(args))
+	slots, sig, err := kernelArgs(kernel, args)
+	if err != nil {
+		return err
+	}
 	// One C block: len(args) pointers, then the values they point at.
 	mem := C.calloc(C.size_t(max(1, 2*len(args))), 8)
 	defer C.free(mem)
 	ptrs := unsafe.Slice((*unsafe.Pointer)(mem), 2*len(args))
 	vals := unsafe.Slice((*uint64)(mem), 2*len(args))[len(args):]
-	for i, a := range args {
-		v := unsafe.Pointer(&vals[i])
-		switch x := a.(type) {
-		case Ptr:
-			sig[i] = 'p'
-			*(*uintptr)(v) = uintptr(x)
-		case int32:
-			sig[i] = 'i'
-			*(*int32)(v) = x
-		case int64:
-			sig[i] = 'l'
-			*(*int64)(v) = x
-		case uint32:
-			sig[i] = 'u'
-			*(*uint32)(v) = x
-		case float32:
-			sig[i] = 'f'
-			*(*float32)(v) = x
-		case float64:
-			sig[i] = 'd'
-			*(*float64)(v) = x
-		default:
-			return fmt.Errorf("cuda emulator: kernel %s: argument %d is a %T", kernel, i, a)
-		}
-		ptrs[i] = v
+	for i := range slots {
+		vals[i] = slots[i]
+		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
 	cname := C.CString(kernel)
 	defer C.free(unsafe.Pointer(cname))

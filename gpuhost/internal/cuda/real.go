@@ -292,7 +292,7 @@ func (c *Context) Launch(kernel string, grid, block Dim3, sharedBytes uint32, ar
 	if err := checkParams(kernel, decl, args); err != nil {
 		return err
 	}
-	slots, err := kernelArgs(kernel, args)
+	slots, _, err := kernelArgs(kernel, args)
 	if err != nil {
 		return err
 	}
