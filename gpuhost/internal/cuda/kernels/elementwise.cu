@@ -4,6 +4,8 @@
 // (gpuhost/cpu_kernels.go, cpu_ops.go): float32 for the cheap functions,
 // float64 for the transcendental ones of unary and their derivatives.
 
+#include "blockreduce.cuh"
+
 // moe_add_repeat_f32 sets dst[i] = src[i] + small[i mod ns]. dst may be src.
 extern "C" __global__ void moe_add_repeat_f32(float *dst, const float *src, const float *small,
                                               long long n, long long ns) {
@@ -158,43 +160,28 @@ extern "C" __global__ void moe_binary_f32(int fn, float *dst, const float *a, lo
 // moe_sum_squares_partial_f64 is the first pass of Σ x² in float64: block b
 // writes the sum over its share of the grid-stride loop to partial[b].
 extern "C" __global__ void moe_sum_squares_partial_f64(double *partial, const float *x, long long n) {
-  __shared__ double s[256];
+  __shared__ double s[MOE_ROW_THREADS];
   double acc = 0;
   for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
     double v = x[i];
     acc += v * v;
   }
-  unsigned t = threadIdx.x;
-  s[t] = acc;
-  __syncthreads();
-  for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
-    if (t < h) {
-      s[t] += s[t + h];
-    }
-    __syncthreads();
-  }
-  if (t == 0) {
-    partial[blockIdx.x] = s[0];
+  acc = moe_block_sum(acc, s);
+  if (threadIdx.x == 0) {
+    partial[blockIdx.x] = acc;
   }
 }
 
 // moe_sum_f64 is the second pass: one block sets *out = Σ partial[0..n).
 extern "C" __global__ void moe_sum_f64(double *out, const double *partial, int n) {
-  __shared__ double s[256];
+  __shared__ double s[MOE_ROW_THREADS];
   unsigned t = threadIdx.x;
   double acc = 0;
   for (int i = t; i < n; i += blockDim.x) {
     acc += partial[i];
   }
-  s[t] = acc;
-  __syncthreads();
-  for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
-    if (t < h) {
-      s[t] += s[t + h];
-    }
-    __syncthreads();
-  }
+  acc = moe_block_sum(acc, s);
   if (t == 0) {
-    *out = s[0];
+    *out = acc;
   }
 }
