@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -60,10 +61,8 @@ func parseDeviceSpec(spec string) (deviceSpec, error) {
 		if err != nil || n < 0 || n >= maxGPUs {
 			return deviceSpec{}, fmt.Errorf("device %q: %q is not a GPU ordinal (0 to %d)", spec, f, maxGPUs-1)
 		}
-		for _, m := range ds.gpus {
-			if m == n {
-				return deviceSpec{}, fmt.Errorf("device %q: GPU %d is listed twice", spec, n)
-			}
+		if slices.Contains(ds.gpus, n) {
+			return deviceSpec{}, fmt.Errorf("device %q: GPU %d is listed twice", spec, n)
 		}
 		ds.gpus = append(ds.gpus, n)
 	}

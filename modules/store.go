@@ -222,14 +222,14 @@ func (s *Store) Put(wasm []byte) (string, error) {
 
 // Upload streams a module from r into the store for tenant, hashing it on
 // the way and never holding it in memory, and returns the tenant's
-// reference. It reads at most max bytes (the per-upload cap, which bounds
+// reference. It reads at most maxBytes (the per-upload cap, which bounds
 // the disk an upload in flight can take): past it, it fails with
 // ErrTooLarge and keeps nothing. Uploading a module the tenant already
 // has succeeds and changes nothing (its first name and time stay), even
 // at the tenant's caps; otherwise keeping it must fit q, or Upload fails
 // with ErrQuota. The bytes are shared with any tenant that has the same
 // module.
-func (s *Store) Upload(tenant, name string, r io.Reader, max int64, q Quota) (Module, error) {
+func (s *Store) Upload(tenant, name string, r io.Reader, maxBytes int64, q Quota) (Module, error) {
 	dir := filepath.Join(s.dir, "sha256")
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
@@ -247,12 +247,12 @@ func (s *Store) Upload(tenant, name string, r io.Reader, max int64, q Quota) (Mo
 	// cannot fit does not fill the disk up to the upload cap first. A
 	// module the tenant already has may be uploaded again at the cap, so
 	// the stream may run to the largest of those.
-	limit, quota := max, false
+	limit, quota := maxBytes, false
 	if q.Bytes > 0 {
 		s.mu.Lock()
 		room := q.Bytes - s.usage(tenant).Bytes
 		for _, m := range s.refs[tenant] {
-			room = maxInt64(room, m.Size)
+			room = max(room, m.Size)
 		}
 		s.mu.Unlock()
 		if room < limit {
@@ -268,7 +268,7 @@ func (s *Store) Upload(tenant, name string, r io.Reader, max int64, q Quota) (Mo
 		return Module{}, fmt.Errorf("%w: the upload passed the %d bytes that the tenant's cap of %d leaves", ErrQuota, limit, q.Bytes)
 	}
 	if n > limit {
-		return Module{}, fmt.Errorf("%w: module is larger than the upload cap of %d bytes", ErrTooLarge, max)
+		return Module{}, fmt.Errorf("%w: module is larger than the upload cap of %d bytes", ErrTooLarge, maxBytes)
 	}
 	if err := f.Sync(); err != nil {
 		return Module{}, fmt.Errorf("storing module: %w", err)
@@ -448,11 +448,4 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
-}
-
-func maxInt64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }
