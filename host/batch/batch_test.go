@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -403,6 +404,40 @@ func TestErrorsFailRequestsOneByOne(t *testing.T) {
 		}
 		if r.err != nil || !slices.Equal(r.out, tt.want) {
 			t.Errorf("%s: %v, %v; want %v", tt.name, r.out, r.err, tt.want)
+		}
+	}
+}
+
+// slowObserver counts batches, taking its time over each, as a busy
+// metrics path may.
+type slowObserver struct{ batches atomic.Int64 }
+
+func (o *slowObserver) Batch(int, []time.Duration, time.Duration, error) {
+	time.Sleep(20 * time.Millisecond)
+	o.batches.Add(1)
+}
+func (o *slowObserver) Queue(int) {}
+
+// TestBatchObservedBeforeAnswers checks that a caller that has its answer
+// finds its batch in the pool's stats: the observer hears of the batch
+// before the answers go out.
+func TestBatchObservedBeforeAnswers(t *testing.T) {
+	var rec recorder
+	obs := &slowObserver{}
+	w := runtime.NewWorker()
+	p := batch.NewPool(batch.Limits{}, rec.ops(), obs, w.Notify)
+	w.Add(p)
+	w.Start(context.Background())
+	defer func() {
+		p.Close(nil)
+		w.Close(context.Background())
+	}()
+	for i := range 3 {
+		if _, err := p.Submit(context.Background(), []int{i}); err != nil {
+			t.Fatal(err)
+		}
+		if got := obs.batches.Load(); got != int64(i+1) {
+			t.Fatalf("after answer %d the observer has seen %d batches", i+1, got)
 		}
 	}
 }

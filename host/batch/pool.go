@@ -218,6 +218,9 @@ func (p *Pool[T, R]) RunBatch(ctx context.Context) {
 	bctx, cancel := batchContext(ctx, batch)
 	results, err := p.run(bctx, payloads)
 	cancel()
+	// The batch is counted before anyone gets its answer, so that a
+	// caller that has its result sees the batch in the pool's stats.
+	p.obs.Batch(rows, waits, time.Since(start), err)
 	var each Errors
 	if !errors.As(err, &each) || len(each) != len(batch) || len(results) != len(batch) {
 		each = nil
@@ -233,7 +236,6 @@ func (p *Pool[T, R]) RunBatch(ctx context.Context) {
 		}
 		pc.req.complete(pc.idx, res, perr)
 	}
-	p.obs.Batch(rows, waits, time.Since(start), err)
 }
 
 // run calls ops.Run, turning a panic or a wrong result count into an
