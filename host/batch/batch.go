@@ -88,8 +88,8 @@ type Ops[T, R any] struct {
 // Observer is told about every batch a pool runs, for statistics.
 type Observer interface {
 	// Batch reports a batch of rows after it ran and before its callers
-	// get their answers: how long each piece
-	// waited in the queue, how long the batch ran, and its error.
+	// get their answers: how long each piece waited in the queue, how
+	// long the batch ran, and its error.
 	Batch(rows int, waits []time.Duration, run time.Duration, err error)
 	// Queue reports the number of pending pieces after it changed.
 	Queue(depth int)
