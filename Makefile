@@ -93,12 +93,12 @@ bench: examples ## Serving load test (batching vs none, float32 vs float16 vs bf
 	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s --dtype float32,float16,bfloat16
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 	$(GO) test -run '^TestDensity$$' -v -timeout 30m ./host/ -args -density
-	$(GO) test -run '^$$' -bench DHT -benchtime 3x ./host/dht/
+	$(GO) test -run '^$$' -bench DHT -benchtime 3x ./host/internal/dht/
 
 .PHONY: fuzz-sandbox
 fuzz-sandbox: ## Fuzz the sandbox: op sequences against a budgeted instance, then the module decoder (FUZZTIME each, default 5m)
-	$(GO) test -run '^$$' -fuzz '^FuzzOpSequence$$' -fuzztime $(or $(FUZZTIME),5m) ./host/sandbox/
-	$(GO) test -run '^$$' -fuzz '^FuzzInspect$$' -fuzztime $(or $(FUZZTIME),5m) ./host/sandbox/
+	$(GO) test -run '^$$' -fuzz '^FuzzOpSequence$$' -fuzztime $(or $(FUZZTIME),5m) ./host/internal/sandbox/
+	$(GO) test -run '^$$' -fuzz '^FuzzInspect$$' -fuzztime $(or $(FUZZTIME),5m) ./host/internal/sandbox/
 
 .PHONY: fuzz-tenant
 fuzz-tenant: ## Fuzz the tenants file decoder and token sign-in (FUZZTIME each, default 1m)
@@ -107,7 +107,7 @@ fuzz-tenant: ## Fuzz the tenants file decoder and token sign-in (FUZZTIME each, 
 
 .PHONY: measure-budget
 measure-budget: ## The zoo's per-call host memory at its default configs, against the default BytesPerCall
-	$(GO) test -run '^TestDefaultCallBudgetFitsZoo$$' -v ./host/sandbox/ -args -zoobudget
+	$(GO) test -run '^TestDefaultCallBudgetFitsZoo$$' -v ./host/internal/sandbox/ -args -zoobudget
 
 .PHONY: test-fairness
 test-fairness: ## Tenant A floods 8 experts with 32 clients while tenant B calls one at a time: B's p99 against 2 × (its unloaded p99 + A's mean batch), alone on the machine
@@ -179,12 +179,12 @@ check: lint test checkgenerate ## Everything CI could ask for
 	@if command -v $(NVCC) >/dev/null; then $(MAKE) --no-print-directory check-cuda; else echo "check-cuda: skipped (no CUDA toolkit; make check-cuda installs it)"; fi
 
 # The web parts: the TypeScript client (sdk/ts), the dashboard
-# (host/ui/web, built into host/ui/dist and embedded) and the browser tests
+# (host/internal/ui/web, built into host/internal/ui/dist and embedded) and the browser tests
 # (tests/web). Node.js 20+ and npm; package-lock.json pins every package.
 NPM ?= npm
 NPM_CI := $(NPM) ci --no-audit --no-fund --loglevel=error
 TS_DIR := sdk/ts
-UI_DIR := host/ui/web
+UI_DIR := host/internal/ui/web
 WEB_TEST_DIR := tests/web
 # Debian's Chromium, driven by playwright-core: never a downloaded browser.
 CHROMIUM ?= /usr/bin/chromium
@@ -195,13 +195,13 @@ generate-ts: ## Regenerate the TypeScript client's code (sdk/ts/src/gen) from pr
 	cd $(TS_DIR) && $(NPM_CI) && $(BIN)/buf generate --template buf.gen.yaml
 
 .PHONY: ui
-ui: ## Build the dashboard (host/ui/web) with Vite into host/ui/dist, which the binary embeds
+ui: ## Build the dashboard (host/internal/ui/web) with Vite into host/internal/ui/dist, which the binary embeds
 	cd $(UI_DIR) && $(NPM_CI) && $(NPM) run build
 
 .PHONY: checkui
-checkui: ui ## Fail if the committed dashboard build (host/ui/dist) differs from its source's build
-	@stale=$$(git status --porcelain -- host/ui/dist); \
-	  if [ -n "$$stale" ]; then echo "$$stale"; echo "host/ui/dist is stale: run make ui and commit it"; exit 1; fi
+checkui: ui ## Fail if the committed dashboard build (host/internal/ui/dist) differs from its source's build
+	@stale=$$(git status --porcelain -- host/internal/ui/dist); \
+	  if [ -n "$$stale" ]; then echo "$$stale"; echo "host/internal/ui/dist is stale: run make ui and commit it"; exit 1; fi
 
 .PHONY: test-ts
 test-ts: ## Test the TypeScript client in Node against a live moehost serve

@@ -3,7 +3,7 @@
 // host functions and the guest exports, and fixes the numeric codes (dtypes,
 // ops, initialisers, errors) and the guest-memory layouts they use.
 //
-// The package is the specification; host/sandbox implements it and
+// The package is the specification; host/internal/sandbox implements it and
 // sdk/expert wraps it for Go guests. It imports only the standard library so
 // that it builds for GOOS=wasip1 as well as for the host.
 //

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/internal/benchenv"
 )
 
 // cpuDevice is the pure-Go device. Its only shared state is a pool of GEMM
@@ -41,7 +42,7 @@ func NewCPU(threads int, opts ...DeviceOption) Device {
 	}
 	d := &cpuDevice{threads: threads, minWork: gemmMinWork, asm: gemmHaveAsm}
 	d.mem.ceiling = cfg.ceiling
-	d.mem.exact = cfg.exactPool || os.Getenv(ExactPoolEnv) == "1"
+	d.mem.exact = cfg.exactPool || os.Getenv(benchenv.ExactPool) == "1"
 	return d
 }
 

@@ -53,7 +53,7 @@ type devPooled struct {
 
 // NewCUDA returns the CUDA device on GPU ordinal. Under the build tag
 // cudaemu it opens the CPU emulator instead (for tests on machines
-// without a GPU). Options are those of [NewCPU] (ExactPoolEnv, a CPU
+// without a GPU). Options are those of [NewCPU] (the benchmarks' exact-pool switch, a CPU
 // benchmark's switch, does not apply); WithCeiling bounds the
 // device's live tensor bytes as the CPU's, and the GPU's own memory
 // bounds them too: an allocation the GPU refuses returns

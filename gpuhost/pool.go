@@ -407,10 +407,3 @@ func (f deviceOptionFunc) applyDevice(c *deviceConfig) { f(c) }
 func WithCeiling(c *Ceiling) DeviceOption {
 	return deviceOptionFunc(func(dc *deviceConfig) { dc.ceiling = c })
 }
-
-// ExactPoolEnv, set to 1 in the environment, gives new devices the pool
-// that moehost had before size classes: buffers reused only at their exact
-// length, up to 1 GiB, never trimmed. It exists so that benchmarks can
-// measure the size classes against it in one run; nothing else should set
-// it.
-const ExactPoolEnv = "MOEHOST_BENCH_EXACT_POOL"

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/host/sandbox"
 )
 
 // Device returns the device the server's experts run on, on which the

@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/moehost/moehost/host/internal/sandbox"
+	"github.com/moehost/moehost/host/internal/sched"
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/host/runtime"
-	"github.com/moehost/moehost/host/sandbox"
 	"github.com/moehost/moehost/modules"
 )
 
@@ -404,9 +404,9 @@ func (s *Server) liveLoader() (*loader, error) {
 // that tenants share the device fairly (the operator's experts form a
 // group of their own).
 func (s *Server) schedule(e *expert) {
-	var opts []runtime.AddOption
+	var opts []sched.AddOption
 	if e.owner != "" {
-		opts = append(opts, runtime.WithGroup("tenant:"+e.owner, s.queueShare(e.owner)))
+		opts = append(opts, sched.WithGroup("tenant:"+e.owner, s.queueShare(e.owner)))
 	}
 	w := s.laneOf(e).worker
 	w.Add(e.fwd, opts...)

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/modules"
+	"github.com/moehost/moehost/internal/atomicfile"
 )
 
 // Access says who may call one of an expert's methods (see rpc.Access).
@@ -75,7 +75,7 @@ func writeDeployments(dataDir string, ds []deployment) error {
 	if err != nil {
 		return err
 	}
-	if err := modules.WriteFileAtomic(filepath.Join(dataDir, deploymentsFile), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(filepath.Join(dataDir, deploymentsFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("writing deployments: %w", err)
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/runtime"
+	"github.com/moehost/moehost/host/internal/sched"
 )
 
 // errNoCUDA is what a binary built without the cuda tag says to a CUDA
@@ -86,7 +86,7 @@ func (c *config) validateDevice() error {
 // (snapshots, restores). Each expert belongs to one lane for its life.
 type lane struct {
 	dev    gpuhost.Device
-	worker *runtime.Worker
+	worker *sched.Worker
 	tasks  *taskPool
 }
 
@@ -132,7 +132,7 @@ func (s *Server) makeLanes(devs []gpuhost.Device) []*lane {
 	for i, d := range devs {
 		w := s.worker
 		if i > 0 {
-			w = runtime.NewWorker()
+			w = sched.NewWorker()
 		}
 		tp := &taskPool{notify: w.Notify}
 		w.Add(tp)
@@ -177,13 +177,13 @@ func (s *Server) laneOf(e *expert) *lane {
 
 // workers returns each lane's worker, or the server's own before the
 // lanes are made.
-func (s *Server) workers() []*runtime.Worker {
+func (s *Server) workers() []*sched.Worker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.lanes) == 0 {
-		return []*runtime.Worker{s.worker}
+		return []*sched.Worker{s.worker}
 	}
-	ws := make([]*runtime.Worker, len(s.lanes))
+	ws := make([]*sched.Worker, len(s.lanes))
 	for i, ln := range s.lanes {
 		ws[i] = ln.worker
 	}

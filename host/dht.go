@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/host/dht"
+	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/rpc"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/batch"
+	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/host/sandbox"
 )
 
 // unhealthyAfter is how many failed batches in a row mark an expert

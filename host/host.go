@@ -23,15 +23,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moehost/moehost/gpuhost"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/moehost/moehost/host/dht"
+	"github.com/moehost/moehost/gpuhost"
+
+	"github.com/moehost/moehost/host/internal/dht"
+	"github.com/moehost/moehost/host/internal/sandbox"
+	"github.com/moehost/moehost/host/internal/sched"
+	"github.com/moehost/moehost/host/internal/ui"
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/host/runtime"
-	"github.com/moehost/moehost/host/sandbox"
 	"github.com/moehost/moehost/host/tenant"
-	"github.com/moehost/moehost/host/ui"
 	"github.com/moehost/moehost/modules"
 )
 
@@ -57,7 +58,7 @@ type Server struct {
 	log *slog.Logger
 
 	metrics *metrics
-	worker  *runtime.Worker // the first device's batch worker
+	worker  *sched.Worker // the first device's batch worker
 
 	mu       sync.Mutex
 	started  bool
@@ -117,7 +118,7 @@ func New(opts ...Option) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.logger,
 		metrics: newMetrics(),
-		worker:  runtime.NewWorker(),
+		worker:  sched.NewWorker(),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
 	}, nil

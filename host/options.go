@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/batch"
 	"github.com/moehost/moehost/host/checkpoint"
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/modules"
 )
 

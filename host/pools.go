@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/batch"
+	"github.com/moehost/moehost/host/internal/batch"
 )
 
 // The payloads of the expert's pools. Every tensor has the batch as its

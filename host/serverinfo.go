@@ -2,7 +2,7 @@ package host
 
 import (
 	"fmt"
-	goruntime "runtime"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -45,13 +45,13 @@ func (d *describer) Describe() *moehostv1.GetServerInfoResponse {
 		Version:          Version(),
 		ListenAddress:    addr,
 		ExpertCount:      int32(n),
-		GoVersion:        goruntime.Version(),
+		GoVersion:        runtime.Version(),
 		MemoryLimitBytes: s.MemoryLimit(),
 	}
 	for _, m := range s.MemoryStats() {
 		res.Devices = append(res.Devices, &moehostv1.DeviceInfo{
 			Name:            m.Device,
-			Description:     fmt.Sprintf("%s/%s, %d threads", goruntime.GOOS, goruntime.GOARCH, goruntime.GOMAXPROCS(0)),
+			Description:     fmt.Sprintf("%s/%s, %d threads", runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0)),
 			LiveTensorBytes: m.LiveBytes,
 			PeakTensorBytes: m.PeakBytes,
 			PoolBytes:       m.PoolBytes,

@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
 // WithExclusiveInstances gives every expert its own Wasm instance, as

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
-	"github.com/moehost/moehost/host/batch"
+	"github.com/moehost/moehost/host/internal/batch"
 )
 
 // Recent-window bounds of pool statistics.

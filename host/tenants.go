@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/host/sandbox"
 	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/modules"
 )

@@ -12,8 +12,8 @@ import (
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/host/sandbox"
 )
 
 // pickyWasm is an identity expert on x:float32[-1,4] that refuses a batch

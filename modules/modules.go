@@ -1,7 +1,7 @@
 // Package modules is the registry of expert modules: a content-addressed
 // store of .wasm files on disk, named by their sha256 digest, and an index
 // of which tenant uploaded which digest. It stores bytes and references;
-// validating a module is host/sandbox's job.
+// validating a module is host/internal/sandbox's job.
 //
 // Writes are atomic (temp file, fsync, rename, fsync of the directory), so
 // a crash leaves either the whole module or nothing. Bytes are written
@@ -20,8 +20,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -60,39 +58,4 @@ func ParseDigest(d string) (string, error) {
 		}
 	}
 	return h, nil
-}
-
-// WriteFileAtomic writes data to path so that readers see the old file or
-// the whole new one, even across a crash: a temp file in the same
-// directory, fsync, rename, fsync of the directory. Checkpoints use it too.
-func WriteFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/moehost/moehost/internal/atomicfile"
 )
 
 // Operator is the tenant name of the host's operator: Put records its
@@ -197,7 +199,7 @@ func (s *Store) writeIndex() error {
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(s.indexPath(), b); err != nil {
+	if err := atomicfile.Write(s.indexPath(), b); err != nil {
 		return fmt.Errorf("writing module index: %w", err)
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host"
 	"github.com/moehost/moehost/sdk/client"
 )
 
@@ -47,52 +47,48 @@ func (r remoteExpert) backward(x, gy []float32) error {
 	return err
 }
 
-// localExpert runs the same module in this process, as the server does:
-// the guest's forward on the tape, the tape backward, one Adam step.
+// localExpert runs the same module in this process, through an in-process
+// host.Server without the wire: the guest's forward on the tape, the tape
+// backward, one Adam step.
 type localExpert struct {
-	dev  gpuhost.Device
-	inst *sandbox.Instance
-	ps   *sandbox.ParamStore
-	opt  gpuhost.Optimizer
+	srv *host.Server
+	uid string
 }
 
 func (l *localExpert) forward(x []float32) ([]float32, error) {
-	xt, err := l.dev.FromFloat32([]int{len(x) / convDim, convDim}, x)
+	dev := l.srv.Device()
+	xt, err := dev.FromFloat32([]int{len(x) / convDim, convDim}, x)
 	if err != nil {
 		return nil, err
 	}
-	outs, err := l.inst.Forward(context.Background(), []*gpuhost.Tensor{xt}, nil)
+	defer dev.Release(xt)
+	outs, err := l.srv.Forward(context.Background(), l.uid, []*gpuhost.Tensor{xt})
 	if err != nil {
 		return nil, err
 	}
-	return l.dev.Float32s(outs[0])
+	defer dev.Release(outs...)
+	return dev.Float32s(outs[0])
 }
 
 func (l *localExpert) backward(x, gy []float32) error {
+	dev := l.srv.Device()
 	shape := []int{len(x) / convDim, convDim}
-	xt, err := l.dev.FromFloat32(shape, x)
+	xt, err := dev.FromFloat32(shape, x)
 	if err != nil {
 		return err
 	}
-	gt, err := l.dev.FromFloat32(shape, gy)
+	defer dev.Release(xt)
+	gt, err := dev.FromFloat32(shape, gy)
 	if err != nil {
 		return err
 	}
-	tape := gpuhost.NewTape()
-	defer tape.Release(l.dev)
-	outs, err := l.inst.Forward(context.Background(), []*gpuhost.Tensor{xt}, tape)
+	defer dev.Release(gt)
+	grads, err := l.srv.Backward(context.Background(), l.uid, []*gpuhost.Tensor{xt}, []*gpuhost.Tensor{gt})
 	if err != nil {
 		return err
 	}
-	var params []*gpuhost.Tensor
-	for _, p := range l.ps.Params() {
-		params = append(params, p.Tensor)
-	}
-	grads, err := tape.Backward(l.dev, outs, []*gpuhost.Tensor{gt}, append([]*gpuhost.Tensor{xt}, params...))
-	if err != nil {
-		return err
-	}
-	return l.opt.Step(params, grads[1:])
+	dev.Release(grads...)
+	return nil
 }
 
 // moeTask holds the data and the fixed gate and teacher.
@@ -257,26 +253,25 @@ func TestConvergenceOverRPC(t *testing.T) {
 		}
 	}
 
+	// The local mixture: the same module in an in-process server, seeded
+	// by the same uids as the remote experts.
 	ctx := context.Background()
-	rt, err := sandbox.NewRuntime(ctx, filepath.Join(data, "cache", "wazero"), sandbox.Limits{})
+	var ecs []host.ExpertConfig
+	for _, uid := range uids {
+		ecs = append(ecs, host.ExpertConfig{UID: uid, Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": convDim}})
+	}
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(filepath.Join(dir, "local")), host.WithoutDHT(),
+		host.WithExperts(ecs...), host.WithOptimizer(host.OptimizerConfig{Name: "adam", LR: convLR}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(ctx)
-	m, err := rt.Compile(ctx, wasmexperts.FFN)
-	if err != nil {
+	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	dev := gpuhost.NewCPU(0)
+	defer srv.Shutdown(ctx)
 	var local []moeExpert
 	for _, uid := range uids {
-		// Seeded by the uid, as the server seeds each expert's init.
-		ps := sandbox.NewParamStore(dev, []byte(uid), 0)
-		inst, err := m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: ps, Config: map[string]int64{"hidden_dim": convDim}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		local = append(local, &localExpert{dev: dev, inst: inst, ps: ps, opt: gpuhost.NewAdam(gpuhost.AdamConfig{LR: convLR})})
+		local = append(local, &localExpert{srv: srv, uid: uid})
 	}
 
 	task := newMoETask()

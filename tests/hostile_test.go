@@ -95,7 +95,7 @@ func goodInputs() []*moehostv1.Tensor {
 // error, allocates no more than the call budget, and leaves the process up
 // and the ffn answering exactly as it does alone on a host.
 func TestHostileSuite(t *testing.T) {
-	hostile, err := os.ReadFile("../host/sandbox/testdata/hostile.wasm")
+	hostile, err := os.ReadFile("../host/internal/sandbox/testdata/hostile.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestHostileModulesRefused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.msg, func(t *testing.T) {
 			t.Parallel()
-			wasm, err := os.ReadFile("../host/sandbox/testdata/" + tt.file)
+			wasm, err := os.ReadFile("../host/internal/sandbox/testdata/" + tt.file)
 			if err != nil {
 				t.Fatal(err)
 			}

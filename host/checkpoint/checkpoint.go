@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moehost/moehost/modules"
+	"github.com/moehost/moehost/internal/atomicfile"
 )
 
 // ErrNotFound is returned when an expert has no checkpoint (at the step
@@ -161,10 +161,10 @@ func (s *Store) Save(c *Checkpoint) error {
 		return fmt.Errorf("saving %q: %w", c.UID, err)
 	}
 	pp, op := s.paths(c.UID, c.Step)
-	if err := modules.WriteFileAtomic(op, optim); err != nil {
+	if err := atomicfile.Write(op, optim); err != nil {
 		return fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
 	}
-	if err := modules.WriteFileAtomic(pp, params); err != nil {
+	if err := atomicfile.Write(pp, params); err != nil {
 		return fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
 	}
 	return s.prune(c.UID)

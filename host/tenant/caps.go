@@ -36,7 +36,7 @@ type Caps struct {
 
 // DefaultCaps are the caps of a tenant when neither the tenants file nor
 // the server sets them: never unlimited, so that every charge has a
-// budget. The guest ones match host/sandbox's defaults.
+// budget. The guest ones match host/internal/sandbox's defaults.
 var DefaultCaps = Caps{
 	Modules:      64,
 	ModuleBytes:  1 << 30,

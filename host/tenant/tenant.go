@@ -35,7 +35,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moehost/moehost/modules"
+	"github.com/moehost/moehost/internal/atomicfile"
 )
 
 // FileVersion is the version of the tenants file this package reads and
@@ -400,7 +400,7 @@ func (f *File) Save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("writing tenants file: %w", err)
 	}
-	if err := modules.WriteFileAtomic(path, f.Marshal()); err != nil {
+	if err := atomicfile.Write(path, f.Marshal()); err != nil {
 		return fmt.Errorf("writing tenants file %s: %w", path, err)
 	}
 	return nil

@@ -21,8 +21,8 @@ import (
 	"github.com/moehost/moehost/cmd/moehost/internal/loadgen"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/internal/benchenv"
 )
 
 // benchMemoryCmd is `moehost bench-memory`: RSS and throughput of `moehost
@@ -40,7 +40,7 @@ func benchMemoryCmd(stdout io.Writer) *cobra.Command {
 		Short: "Measure RSS and throughput of `moehost serve` under mixed batch sizes",
 		Long: `Start two ` + "`moehost serve`" + ` processes with their defaults (4 ffn experts at
 hidden_dim 1024), one with the size-class pool and one with the exact-length
-pool that moehost had before (selected by ` + gpuhost.ExactPoolEnv + `=1, for
+pool that moehost had before (selected by ` + benchenv.ExactPool + `=1, for
 benchmarks only), and load them in turn with --clients clients sending
 --min-rows to --max-rows rows per request over Connect (binary protobuf),
 checking every response: --duration of Forward, then --duration of
@@ -110,9 +110,9 @@ func runBenchMemory(ctx context.Context, w io.Writer, cfg benchMemConfig) error 
 		}
 	}()
 	for i, s := range servers {
-		env := []string{gpuhost.ExactPoolEnv + "=0"}
+		env := []string{benchenv.ExactPool + "=0"}
 		if i == 1 {
-			env = []string{gpuhost.ExactPoolEnv + "=1"}
+			env = []string{benchenv.ExactPool + "=1"}
 		}
 		if err := s.start(ctx, exe, env, cfg); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)

@@ -16,7 +16,7 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host/checkpoint"
-	"github.com/moehost/moehost/modules"
+	"github.com/moehost/moehost/internal/atomicfile"
 )
 
 // checkpointCmd is `moehost checkpoint save|list|restore|export`: the
@@ -121,7 +121,7 @@ func exportParams(ctx context.Context, c moehostv1connect.CheckpointServiceClien
 	if out == "" {
 		out = uid + ".safetensors"
 	}
-	if err := modules.WriteFileAtomic(out, b); err != nil {
+	if err := atomicfile.Write(out, b); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %d parameters of %s at step %d to %s\n", len(ts), uid, res.Msg.GetStep(), out)

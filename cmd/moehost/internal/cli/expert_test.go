@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"encoding/binary"
+	"net/http"
+
 	"bytes"
 	"context"
 	"math"
@@ -10,8 +13,13 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host"
 )
 
 // TestExpertNewBuildForward walks an author's first steps: scaffold an
@@ -59,28 +67,30 @@ func TestExpertNewBuildForward(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{MemoryPages: 1024})
+	start := func(wasm []byte) (*host.Server, error) {
+		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()), host.WithoutDHT(),
+			host.WithCheckpoints(host.CheckpointConfig{Disabled: true}),
+			host.WithExperts(host.ExpertConfig{UID: "lin.0", Module: host.ModuleBytes(wasm), Config: map[string]int64{"hidden_dim": 3}}))
+		if err != nil {
+			return nil, err
+		}
+		if err := srv.Start(ctx); err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { srv.Shutdown(ctx) })
+		return srv, nil
+	}
+	srv, err := start(wasm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(ctx)
-	m, err := rt.Compile(ctx, wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := gpuhost.NewCPU(1)
-	params := sandbox.NewParamStore(dev, []byte("lin"), 0)
-	inst, err := m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: params, Config: map[string]int64{"hidden_dim": 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.Close(ctx)
+	dev := srv.Device()
 	xs := []float32{1, -2, 0.5, 3, 0, -1}
 	x, err := dev.FromFloat32([]int{2, 3}, xs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := inst.Forward(ctx, []*gpuhost.Tensor{x}, nil)
+	outs, err := srv.Forward(ctx, "lin.0", []*gpuhost.Tensor{x})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,12 +98,17 @@ func TestExpertNewBuildForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := params.Params()
-	if len(ps) != 2 || ps[0].Name != "linear.weight" || ps[1].Name != "linear.bias" {
+	// The parameters, as any caller on loopback reads them.
+	cc := moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	pr, err := cc.GetParameters(ctx, connect.NewRequest(&moehostv1.CheckpointServiceGetParametersRequest{Uid: "lin.0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := pr.Msg.GetParameters()
+	if len(ps) != 2 || ps[0].GetName() != "linear.weight" || ps[1].GetName() != "linear.bias" {
 		t.Fatalf("params %v, want linear.weight and linear.bias", ps)
 	}
-	w, _ := dev.Float32s(ps[0].Tensor)
-	b, _ := dev.Float32s(ps[1].Tensor)
+	w, b := float32s(ps[0].GetTensor().GetData()), float32s(ps[1].GetTensor().GetData())
 	for r := range 2 {
 		for o := range 3 {
 			want := b[o]
@@ -118,10 +133,7 @@ func TestExpertNewBuildForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm, err := rt.Compile(ctx, cmdWasm)
-	if err == nil {
-		_, err = cm.Instantiate(ctx, sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, nil, 0), Config: map[string]int64{"hidden_dim": 3}})
-	}
+	_, err = start(cmdWasm)
 	if err == nil || !strings.Contains(err.Error(), "-buildmode=c-shared") || !strings.Contains(err.Error(), "_start") {
 		t.Errorf("a module built without -buildmode=c-shared: %v, want the fix named", err)
 	}
@@ -155,4 +167,13 @@ func TestExpertNewErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// float32s decodes little-endian float32s.
+func float32s(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
 }

@@ -8,7 +8,7 @@ import (
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
 // TestSharedInstance checks that experts of one module and config can

@@ -1,4 +1,4 @@
-// Package runtime runs batches on a device: hivemind's Runtime. One
+// Package sched runs batches on a device: hivemind's Runtime. One
 // worker per device runs one batch at a time.
 //
 // Pools belong to groups (tenants; a pool added without WithGroup belongs
@@ -17,7 +17,7 @@
 // wait is bounded by one batch of the other.
 //
 // A failing batch fails only its own requests; the worker carries on.
-package runtime
+package sched
 
 import (
 	"context"

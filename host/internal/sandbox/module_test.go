@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
 // badModules break the ABI in one way each.

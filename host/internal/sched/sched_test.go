@@ -1,4 +1,4 @@
-package runtime_test
+package sched_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moehost/moehost/host/runtime"
+	"github.com/moehost/moehost/host/internal/sched"
 )
 
 // clock is a fake clock that only batches move.
@@ -99,7 +99,7 @@ func (p *pool) RunBatch(context.Context) {
 	p.rec.ran(p.name, p.group, p.cost)
 }
 
-func run(t *testing.T, w *runtime.Worker, rec *recorder) {
+func run(t *testing.T, w *sched.Worker, rec *recorder) {
 	t.Helper()
 	w.Start(context.Background())
 	defer w.Close(context.Background())
@@ -137,15 +137,15 @@ func TestShares(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			clk, rec := newClock(), newRecorder(2000)
-			w := runtime.NewWorker()
-			runtime.SetClock(w, clk.now)
+			w := sched.NewWorker()
+			sched.SetClock(w, clk.now)
 			for _, s := range tt.specs {
 				for i := range s.pools {
 					p := &pool{name: fmt.Sprintf("%s%d", s.group, i), group: s.group, cost: s.cost, clk: clk, rec: rec, backlog: true}
 					if s.weight == 0 {
 						w.Add(p)
 					} else {
-						w.Add(p, runtime.WithGroup(s.group, s.weight))
+						w.Add(p, sched.WithGroup(s.group, s.weight))
 					}
 				}
 			}
@@ -170,8 +170,8 @@ func TestShares(t *testing.T) {
 func TestOldestFirstWithinGroup(t *testing.T) {
 	t.Parallel()
 	clk, rec := newClock(), newRecorder(6)
-	w := runtime.NewWorker()
-	runtime.SetClock(w, clk.now)
+	w := sched.NewWorker()
+	sched.SetClock(w, clk.now)
 	at := func(s ...int) []time.Time {
 		var ts []time.Time
 		for _, x := range s {
@@ -185,7 +185,7 @@ func TestOldestFirstWithinGroup(t *testing.T) {
 		{name: "p3", queue: at(2, 4)},
 	} {
 		p.group, p.cost, p.clk, p.rec = "a", time.Millisecond, clk, rec
-		w.Add(p, runtime.WithGroup("a", 1))
+		w.Add(p, sched.WithGroup("a", 1))
 	}
 	run(t, w, rec)
 	if got, want := strings.Join(rec.log, " "), "p2 p3 p1 p3 p2 p1"; got != want {
@@ -199,8 +199,8 @@ func TestOldestFirstWithinGroup(t *testing.T) {
 func TestIdleGroupBanksNoCredit(t *testing.T) {
 	t.Parallel()
 	clk, rec := newClock(), newRecorder(400)
-	w := runtime.NewWorker()
-	runtime.SetClock(w, clk.now)
+	w := sched.NewWorker()
+	sched.SetClock(w, clk.now)
 	a := &pool{name: "a", group: "a", cost: time.Millisecond, clk: clk, rec: rec, backlog: true}
 	b := &pool{name: "b", group: "b", cost: time.Millisecond, clk: clk, rec: rec}
 	// a runs alone for 100 batches, then b gets a backlog.
@@ -211,8 +211,8 @@ func TestIdleGroupBanksNoCredit(t *testing.T) {
 			b.mu.Unlock()
 		}
 	}
-	w.Add(a, runtime.WithGroup("a", 1))
-	w.Add(b, runtime.WithGroup("b", 1))
+	w.Add(a, sched.WithGroup("a", 1))
+	w.Add(b, sched.WithGroup("b", 1))
 	run(t, w, rec)
 	// From b's first batch on, no group runs more than twice in a row.
 	log := strings.Join(rec.log, "")
@@ -250,11 +250,11 @@ func (p *blockPool) RunBatch(context.Context) {
 // returns only then, and that the pool never runs again while others do.
 func TestRemoveWhileRunning(t *testing.T) {
 	t.Parallel()
-	w := runtime.NewWorker()
+	w := sched.NewWorker()
 	p := &blockPool{started: make(chan struct{}, 1), release: make(chan struct{})}
 	other := &blockPool{started: make(chan struct{}, 100), release: make(chan struct{})}
 	close(other.release)
-	w.Add(p, runtime.WithGroup("t", 1))
+	w.Add(p, sched.WithGroup("t", 1))
 	w.Start(context.Background())
 	defer w.Close(context.Background())
 	var once sync.Once
@@ -292,7 +292,7 @@ func TestRemoveWhileRunning(t *testing.T) {
 // worker runs them (run with -race).
 func TestAddRemoveHammer(t *testing.T) {
 	t.Parallel()
-	w := runtime.NewWorker()
+	w := sched.NewWorker()
 	w.Start(context.Background())
 	defer w.Close(context.Background())
 	var wg sync.WaitGroup
@@ -303,7 +303,7 @@ func TestAddRemoveHammer(t *testing.T) {
 			for i := range 200 {
 				p := &blockPool{started: make(chan struct{}, 1000), release: make(chan struct{})}
 				close(p.release)
-				w.Add(p, runtime.WithGroup(fmt.Sprint(g), float64(i%3)))
+				w.Add(p, sched.WithGroup(fmt.Sprint(g), float64(i%3)))
 				w.Remove(p)
 				w.Remove(p)
 			}
@@ -332,10 +332,10 @@ func (p nopPool) RunBatch(context.Context)           { p.n.Add(1) }
 func BenchmarkSchedule(b *testing.B) {
 	for _, groups := range []int{1, 32} {
 		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
-			w := runtime.NewWorker()
+			w := sched.NewWorker()
 			var n atomic.Int64
 			for i := range 256 {
-				w.Add(&nopPool{&n}, runtime.WithGroup(fmt.Sprint(i%groups), float64(1+i%3)))
+				w.Add(&nopPool{&n}, sched.WithGroup(fmt.Sprint(i%groups), float64(1+i%3)))
 			}
 			b.ResetTimer()
 			w.Start(context.Background())
@@ -355,8 +355,8 @@ func TestWaitBound(t *testing.T) {
 	t.Parallel()
 	const aCost = 10 * time.Millisecond
 	clk, rec := newClock(), newRecorder(600)
-	w := runtime.NewWorker()
-	runtime.SetClock(w, clk.now)
+	w := sched.NewWorker()
+	sched.SetClock(w, clk.now)
 	b := &pool{name: "b", group: "b", cost: time.Millisecond, clk: clk, rec: rec}
 	var waits []time.Duration
 	rec.hook = func(n int) {
@@ -368,9 +368,9 @@ func TestWaitBound(t *testing.T) {
 	}
 	bRun := &waitPool{pool: b, waits: &waits}
 	for i := range 8 {
-		w.Add(&pool{name: fmt.Sprint("a", i), group: "a", cost: aCost, clk: clk, rec: rec, backlog: true}, runtime.WithGroup("a", 1))
+		w.Add(&pool{name: fmt.Sprint("a", i), group: "a", cost: aCost, clk: clk, rec: rec, backlog: true}, sched.WithGroup("a", 1))
 	}
-	w.Add(bRun, runtime.WithGroup("b", 1))
+	w.Add(bRun, sched.WithGroup("b", 1))
 	run(t, w, rec)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

@@ -18,7 +18,7 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
-	"github.com/moehost/moehost/host/dht"
+	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/sdk/swarm"
 )
 

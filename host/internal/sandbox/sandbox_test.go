@@ -12,7 +12,7 @@ import (
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
 // probeWasm is a hostile guest: x[0] picks a misuse of the ABI.

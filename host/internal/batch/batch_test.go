@@ -13,8 +13,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/moehost/moehost/host/batch"
-	"github.com/moehost/moehost/host/runtime"
+	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/sched"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -86,7 +86,7 @@ func (r *recorder) sizes() []int {
 // start makes a pool with a running worker; both stop with the test.
 func start(t *testing.T, lim batch.Limits, rec *recorder) *batch.Pool[[]int, []int] {
 	t.Helper()
-	w := runtime.NewWorker()
+	w := sched.NewWorker()
 	p := batch.NewPool(lim, rec.ops(), nil, w.Notify)
 	w.Add(p)
 	w.Start(context.Background())
@@ -209,7 +209,7 @@ func TestQueueFull(t *testing.T) {
 
 func TestCancelledRequestIsSkipped(t *testing.T) {
 	rec := &recorder{}
-	w := runtime.NewWorker()
+	w := sched.NewWorker()
 	p := batch.NewPool(batch.Limits{MaxWait: time.Millisecond}, rec.ops(), nil, w.Notify)
 	w.Add(p)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -279,7 +279,7 @@ func TestFailingBatchFailsOnlyItsRequests(t *testing.T) {
 
 func TestShutdownIsBounded(t *testing.T) {
 	rec := &recorder{block: make(chan struct{})} // never unblocked
-	w := runtime.NewWorker()
+	w := sched.NewWorker()
 	p := batch.NewPool(batch.Limits{MaxBatchSize: 1, MaxWait: time.Millisecond}, rec.ops(), nil, w.Notify)
 	w.Add(p)
 	w.Start(context.Background())
@@ -309,7 +309,7 @@ func TestShutdownIsBounded(t *testing.T) {
 func TestOldestPoolFirst(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
-	w := runtime.NewWorker()
+	w := sched.NewWorker()
 	var pools []*batch.Pool[[]int, []int]
 	for _, name := range []string{"a", "b", "c"} {
 		rec := &recorder{}
@@ -352,7 +352,7 @@ func TestOldestPoolFirst(t *testing.T) {
 // of a split request, which fails if any piece does.
 func TestErrorsFailRequestsOneByOne(t *testing.T) {
 	errOdd := errors.New("odd request")
-	w := runtime.NewWorker()
+	w := sched.NewWorker()
 	ops := batch.Ops[[]int, []int]{
 		Rows:  func(v []int) int { return len(v) },
 		Split: (&recorder{}).ops().Split,
@@ -424,7 +424,7 @@ func (o *slowObserver) Queue(int) {}
 func TestBatchObservedBeforeAnswers(t *testing.T) {
 	var rec recorder
 	obs := &slowObserver{}
-	w := runtime.NewWorker()
+	w := sched.NewWorker()
 	p := batch.NewPool(batch.Limits{}, rec.ops(), obs, w.Notify)
 	w.Add(p)
 	w.Start(context.Background())

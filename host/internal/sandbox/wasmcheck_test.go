@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
 // hostileModules each declare something that costs host memory outside

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moehost/moehost/host/dht"
+	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/sdk/swarm"
 )
 

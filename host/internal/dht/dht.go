@@ -21,7 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/moehost/moehost/modules"
+	"github.com/moehost/moehost/internal/atomicfile"
 	"github.com/moehost/moehost/sdk/swarm"
 )
 
@@ -113,7 +113,7 @@ func New(ctx context.Context, cfg Config, experts Experts) (*Service, error) {
 	s := &Service{cfg: cfg, log: log, experts: experts, node: node}
 	s.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(len(node.Peers())) })
 	addrs := node.Addrs()
-	if err := modules.WriteFileAtomic(filepath.Join(cfg.DataDir, AddrsFile), []byte(strings.Join(addrs, "\n")+"\n")); err != nil {
+	if err := atomicfile.Write(filepath.Join(cfg.DataDir, AddrsFile), []byte(strings.Join(addrs, "\n")+"\n")); err != nil {
 		return nil, errors.Join(fmt.Errorf("dht: writing %s: %w", AddrsFile, err), s.Close(ctx))
 	}
 	log.Info("dht node up", "peer", node.PeerID(), "addrs", strings.Join(addrs, ","))
@@ -144,7 +144,7 @@ func loadIdentity(path string) (*swarm.Identity, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("dht: %w", err)
 	}
-	if err := modules.WriteFileAtomic(path, b); err != nil {
+	if err := atomicfile.Write(path, b); err != nil {
 		return nil, fmt.Errorf("dht: writing key: %w", err)
 	}
 	return id, nil

@@ -7,7 +7,7 @@ import (
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/sandbox"
+	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
 // zooCallBytes runs one forward of m with a tape (as a backward does) at
