@@ -8,7 +8,7 @@ export default defineConfig({
   base: "/ui/",
   resolve: {
     alias: {
-      "@moehost/client": fileURLToPath(new URL("../../../sdk/ts/src/index.ts", import.meta.url)),
+      "@moehost/client": fileURLToPath(new URL("../../../../sdk/ts/src/index.ts", import.meta.url)),
     },
     dedupe: ["@bufbuild/protobuf", "@connectrpc/connect", "@connectrpc/connect-web"],
   },
