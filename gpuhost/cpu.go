@@ -54,11 +54,6 @@ func (d *cpuDevice) Name() string {
 	return "cpu"
 }
 
-// alloc returns a zero-filled tensor.
-func (d *cpuDevice) alloc(dt abi.DType, shape []int) (*Tensor, error) {
-	return d.allocate(dt, shape, true, true)
-}
-
 // allocDirty returns a tensor whose float32 storage may hold a released
 // tensor's values, for callers that overwrite all of it.
 func (d *cpuDevice) allocDirty(dt abi.DType, shape []int) (*Tensor, error) {

@@ -286,11 +286,6 @@ func (d *cudaDevice) allocate(dt abi.DType, shape []int, zero, fit bool) (*Tenso
 	return &Tensor{dt: dt, shape: append([]int{}, shape...), n: n, dev: d, mem: b, charged: b.bytes}, nil
 }
 
-// alloc returns a zero-filled tensor.
-func (d *cudaDevice) alloc(dt abi.DType, shape []int) (*Tensor, error) {
-	return d.allocate(dt, shape, true, true)
-}
-
 // allocDirty returns a scratch tensor whose storage may hold a released
 // tensor's values, charged against the ceiling; callers overwrite all of
 // it and Release it after use.
@@ -307,7 +302,8 @@ func (t *Tensor) buf() *cudaBuf {
 // dptr returns the device address of t's storage, of any dtype.
 func (t *Tensor) dptr() cuda.Ptr { return t.buf().ptr }
 
-// cudaBlock is the threads of a block in launch1D and launchRows.
+// cudaBlock is the threads of a block in launch1D, and the most in
+// launchRowsOf.
 const cudaBlock = 256
 
 // cudaMaxGrid bounds launch1D's grid: the kernels stride over the rest,
@@ -323,19 +319,6 @@ func (d *cudaDevice) launch1D(kernel string, n int, args ...any) error {
 	}
 	g := min((n+cudaBlock-1)/cudaBlock, cudaMaxGrid)
 	return d.launch(kernel, cuda.Dim3{X: uint32(g), Y: 1, Z: 1}, cuda.Dim3{X: cudaBlock, Y: 1, Z: 1}, args...)
-}
-
-// launchRows launches kernel with one block of 256 threads per row. Past
-// 65535 rows the grid is split into grid.y, so kernels compute their row
-// as blockIdx.y·gridDim.x + blockIdx.x (moe_block_row in prelude.cuh)
-// and return when it is past the last.
-func (d *cudaDevice) launchRows(kernel string, rows int, args ...any) error {
-	if rows <= 0 {
-		return nil
-	}
-	gx := min(rows, 65535)
-	gy := (rows + gx - 1) / gx
-	return d.launch(kernel, cuda.Dim3{X: uint32(gx), Y: uint32(gy), Z: 1}, cuda.Dim3{X: cudaBlock, Y: 1, Z: 1}, args...)
 }
 
 // launch runs one kernel on the device's stream.

@@ -27,11 +27,13 @@ const normChunkRows = 64
 // maxNormChunks caps the partial sums of a norm's weight gradient.
 const maxNormChunks = 1024
 
-// launchRowsOf is launchRows for rows of width elements: one block a row,
-// of the fewest threads from 32 to 256 (a power of two, as the block
+// launchRowsOf launches kernel over rows of width elements: one block a
+// row, of the fewest threads from 32 to 256 (a power of two, as the block
 // reductions need) that cover the row, so that short rows (a softmax
-// over 8 experts) do not leave 248 of 256 threads idle. The grid spills
-// into y past 65535 rows, as launchRows's (moe_block_row).
+// over 8 experts) do not leave 248 of 256 threads idle. Past 65535 rows
+// the grid is split into grid.y, so kernels compute their row as
+// blockIdx.y·gridDim.x + blockIdx.x (moe_block_row in prelude.cuh) and
+// return when it is past the last.
 func (d *cudaDevice) launchRowsOf(kernel string, rows, width int, args ...any) error {
 	if rows <= 0 {
 		return nil

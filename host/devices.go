@@ -53,7 +53,7 @@ func parseDeviceSpec(spec string) (deviceSpec, error) {
 	}
 	list, ok := strings.CutPrefix(s, "cuda:")
 	if !ok {
-		return deviceSpec{}, fmt.Errorf("device %q: want cpu, cuda, cuda:N or cuda:N,M,...", spec)
+		return deviceSpec{}, fmt.Errorf("device %q: want cpu, cuda, cuda:N or a list cuda:N,M", spec)
 	}
 	var ds deviceSpec
 	for _, f := range strings.Split(list, ",") {

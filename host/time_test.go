@@ -44,16 +44,20 @@ func mustFloats(t testing.TB, dev gpuhost.Device, x *gpuhost.Tensor) []float32 {
 	return v
 }
 
+// barrier returns once mu is free: it waits for whoever holds it.
+func barrier(mu *sync.Mutex) {
+	mu.Lock()
+	defer mu.Unlock()
+}
+
 // waitIdle waits until the pools of e are empty and no batch of e runs.
 func waitIdle(t testing.TB, e *expert) {
 	t.Helper()
-	e.slot.mu.Lock() // held while a batch runs
-	e.slot.mu.Unlock()
+	barrier(&e.slot.mu) // held while a batch runs
 	for e.fwd.Depth() > 0 || e.bwd.Depth() > 0 {
 		time.Sleep(time.Millisecond)
 	}
-	e.slot.mu.Lock()
-	e.slot.mu.Unlock()
+	barrier(&e.slot.mu)
 }
 
 // waitRunning waits until a batch of e runs: its queue is empty and the

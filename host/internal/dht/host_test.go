@@ -91,7 +91,7 @@ func TestServerJoinsAnnouncesAndServesDiscovery(t *testing.T) {
 	defer peer.Close()
 	recs := findUntil(t, peer, "nop.0.1", 1)
 	if r := recs[0]; r.PeerID != info.PeerID || !slices.Equal(r.URLs, []string{url}) || !strings.HasPrefix(r.Digest, "sha256:") ||
-		r.Expires.Sub(time.Now()) > 3*time.Second || r.Expires.Before(time.Now()) {
+		time.Until(r.Expires) > 3*time.Second || r.Expires.Before(time.Now()) {
 		t.Errorf("record %+v", r)
 	}
 	if got := findUntil(t, peer, "nop.", 1)[0].Children; !slices.Equal(got, []int32{0, 2}) {

@@ -54,7 +54,7 @@ func runCompare(ctx context.Context, stdout io.Writer, c compareFlags, dataDir s
 		hidden, c.batch, c.threads, c.rounds, c.seconds)
 	res, err := compare.Run(ctx, compare.Config{
 		Module: wasmexperts.FFN, Hidden: hidden, Batch: c.batch, Threads: c.threads,
-		Rounds: c.rounds, Seconds: c.seconds, Python: c.python, Script: c.script, DataDir: dataDir,
+		Rounds: c.rounds, Measure: c.seconds, Python: c.python, Script: c.script, DataDir: dataDir,
 		MinTorchGFLOPS: c.minTorchGFLOPS,
 	}, stdout)
 	if err != nil {

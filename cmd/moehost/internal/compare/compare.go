@@ -44,7 +44,7 @@ type Config struct {
 	Batch   int           // rows per batch, 256
 	Threads int           // torch.set_num_threads and moehost's GOMAXPROCS
 	Rounds  int           // measurement rounds per side
-	Seconds time.Duration // measured time per mode and round
+	Measure time.Duration // measured time per mode and round
 	Python  string        // python3
 	Script  string        // scripts/bench_torch_ffn.py; empty skips torch
 	DataDir string        // server data dir (compilation cache)
@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Result, error) {
 
 	for r := range cfg.Rounds {
 		if torch != nil {
-			t, err := torch.round(cfg.Seconds)
+			t, err := torch.round(cfg.Measure)
 			if err != nil {
 				return res, err
 			}
@@ -200,10 +200,10 @@ func (p *inProc) round(ctx context.Context, cfg Config) (Rates, error) {
 	shape := []int{cfg.Batch, cfg.Hidden}
 	var r Rates
 	var err error
-	if r.Fwd, err = rate(ctx, cfg.Batch, cfg.Seconds, func() error { return p.Forward(ctx, shape) }); err != nil {
+	if r.Fwd, err = rate(ctx, cfg.Batch, cfg.Measure, func() error { return p.Forward(ctx, shape) }); err != nil {
 		return r, err
 	}
-	r.FwdBwd, err = rate(ctx, cfg.Batch, cfg.Seconds, func() error { return p.Backward(ctx, shape) })
+	r.FwdBwd, err = rate(ctx, cfg.Batch, cfg.Measure, func() error { return p.Backward(ctx, shape) })
 	return r, err
 }
 
@@ -267,7 +267,7 @@ func (r *remote) close(ctx context.Context) {
 func (r *remote) round(ctx context.Context, cfg Config) (Rates, error) {
 	var out Rates
 	var err error
-	out.Fwd, err = rate(ctx, cfg.Batch, cfg.Seconds, func() error {
+	out.Fwd, err = rate(ctx, cfg.Batch, cfg.Measure, func() error {
 		res, err := r.client.Forward(ctx, connect.NewRequest(r.fwd))
 		if err == nil && len(res.Msg.GetOutputs()) != 1 {
 			err = errors.New("forward: want one output")
@@ -277,7 +277,7 @@ func (r *remote) round(ctx context.Context, cfg Config) (Rates, error) {
 	if err != nil {
 		return out, err
 	}
-	out.FwdBwd, err = rate(ctx, cfg.Batch, cfg.Seconds, func() error {
+	out.FwdBwd, err = rate(ctx, cfg.Batch, cfg.Measure, func() error {
 		res, err := r.client.Backward(ctx, connect.NewRequest(r.bwd))
 		if err == nil && len(res.Msg.GetGradInputs()) != 1 {
 			err = errors.New("backward: want one grad input")

@@ -13,7 +13,7 @@
 #define MOE_EXTERN_SHARED(T, name) extern __shared__ __align__(16) T name[]
 #endif
 
-// moe_block_row is the row of a block launched by the device's launchRows:
+// moe_block_row is the row of a block launched by the device's launchRowsOf:
 // its grid has at most 65535 blocks in x and the rest in y, so the last
 // blocks may be past the last row and must return.
 __device__ inline long long moe_block_row() {
