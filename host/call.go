@@ -6,7 +6,6 @@ import (
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // Device returns the device the server's experts run on, on which the
@@ -43,11 +42,11 @@ func (s *Server) Backward(ctx context.Context, uid string, inputs, gradOutputs [
 	}
 	batch := inputs[0].Shape()[0]
 	if len(gradOutputs) != len(e.outSpecs) {
-		return nil, fmt.Errorf("%w: backward %q: got %d output gradients, want %d", rpc.ErrInvalidArgument, uid, len(gradOutputs), len(e.outSpecs))
+		return nil, fmt.Errorf("%w: backward %q: got %d output gradients, want %d", ErrBadTensors, uid, len(gradOutputs), len(e.outSpecs))
 	}
 	for i, g := range gradOutputs {
 		if n, err := sandbox.CheckInputs(e.outSpecs[i:i+1], []*gpuhost.Tensor{g}); err != nil || n != batch {
-			return nil, fmt.Errorf("%w: backward %q: gradient of output %d does not fit %s with batch %d", rpc.ErrInvalidArgument, uid, i, e.outSpecs[i], batch)
+			return nil, fmt.Errorf("%w: backward %q: gradient of output %d does not fit %s with batch %d", ErrBadTensors, uid, i, e.outSpecs[i], batch)
 		}
 	}
 	return e.Backward(ctx, inputs, gradOutputs)
@@ -60,15 +59,15 @@ func (s *Server) callable(uid string, inputs []*gpuhost.Tensor) (*expert, error)
 	e, ok := s.experts[uid]
 	s.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: no expert %q on this server", rpc.ErrNotFound, uid)
+		return nil, fmt.Errorf("%w: no expert %q on this server", ErrUnknownExpert, uid)
 	}
 	for i, t := range inputs {
 		if t == nil || t.Device() != e.Device() {
-			return nil, fmt.Errorf("%w: %q: input %d is not a tensor of the server's device", rpc.ErrInvalidArgument, uid, i)
+			return nil, fmt.Errorf("%w: %q: input %d is not a tensor of the server's device", ErrBadTensors, uid, i)
 		}
 	}
 	if _, err := sandbox.CheckInputs(e.inSpecs, inputs); err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", rpc.ErrInvalidArgument, uid, err)
+		return nil, fmt.Errorf("%w: %q: %w", ErrBadTensors, uid, err)
 	}
 	return e, nil
 }

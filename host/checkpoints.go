@@ -305,7 +305,7 @@ func (p *taskPool) run(ctx context.Context, fn func()) error {
 	case <-t.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: waiting for the device worker: %w", rpc.ErrUnavailable, ctx.Err())
+		return fmt.Errorf("%w: waiting for the device worker: %w", ErrNotRun, ctx.Err())
 	}
 }
 
@@ -402,7 +402,7 @@ func (cs *ckptService) expert(uid string) (*expert, error) {
 	t := (*table)(cs)
 	e, ok := t.Expert(uid)
 	if !ok {
-		return nil, fmt.Errorf("%w: no expert %q on this server", rpc.ErrNotFound, uid)
+		return nil, fmt.Errorf("%w: no expert %q on this server", ErrUnknownExpert, uid)
 	}
 	return e.(*expert), nil
 }
@@ -411,7 +411,7 @@ func (cs *ckptService) checkpointer() (*checkpointer, error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.ckpt == nil {
-		return nil, fmt.Errorf("%w: checkpoints are off on this server", rpc.ErrFailedPrecondition)
+		return nil, ErrCheckpointsOff
 	}
 	return cs.ckpt, nil
 }
@@ -490,22 +490,19 @@ func (cs *ckptService) Restore(ctx context.Context, uid string, step *int64) (*m
 	}
 	if pick == nil {
 		if step == nil {
-			return nil, fmt.Errorf("%w: expert %q has no checkpoint", rpc.ErrNotFound, uid)
+			return nil, fmt.Errorf("%w: expert %q has none", checkpoint.ErrNotFound, uid)
 		}
-		return nil, fmt.Errorf("%w: expert %q has no checkpoint at step %d", rpc.ErrNotFound, uid, *step)
+		return nil, fmt.Errorf("%w: expert %q has none at step %d", checkpoint.ErrNotFound, uid, *step)
 	}
 	ck, err := c.store.Load(uid, pick.Step, c.maxBytes())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", rpc.ErrFailedPrecondition, err)
+		return nil, fmt.Errorf("%w: %w", ErrCheckpointUnreadable, err)
 	}
 	var restoreErr error
 	if err := c.srv.laneOf(e).tasks.run(ctx, func() { restoreErr = e.restoreFrom(ck, c.cfg.AllowModuleChange, cs.log.Warn) }); err != nil {
 		return nil, err
 	}
 	if restoreErr != nil {
-		if errors.Is(restoreErr, ErrCheckpointMismatch) {
-			return nil, fmt.Errorf("%w: %w", rpc.ErrFailedPrecondition, restoreErr)
-		}
 		return nil, restoreErr
 	}
 	c.mu.Lock()
@@ -553,7 +550,7 @@ func (s *Server) checkpointHandler(ln net.Listener) (string, http.Handler, bool)
 		s.log.Info("the checkpoint service is off: the server does not listen on loopback and has no admin token")
 		return "", nil, false
 	}
-	path, h := rpc.NewCheckpointHandler((*ckptService)(s), s.cfg.adminToken)
+	path, h := rpc.NewCheckpointHandler((*ckptService)(s), s.cfg.adminToken, errorCodes)
 	return path, h, true
 }
 

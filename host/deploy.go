@@ -95,7 +95,7 @@ func (l *loader) runtime(ctx context.Context, owner string, limits sandbox.Limit
 		}
 	}
 	if n >= maxRuntimesPerOwner {
-		return nil, "", fmt.Errorf("%w: %q already runs experts under %d different sets of limits, the most one owner may", rpc.ErrResourceExhausted, owner, n)
+		return nil, "", fmt.Errorf("%w: %q already runs experts under %d different sets of limits, the most one owner may", ErrTooManyLimits, owner, n)
 	}
 	rt, err := sandbox.NewRuntimeWithCache(ctx, l.cache, limits)
 	if err != nil {
@@ -255,9 +255,6 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	} else {
 		e, err = newExpert(ctx, ec.UID, cm.m, ln.dev, ec.Config, opt, limits.ParamBytes)
 	}
-	if limited(err) {
-		return nil, false, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
-	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -296,7 +293,7 @@ func (s *Server) unload(ctx context.Context, l *loader, e *expert) error {
 }
 
 // Deploy loads ec and serves it while the server runs: a uid that is
-// already served is refused (rpc.ErrAlreadyExists). The expert is in
+// already served is refused (ErrExpertServed). The expert is in
 // Info, the DHT's next announcement and /metrics once Deploy returns.
 func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 	l, err := s.liveLoader()
@@ -304,7 +301,7 @@ func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 		return err
 	}
 	if err := ec.validate(s.ckpt != nil); err != nil {
-		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -312,7 +309,7 @@ func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 	_, taken := s.experts[ec.UID]
 	s.mu.Unlock()
 	if taken {
-		return fmt.Errorf("%w: expert %q is already served", rpc.ErrAlreadyExists, ec.UID)
+		return fmt.Errorf("%w: %q", ErrExpertServed, ec.UID)
 	}
 	e, _, err := s.load(ctx, l, ec)
 	if err != nil {
@@ -368,7 +365,7 @@ func (s *Server) Undeploy(ctx context.Context, uid string) error {
 		return s.saveDeployments(l)
 	}
 	if !ok {
-		return fmt.Errorf("%w: expert %q is not served", rpc.ErrNotFound, uid)
+		return fmt.Errorf("%w: expert %q is not served", ErrUnknownExpert, uid)
 	}
 	gone := fmt.Errorf("expert %q was undeployed", uid)
 	e.fwd.Close(gone)
@@ -390,10 +387,10 @@ func (s *Server) Undeploy(ctx context.Context, uid string) error {
 func (s *Server) liveLoader() (*loader, error) {
 	select {
 	case <-s.done:
-		return nil, fmt.Errorf("%w: %w", rpc.ErrUnavailable, errShuttingDown)
+		return nil, fmt.Errorf("%w: %w", ErrNotRun, errShuttingDown)
 	case <-s.ready:
 	default:
-		return nil, fmt.Errorf("%w: the server is not running", rpc.ErrUnavailable)
+		return nil, fmt.Errorf("%w: the server is not running", ErrNotRun)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/rpc"
@@ -60,7 +61,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 			t.Fatalf("%s answered %v, want %v (as served from the start)", uid, got[:4], w[:4])
 		}
 	}
-	if _, err := srv.Forward(ctx, "ffn.1", []*gpuhost.Tensor{x()}); !errors.Is(err, rpc.ErrNotFound) {
+	if _, err := srv.Forward(ctx, "ffn.1", []*gpuhost.Tensor{x()}); errorCodes.Of(err) != connect.CodeNotFound {
 		t.Fatalf("before Deploy: %v, want not found", err)
 	}
 	for _, uid := range []string{"ffn.1", "ffn.2"} {
@@ -76,7 +77,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 	if got := srv.experts["ffn.1"].Info().GetOwner(); got != "alice" {
 		t.Errorf("owner %q, want alice", got)
 	}
-	if err := srv.Deploy(ctx, ExpertConfig{UID: "ffn.1", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg}); !errors.Is(err, rpc.ErrAlreadyExists) {
+	if err := srv.Deploy(ctx, ExpertConfig{UID: "ffn.1", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg}); errorCodes.Of(err) != connect.CodeAlreadyExists {
 		t.Errorf("deploying a served uid: %v, want already exists", err)
 	}
 	if err := srv.Deploy(ctx, ExpertConfig{UID: "bad.0", Module: ModuleBytes([]byte("\x00asm junk"))}); !errors.Is(err, ErrInvalidModule) {
@@ -114,7 +115,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if !errors.Is(err, rpc.ErrUnavailable) || !strings.Contains(err.Error(), "undeployed") {
+		if errorCodes.Of(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "undeployed") {
 			t.Errorf("queued request %d: %v, want unavailable", i, err)
 		}
 	}
@@ -122,10 +123,10 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 	if err := srv.Undeploy(ctx, "ffn.1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Forward(ctx, "ffn.1", []*gpuhost.Tensor{x()}); !errors.Is(err, rpc.ErrNotFound) {
+	if _, err := srv.Forward(ctx, "ffn.1", []*gpuhost.Tensor{x()}); errorCodes.Of(err) != connect.CodeNotFound {
 		t.Errorf("after Undeploy: %v, want not found", err)
 	}
-	if err := srv.Undeploy(ctx, "ffn.1"); !errors.Is(err, rpc.ErrNotFound) {
+	if err := srv.Undeploy(ctx, "ffn.1"); errorCodes.Of(err) != connect.CodeNotFound {
 		t.Errorf("undeploying twice: %v, want not found", err)
 	}
 	check("ffn.2") // its shared instance stayed
@@ -296,7 +297,7 @@ func TestTenantParamBytesCapCoversAllItsExperts(t *testing.T) {
 		t.Fatalf("the second expert fits: %v", err)
 	}
 	err = deploy("alice.c")
-	if !errors.Is(err, rpc.ErrResourceExhausted) || !strings.Contains(err.Error(), "parameter budget") {
+	if errorCodes.Of(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "parameter budget") {
 		t.Fatalf("the third expert: %v, want resource exhausted naming the parameter budget", err)
 	}
 	if _, ok := srv.experts["alice.c"]; ok {

@@ -2,13 +2,13 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/rpc"
@@ -131,7 +131,7 @@ func (s *Server) startDHT(ctx context.Context) ([]rpc.Service, error) {
 	s.mu.Lock()
 	s.dht = d
 	s.mu.Unlock()
-	path, h := d.Handler()
+	path, h := d.Handler(connect.WithInterceptors(errorCodes.Interceptor()))
 	return []rpc.Service{{Name: moehostv1connect.DiscoveryServiceName, Path: path, Handler: h}}, nil
 }
 
@@ -171,10 +171,7 @@ func (t *table) DHTExperts() []dht.Expert {
 	return out
 }
 
-var (
-	_ dht.Experts = (*table)(nil)
-	_             = errors.New
-)
+var _ dht.Experts = (*table)(nil)
 
 // WithoutDHT undoes WithDHT: the server runs no DHT.
 func WithoutDHT() Option {

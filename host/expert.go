@@ -113,12 +113,12 @@ func (e *expert) instance(ctx context.Context) (*sandbox.Instance, error) {
 		}
 		inst, err := e.module.Instantiate(ctx, e.binding)
 		if err != nil {
-			return nil, fmt.Errorf("%w: replacing the instance of %q: %w", rpc.ErrUnavailable, e.uid, err)
+			return nil, fmt.Errorf("%w: replacing the instance of %q: %w", ErrNotRun, e.uid, err)
 		}
 		e.slot.inst = inst
 	}
 	if err := e.slot.inst.Bind(e.binding.Params); err != nil {
-		return nil, fmt.Errorf("%w: binding the parameters of %q: %w", rpc.ErrInternal, e.uid, err)
+		return nil, fmt.Errorf("binding the parameters of %q: %w", e.uid, err)
 	}
 	return e.slot.inst, nil
 }
@@ -146,7 +146,7 @@ func (e *expert) quarantine() time.Duration {
 func (e *expert) checkQuarantine() error {
 	until := time.Unix(0, e.quarantined.Load())
 	if left := time.Until(until); left > 0 {
-		return fmt.Errorf("%w: expert %q ran past its call timeout of %v and is quarantined for %v more", rpc.ErrUnavailable, e.uid, e.callTimeout, left.Round(time.Millisecond))
+		return fmt.Errorf("%w: %q ran past its call timeout of %v and is quarantined for %v more", ErrQuarantined, e.uid, e.callTimeout, left.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -175,15 +175,10 @@ func (e *expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 	return grads, poolError(e.uid, err)
 }
 
-// poolError maps the pools' errors for the RPC layer.
+// poolError names the expert in the pools' own refusals.
 func poolError(uid string, err error) error {
-	switch {
-	case errors.Is(err, batch.ErrQueueFull):
-		return fmt.Errorf("%w: expert %q: %w", rpc.ErrResourceExhausted, uid, err)
-	case errors.Is(err, batch.ErrClosed):
-		return fmt.Errorf("%w: expert %q: %w", rpc.ErrUnavailable, uid, err)
-	case limited(err) && !errors.Is(err, rpc.ErrResourceExhausted):
-		return fmt.Errorf("%w: expert %q: %w", rpc.ErrResourceExhausted, uid, err)
+	if errors.Is(err, batch.ErrQueueFull) || errors.Is(err, batch.ErrClosed) {
+		return fmt.Errorf("expert %q: %w", uid, err)
 	}
 	return err
 }
@@ -239,7 +234,7 @@ func (e *expert) step(params, gradParams []*gpuhost.Tensor, gradInputs ...[]*gpu
 		return slices.ContainsFunc(gradInputs, func(gi []*gpuhost.Tensor) bool { return slices.Contains(gi, g) })
 	})...)
 	if err != nil {
-		return e.fail(fmt.Errorf("%w: optimizer step: %w", rpc.ErrInternal, err))
+		return e.fail(fmt.Errorf("optimizer step: %w", err))
 	}
 	e.succeed()
 	return nil
@@ -272,7 +267,7 @@ func (e *expert) rerun(traps int) error {
 	if traps < rerunTraps {
 		return nil
 	}
-	return fmt.Errorf("%w: expert %q trapped on %d requests of this batch; the rest were not run", rpc.ErrUnavailable, e.uid, traps)
+	return fmt.Errorf("%w: expert %q trapped on %d requests of this batch, so the rest were not run", ErrNotRun, e.uid, traps)
 }
 
 // forwardEach runs each request as a batch of its own, after their batch
@@ -334,7 +329,7 @@ func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.
 			// The tensors summed here may be a custom backward's input
 			// gradients too; they are left to the garbage collector.
 			if sum[j], err = gpuhost.Apply(dev, nil, abi.OpAdd, []*gpuhost.Tensor{sum[j], g}, nil); err != nil {
-				return nil, e.fail(fmt.Errorf("%w: summing parameter gradients: %w", rpc.ErrInternal, err))
+				return nil, e.fail(fmt.Errorf("summing parameter gradients: %w", err))
 			}
 		}
 	}
@@ -378,7 +373,7 @@ func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.T
 	for i, in := range inputs {
 		if gradInputs[i] == nil {
 			if gradInputs[i], err = e.Device().Zeros(in.DType(), in.Shape()); err != nil {
-				return nil, nil, nil, e.fail(fmt.Errorf("%w: gradient of input %d: %w", rpc.ErrInternal, i, err))
+				return nil, nil, nil, e.fail(fmt.Errorf("gradient of input %d: %w", i, err))
 			}
 		}
 	}
@@ -421,7 +416,7 @@ func (e *expert) tapeGradients(ctx context.Context, inst *sandbox.Instance, inpu
 	case errors.Is(err, errTapeTimeout):
 		return nil, nil, fmt.Errorf("backward through the tape: %w", err)
 	default:
-		return nil, nil, fmt.Errorf("%w: backward through the tape: %w", rpc.ErrInternal, err)
+		return nil, nil, fmt.Errorf("backward through the tape: %w", err)
 	}
 	gradInputs = make([]*gpuhost.Tensor, len(inputs))
 	for j, i := range floatIn {
@@ -441,7 +436,7 @@ func (e *expert) customGradients(ctx context.Context, inst *sandbox.Instance, in
 	for i, p := range params {
 		if gradParams[i] = byParam[p]; gradParams[i] == nil {
 			if gradParams[i], err = e.Device().Zeros(p.DType(), p.Shape()); err != nil {
-				return nil, nil, fmt.Errorf("%w: gradient of parameter %d: %w", rpc.ErrInternal, i, err)
+				return nil, nil, fmt.Errorf("gradient of parameter %d: %w", i, err)
 			}
 		}
 	}
@@ -453,22 +448,18 @@ func (e *expert) customGradients(ctx context.Context, inst *sandbox.Instance, in
 // but its instance is not broken and stays.
 var errTapeTimeout = fmt.Errorf("%w: the tape's backward ran past the call timeout", context.DeadlineExceeded)
 
-// fail maps a failed call's err for the RPC layer. Only the host's and the
-// instance's failures (traps, timeouts, internal errors) count towards
+// fail counts a failed call against the expert's health. Only the host's
+// and the instance's failures (traps, timeouts, internal errors) count towards
 // unhealthy: bad inputs, a guest's error code and cancellations come from
 // the request, not from the expert. A call killed at its CallTimeout also
 // quarantines the expert. Call with e.slot.mu held.
 func (e *expert) fail(err error) error {
-	if limited(err) {
-		// The memory limit is not the expert's fault: the batch is
-		// refused, and the expert stays healthy.
-		return fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
-	}
 	switch {
-	case errors.Is(err, sandbox.ErrInvalidInput):
-		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
-	case errors.Is(err, sandbox.ErrGuest):
-		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+	case limited(err), errors.Is(err, sandbox.ErrInvalidInput), errors.Is(err, sandbox.ErrGuest):
+		// The memory limit, bad inputs and a guest's error code are not
+		// the expert's fault: the batch is refused, and the expert stays
+		// healthy.
+		return err
 	case errors.Is(err, sandbox.ErrTrap) && errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, errTapeTimeout):
 		e.failures.Add(1)
@@ -477,7 +468,7 @@ func (e *expert) fail(err error) error {
 		return fmt.Errorf("expert %q ran past its call timeout of %v and is quarantined for %v: %w", e.uid, e.callTimeout, d, err)
 	case errors.Is(err, sandbox.ErrTrap):
 		e.failures.Add(1)
-		return fmt.Errorf("%w: %w", rpc.ErrInternal, err)
+		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return err
 	}

@@ -89,7 +89,7 @@ func TestRepeatedFailuresMarkUnhealthy(t *testing.T) {
 		if !healthy() {
 			t.Fatalf("unhealthy after %d failures", i)
 		}
-		if _, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "trap.0", Inputs: trapInput(-1)})); codeOf(err) != connect.CodeInternal {
+		if _, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "trap.0", Inputs: trapInput(-1)})); codeOf(err) != connect.CodeFailedPrecondition {
 			t.Fatalf("trap: %v", err)
 		}
 	}

@@ -280,6 +280,7 @@ func (s *Server) start(ctx context.Context) error {
 		Server:          (*describer)(s),
 		CORSOrigins:     s.cfg.corsOrigins,
 		Services:        services,
+		Codes:           errorCodes,
 	}
 	if s.tenants != nil {
 		opts.Auth, opts.Modules, opts.MaxUploadBytes = (*authenticator)(s), (*moduleAPI)(s), s.maxUploadBytes()

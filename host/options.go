@@ -13,6 +13,7 @@ import (
 	"github.com/moehost/moehost/host/internal/batch"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/modules"
+	"github.com/moehost/moehost/sdk/swarm"
 )
 
 // Option configures a Server. Options are applied in order by New; a later
@@ -287,6 +288,9 @@ func (c *config) validate() error {
 func (e ExpertConfig) validate(withCheckpoints bool) error {
 	if e.UID == "" {
 		return errors.New("an expert has no uid")
+	}
+	if len(e.UID) > swarm.MaxNameLen {
+		return fmt.Errorf("uid %.40q… is %d bytes, more than %d", e.UID, len(e.UID), swarm.MaxNameLen)
 	}
 	if e.Module.empty() {
 		return fmt.Errorf("expert %q has no module", e.UID)

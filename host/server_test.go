@@ -326,7 +326,7 @@ func TestBadInputGetsPreciseError(t *testing.T) {
 		{"empty batch", "small.0", []*moehostv1.Tensor{tensor([]int64{0, h}, nil)}, connect.CodeInvalidArgument, "at least one example"},
 		{"negative batch", "small.0", []*moehostv1.Tensor{tensor([]int64{-2, h}, nil)}, connect.CodeInvalidArgument, schema},
 		{"huge shape", "small.0", []*moehostv1.Tensor{tensor([]int64{1 << 40, h}, nil)}, connect.CodeInvalidArgument, "too large"},
-		{"guest trap", "trap.0", []*moehostv1.Tensor{tensor([]int64{1, 4}, []float64{-1, 0, 0, 0})}, connect.CodeInternal, "unreachable"},
+		{"guest trap", "trap.0", []*moehostv1.Tensor{tensor([]int64{1, 4}, []float64{-1, 0, 0, 0})}, connect.CodeFailedPrecondition, "unreachable"},
 	}
 	for _, c := range callers(t) {
 		for _, tt := range tests {

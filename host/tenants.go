@@ -76,12 +76,12 @@ func (s *Server) serverCaps() tenant.Caps {
 // caps returns the caps that apply to tenant name.
 func (s *Server) caps(name string) (tenant.Caps, error) {
 	if s.tenants == nil {
-		return tenant.Caps{}, fmt.Errorf("%w: tenant %q: the server has no tenants", rpc.ErrPermissionDenied, name)
+		return tenant.Caps{}, fmt.Errorf("%w: tenant %q", ErrNoTenants, name)
 	}
 	c, ok := s.tenants.Caps(name, s.serverCaps())
 	if !ok {
 		// Removed from the file since the token was checked.
-		return tenant.Caps{}, fmt.Errorf("%w: tenant %q is gone", rpc.ErrUnauthenticated, name)
+		return tenant.Caps{}, fmt.Errorf("%w: %q is gone", tenant.ErrUnknownTenant, name)
 	}
 	return c, nil
 }
@@ -173,11 +173,10 @@ func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload
 	}
 	mod, err := l.store.Upload(owner(c), u.Name, u.Body, s.maxUploadBytes(), q)
 	switch {
-	case errors.Is(err, modules.ErrTooLarge), errors.Is(err, modules.ErrQuota):
-		return rpc.ModuleInfo{}, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
 	case err != nil:
-		// The body's own errors wrap rpc's sentinels; the store's I/O
-		// errors are Internal.
+		// The store's sentinels and the body's own *connect.Errors keep
+		// their codes; a full disk is ResourceExhausted, other I/O
+		// errors Internal.
 		return rpc.ModuleInfo{}, fmt.Errorf("uploading: %w", err)
 	}
 	if !had[mod.Digest] {
@@ -195,13 +194,13 @@ func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload
 func (s *Server) validateModule(ctx context.Context, l *loader, owner, digest string) error {
 	wasm, err := l.store.Get(digest)
 	if err != nil {
-		return fmt.Errorf("%w: %w", rpc.ErrInternal, err)
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cm, key, _, err := l.compile(ctx, owner, l.limits(owner), wasm, digest)
 	if err != nil {
-		return fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+		return err
 	}
 	if cm.users == 0 {
 		cm.users = 1
@@ -244,11 +243,8 @@ func (m *moduleAPI) Delete(ctx context.Context, c rpc.Caller, digest string) err
 		return m.notYours(l, c, "module "+digest, digest)
 	}
 	err = l.store.Delete(owner(c), digest)
-	switch {
-	case errors.Is(err, modules.ErrInUse):
-		return fmt.Errorf("%w: %w; undeploy its experts first", rpc.ErrFailedPrecondition, err)
-	case errors.Is(err, modules.ErrNotFound):
-		return fmt.Errorf("%w: %w", rpc.ErrNotFound, err)
+	if errors.Is(err, modules.ErrInUse) {
+		return fmt.Errorf("%w; undeploy its experts first", err)
 	}
 	return err
 }
@@ -257,9 +253,9 @@ func (m *moduleAPI) Delete(ctx context.Context, c rpc.Caller, digest string) err
 // when another tenant has it, NotFound when nobody does.
 func (m *moduleAPI) notYours(l *loader, c rpc.Caller, what, digest string) error {
 	if l.store.Referenced(digest) {
-		return fmt.Errorf("%w: %s belongs to another tenant", rpc.ErrPermissionDenied, what)
+		return fmt.Errorf("%s: %w", what, ErrNotYours)
 	}
-	return fmt.Errorf("%w: %s: no such module; upload it first", rpc.ErrNotFound, what)
+	return fmt.Errorf("%w: %s: upload it first", modules.ErrNotFound, what)
 }
 
 func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) ([]string, error) {
@@ -270,17 +266,14 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 	}
 	uids, err := ExpandPattern(d.Experts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	own := owner(c)
 	var limits *GuestLimits
 	var caps tenant.Caps
 	if !c.Operator {
 		if err := s.tenants.MayDeploy(c.Tenant, d.Experts); err != nil {
-			if errors.Is(err, tenant.ErrInvalidPattern) {
-				return nil, fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
-			}
-			return nil, fmt.Errorf("%w: %w", rpc.ErrPermissionDenied, err)
+			return nil, err
 		}
 		if caps, err = s.caps(c.Tenant); err != nil {
 			return nil, err
@@ -288,10 +281,10 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 		want := tenant.Limits{MemoryPages: int64(d.Limits.MemoryPages), CallTimeout: d.Limits.CallTimeout,
 			BytesPerCall: d.Limits.BytesPerCall, ParamBytes: d.Limits.ParamBytes}
 		if err := caps.CheckLimits(want); err != nil {
-			return nil, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
+			return nil, err
 		}
 		if err := caps.Admit(tenant.Usage{Experts: int64(s.expertsOf(c.Tenant))}, tenant.Usage{Experts: int64(len(uids))}); err != nil {
-			return nil, fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, err)
+			return nil, err
 		}
 	}
 	if d.Limits != (rpc.ExpertLimits{}) {
@@ -303,7 +296,7 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 	}
 	for _, uid := range uids {
 		if e, ok := (*table)(s).Expert(uid); ok && e.(*expert).owner != own && !c.Operator {
-			return nil, fmt.Errorf("%w: %q is served by another owner", rpc.ErrPermissionDenied, uid)
+			return nil, fmt.Errorf("%q: %w", uid, ErrNotYours)
 		}
 	}
 	var batching *BatchLimits
@@ -343,7 +336,7 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 			// new one may declare what the others left.
 			left := caps.ParamBytes - s.paramBytesOf(c.Tenant)
 			if left <= 0 {
-				return undo(fmt.Errorf("%w: %w", rpc.ErrResourceExhausted, &tenant.CapError{Cap: "param_bytes", Limit: caps.ParamBytes, Want: caps.ParamBytes - left + 1}))
+				return undo(&tenant.CapError{Cap: "param_bytes", Limit: caps.ParamBytes, Want: caps.ParamBytes - left + 1})
 			}
 			capped := GuestLimits{}
 			if lim != nil {
@@ -395,7 +388,7 @@ func (m *moduleAPI) Undeploy(ctx context.Context, c rpc.Caller, experts string) 
 	s := m.srv()
 	uids, err := ExpandPattern(experts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", rpc.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	var mine []string
 	for _, uid := range uids {
@@ -404,12 +397,12 @@ func (m *moduleAPI) Undeploy(ctx context.Context, c rpc.Caller, experts string) 
 			continue
 		}
 		if e.(*expert).owner != owner(c) && !c.Operator {
-			return nil, fmt.Errorf("%w: %q belongs to another owner", rpc.ErrPermissionDenied, uid)
+			return nil, fmt.Errorf("%q: %w", uid, ErrNotYours)
 		}
 		mine = append(mine, uid)
 	}
 	if len(mine) == 0 {
-		return nil, fmt.Errorf("%w: %q names no served expert", rpc.ErrNotFound, experts)
+		return nil, fmt.Errorf("%w: %q names none served", ErrUnknownExpert, experts)
 	}
 	var errs []error
 	for _, uid := range mine {

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // pickyWasm is an identity expert on x:float32[-1,4] that refuses a batch
@@ -179,7 +179,7 @@ func TestBlameTheCulprit(t *testing.T) {
 			wg.Wait()
 			for i := range n {
 				if i == culprit {
-					if !errors.Is(errs[i], rpc.ErrInvalidArgument) || !strings.Contains(errs[i].Error(), "input holds 13") {
+					if errorCodes.Of(errs[i]) != connect.CodeInvalidArgument || !strings.Contains(errs[i].Error(), "input holds 13") {
 						t.Errorf("culprit: %v, want invalid argument with the guest's message", errs[i])
 					}
 					continue
@@ -271,11 +271,11 @@ func TestTrapBlamesTheCulprit(t *testing.T) {
 			for i := range n {
 				switch {
 				case slices.Contains(tt.culprits, i):
-					if !errors.Is(errs[i], rpc.ErrInternal) || !errors.Is(errs[i], sandbox.ErrTrap) {
+					if errorCodes.Of(errs[i]) != connect.CodeFailedPrecondition || !errors.Is(errs[i], sandbox.ErrTrap) {
 						t.Errorf("culprit %d: %v, want an internal error for the trap", i, errs[i])
 					}
 				case len(tt.culprits) > 1 && i > last:
-					if !errors.Is(errs[i], rpc.ErrUnavailable) || !strings.Contains(errs[i].Error(), "trapped on 2 requests") {
+					if errorCodes.Of(errs[i]) != connect.CodeUnavailable || !strings.Contains(errs[i].Error(), "trapped on 2 requests") {
 						t.Errorf("request %d after the second culprit: %v, want unavailable", i, errs[i])
 					}
 				case errs[i] != nil:
@@ -329,7 +329,7 @@ func TestSpinningExpertIsQuarantined(t *testing.T) {
 		for ctx.Err() == nil {
 			_, err := srv.Forward(ctx, "trap.0", []*gpuhost.Tensor{rows(t, dev, -1000, 0, 0, 0)})
 			switch {
-			case errors.Is(err, rpc.ErrUnavailable):
+			case errorCodes.Of(err) == connect.CodeUnavailable:
 				unavailable++
 				time.Sleep(time.Millisecond)
 			case errors.Is(err, context.DeadlineExceeded):

@@ -27,7 +27,7 @@ import (
 // details.
 var (
 	// ErrNotFound: no module with that digest is stored (for that tenant).
-	ErrNotFound = errors.New("module not found")
+	ErrNotFound = errors.New("no such module")
 	// ErrTooLarge: an upload ran past its size cap.
 	ErrTooLarge = errors.New("module too large")
 	// ErrQuota: keeping the module would put the tenant over a cap.

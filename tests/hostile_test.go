@@ -148,8 +148,8 @@ func TestHostileSuite(t *testing.T) {
 		{"attention's probabilities", 2, guestCodes, "attention would bring", hostileBudget},
 		{"one-byte tensors", 3, guestCodes, "tensor_new would bring", hostileBudget},
 		{"host calls that make nothing", 4, guestCodes, "host calls", hostileBudget},
-		{"deep recursion in moe_forward", 5, []connect.Code{connect.CodeInternal}, "stack overflow", 640 << 20},
-		{"trap", 99, []connect.Code{connect.CodeInternal}, "unreachable", hostileBudget},
+		{"deep recursion in moe_forward", 5, []connect.Code{connect.CodeFailedPrecondition}, "stack overflow", 640 << 20},
+		{"trap", 99, []connect.Code{connect.CodeFailedPrecondition}, "unreachable", hostileBudget},
 	}
 	checkGood(t)
 	for _, tt := range tests {
@@ -201,8 +201,8 @@ func TestHostileSuite(t *testing.T) {
 		wg.Wait()
 		for i, err := range errs {
 			if i == culprit {
-				if connect.CodeOf(err) != connect.CodeInternal || !strings.Contains(err.Error(), "unreachable") {
-					t.Errorf("the trapping request: %v, want internal naming the trap", err)
+				if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "unreachable") {
+					t.Errorf("the trapping request: %v, want FailedPrecondition naming the trap", err)
 				}
 			} else if err != nil {
 				t.Errorf("request %d, a batch-mate of a trap: %v", i, err)

@@ -280,7 +280,7 @@ func TestHostileUploads(t *testing.T) {
 		}
 	}
 	read := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join("..", "host", "sandbox", "testdata", name))
+		b, err := os.ReadFile(filepath.Join("..", "host", "internal", "sandbox", "testdata", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,8 +331,8 @@ func TestHostileUploads(t *testing.T) {
 	}{
 		{"a 4 TiB matmul", []float32{1, 0}, connect.CodeResourceExhausted},
 		{"tiny tensors", []float32{3, 0}, connect.CodeResourceExhausted},
-		{"deep recursion", []float32{5, 0}, connect.CodeInternal},
-		{"a trap", []float32{99, 0}, connect.CodeInternal},
+		{"deep recursion", []float32{5, 0}, connect.CodeFailedPrecondition},
+		{"a trap", []float32{99, 0}, connect.CodeFailedPrecondition},
 	} {
 		x := f32Tensor([]int64{1, 2}, c.x)
 		_, err := h.experts.Forward(ctx, authed(mallory, &moehostv1.ForwardRequest{Uid: "mallory.h.0", Inputs: []*moehostv1.Tensor{x}}))

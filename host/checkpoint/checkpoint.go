@@ -28,7 +28,7 @@ import (
 
 // ErrNotFound is returned when an expert has no checkpoint (at the step
 // asked for).
-var ErrNotFound = errors.New("checkpoint not found")
+var ErrNotFound = errors.New("no such checkpoint")
 
 // Metadata keys in both files' __metadata__.
 const (
@@ -128,8 +128,13 @@ func Open(dir string, keep int) (*Store, error) {
 
 // CheckUID refuses a uid that cannot be a directory name of its own.
 func CheckUID(uid string) error {
+	// maxUIDBytes is NAME_MAX of common file systems (ext4, xfs, tmpfs).
+	const maxUIDBytes = 255
 	if uid == "" || uid == "." || uid == ".." || strings.HasPrefix(uid, ".") || strings.ContainsAny(uid, `/\`+"\x00") {
 		return fmt.Errorf("uid %q cannot name a checkpoint directory", uid)
+	}
+	if len(uid) > maxUIDBytes {
+		return fmt.Errorf("uid %.40q… is %d bytes, longer than a checkpoint directory's name may be (%d)", uid, len(uid), maxUIDBytes)
 	}
 	return nil
 }

@@ -97,8 +97,8 @@ func ParseAccess(s string) (Access, error) {
 
 // Check returns nil when c may call a procedure with access a of an
 // expert owned by owner ("" for the operator's experts), and otherwise an
-// error wrapping ErrUnauthenticated (an anonymous caller, who could get
-// in with a token) or ErrPermissionDenied. what names the call in the
+// Unauthenticated *connect.Error (an anonymous caller, who could get in
+// with a token) or a PermissionDenied one. what names the call in the
 // message ("forward \"alice.ffn.0\"").
 func (a Access) Check(c Caller, owner, what string) error {
 	switch {
@@ -107,15 +107,15 @@ func (a Access) Check(c Caller, owner, what string) error {
 	case c.Operator:
 		return nil
 	case c.Anonymous():
-		return fmt.Errorf("%w: %s needs a token (Authorization: Bearer)", ErrUnauthenticated, what)
+		return errorf(connect.CodeUnauthenticated, "%s needs a token (Authorization: Bearer)", what)
 	case a == AccessTenants:
 		return nil
 	case a == AccessOwner && owner != "" && c.Tenant == owner:
 		return nil
 	case a == AccessOwner:
-		return fmt.Errorf("%w: %s is open to its owner only", ErrPermissionDenied, what)
+		return errorf(connect.CodePermissionDenied, "%s is open to its owner only", what)
 	}
-	return fmt.Errorf("%w: %s: BUG: access %v", ErrInternal, what, a)
+	return errorf(connect.CodeInternal, "%s: BUG: access %v", what, a)
 }
 
 // authGate's caller, as a gate, puts the request's Caller in its context. With

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"fmt"
 	"math"
 	"net"
 	"net/http"
@@ -30,10 +29,10 @@ type Checkpoints interface {
 // NewCheckpointHandler returns the CheckpointService's path and handler.
 // With a token, every call must carry "Authorization: Bearer <token>";
 // without one, only loopback peers are served (the caller mounts it only
-// on a loopback listener then).
-func NewCheckpointHandler(c Checkpoints, token string) (string, http.Handler) {
+// on a loopback listener then). codes maps c's errors to Connect codes.
+func NewCheckpointHandler(c Checkpoints, token string, codes Codes) (string, http.Handler) {
 	return moehostv1connect.NewCheckpointServiceHandler(&checkpointService{c: c},
-		connect.WithInterceptors(errorInterceptor{}, gate(adminGate{token: token}.admit)),
+		connect.WithInterceptors(codes.Interceptor(), gate(adminGate{token: token}.admit)),
 		connect.WithReadMaxBytes(1<<20), // requests name an expert, no more
 		connect.WithCompressMinBytes(math.MaxInt),
 	)
@@ -43,7 +42,7 @@ type checkpointService struct{ c Checkpoints }
 
 func uidOf(uid string) error {
 	if uid == "" {
-		return fmt.Errorf("%w: uid is empty", ErrInvalidArgument)
+		return errorf(connect.CodeInvalidArgument, "uid is empty")
 	}
 	return nil
 }

@@ -23,11 +23,10 @@ import (
 // Modules is the module registry and the live expert set as ModuleService
 // sees them; package host implements it. Each method gets the
 // authenticated caller (never anonymous) and decides what that caller may
-// see and do. Errors wrap this package's sentinels: ErrPermissionDenied
-// for another tenant's module, expert or uid prefix, ErrFailedPrecondition
-// for deleting a module that is still deployed, ErrResourceExhausted for a
-// tenant cap, ErrNotFound, ErrInvalidArgument for a module that does not
-// validate.
+// see and do. Its errors wrap the implementation's own sentinels, which
+// the Codes table given to NewHandler maps to Connect codes (another
+// tenant's module is PermissionDenied, a module still deployed
+// FailedPrecondition, a tenant cap ResourceExhausted, and so on).
 type Modules interface {
 	// Upload stores the module read from u.Body and returns it. Body is
 	// already capped at Options.MaxUploadBytes; Upload reads it to io.EOF
@@ -56,8 +55,8 @@ type ModuleUpload struct {
 	// quota before it reads.
 	Size int64
 	// Body yields the module's bytes. Past the cap, or past Size, it
-	// fails with an error wrapping ErrResourceExhausted or
-	// ErrInvalidArgument.
+	// fails with a *connect.Error (ResourceExhausted or InvalidArgument),
+	// which keeps its code through any wrapping.
 	Body io.Reader
 }
 
@@ -145,10 +144,11 @@ const (
 
 // NewModuleHandler returns ModuleService's path and handler: every call
 // needs a token that auth accepts, uploads are capped at maxUploadBytes
-// (DefaultMaxUploadBytes when <= 0), and errors are mapped to codes.
+// (DefaultMaxUploadBytes when <= 0), and errors are mapped to codes by
+// codes.
 // NewHandler mounts it when Options.Modules is set; a server that mounts
 // it itself lists moehostv1connect.ModuleServiceName in reflection.
-func NewModuleHandler(m Modules, auth Authenticator, maxUploadBytes int64) (string, http.Handler) {
+func NewModuleHandler(m Modules, auth Authenticator, maxUploadBytes int64, codes Codes) (string, http.Handler) {
 	if m == nil || auth == nil {
 		panic("BUG: rpc.NewModuleHandler needs Modules and an Authenticator")
 	}
@@ -156,7 +156,7 @@ func NewModuleHandler(m Modules, auth Authenticator, maxUploadBytes int64) (stri
 		maxUploadBytes = DefaultMaxUploadBytes
 	}
 	return moehostv1connect.NewModuleServiceHandler(&moduleService{m: m, maxUpload: maxUploadBytes},
-		connect.WithInterceptors(errorInterceptor{}, gate(authGate{auth: auth, required: true, service: "ModuleService"}.caller)),
+		connect.WithInterceptors(codes.Interceptor(), gate(authGate{auth: auth, required: true, service: "ModuleService"}.caller)),
 		connect.WithReadMaxBytes(maxModuleMessageBytes),
 		connect.WithCompressMinBytes(math.MaxInt),
 	)
@@ -172,7 +172,7 @@ type moduleService struct {
 func caller(ctx context.Context) (Caller, error) {
 	c := CallerFrom(ctx)
 	if c.Anonymous() {
-		return c, fmt.Errorf("%w: ModuleService needs a tenant's or the operator's token", ErrUnauthenticated)
+		return c, errorf(connect.CodeUnauthenticated, "ModuleService needs a tenant's or the operator's token")
 	}
 	return c, nil
 }
@@ -186,7 +186,7 @@ func (s *moduleService) UploadModule(ctx context.Context, stream *connect.Client
 		if err := stream.Err(); err != nil {
 			return nil, fmt.Errorf("upload: %w", err)
 		}
-		return nil, fmt.Errorf("%w: the upload stream is empty", ErrInvalidArgument)
+		return nil, errorf(connect.CodeInvalidArgument, "the upload stream is empty")
 	}
 	first := stream.Msg()
 	if err := checkName(first.GetName()); err != nil {
@@ -197,9 +197,9 @@ func (s *moduleService) UploadModule(ctx context.Context, stream *connect.Client
 		size = first.GetSizeBytes()
 		switch {
 		case size <= 0:
-			return nil, fmt.Errorf("%w: size_bytes %d is not positive", ErrInvalidArgument, size)
+			return nil, errorf(connect.CodeInvalidArgument, "size_bytes %d is not positive", size)
 		case size > s.maxUpload:
-			return nil, fmt.Errorf("%w: the module's %d bytes exceed this server's upload cap of %s", ErrResourceExhausted, size, byteSize(s.maxUpload))
+			return nil, errorf(connect.CodeResourceExhausted, "the module's %d bytes exceed this server's upload cap of %s", size, byteSize(s.maxUpload))
 		}
 	}
 	body := &uploadBody{stream: stream, chunk: first.GetChunk(), max: s.maxUpload, declared: size}
@@ -216,7 +216,7 @@ func (s *moduleService) UploadModule(ctx context.Context, stream *connect.Client
 		return nil, fmt.Errorf("upload: %w", err)
 	}
 	if body.err == nil {
-		return nil, fmt.Errorf("%w: BUG: the module store returned before the upload's end", ErrInternal)
+		return nil, errorf(connect.CodeInternal, "BUG: the module store returned before the upload's end")
 	}
 	return connect.NewResponse(&moehostv1.UploadModuleResponse{Module: info.proto()}), nil
 }
@@ -235,15 +235,15 @@ type uploadBody struct {
 // checkChunk counts the chunk just received against the limits.
 func (b *uploadBody) checkChunk() error {
 	if len(b.chunk) > maxChunkBytes {
-		b.err = fmt.Errorf("%w: an upload chunk of %d bytes is larger than %d bytes", ErrInvalidArgument, len(b.chunk), maxChunkBytes)
+		b.err = errorf(connect.CodeInvalidArgument, "an upload chunk of %d bytes is larger than %d bytes", len(b.chunk), maxChunkBytes)
 		return b.err
 	}
 	b.n += int64(len(b.chunk))
 	switch {
 	case b.n > b.max:
-		b.err = fmt.Errorf("%w: the module exceeds this server's upload cap of %s", ErrResourceExhausted, byteSize(b.max))
+		b.err = errorf(connect.CodeResourceExhausted, "the module exceeds this server's upload cap of %s", byteSize(b.max))
 	case b.declared >= 0 && b.n > b.declared:
-		b.err = fmt.Errorf("%w: the upload is longer than its declared size_bytes %d", ErrInvalidArgument, b.declared)
+		b.err = errorf(connect.CodeInvalidArgument, "the upload is longer than its declared size_bytes %d", b.declared)
 	}
 	return b.err
 }
@@ -259,7 +259,7 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 				return 0, b.err
 			}
 			if b.declared >= 0 && b.n != b.declared {
-				b.err = fmt.Errorf("%w: the upload ended after %d of its declared %d bytes", ErrInvalidArgument, b.n, b.declared)
+				b.err = errorf(connect.CodeInvalidArgument, "the upload ended after %d of its declared %d bytes", b.n, b.declared)
 				return 0, b.err
 			}
 			b.err = io.EOF
@@ -267,7 +267,7 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		}
 		msg := b.stream.Msg()
 		if msg.GetName() != "" || msg.SizeBytes != nil {
-			b.err = fmt.Errorf("%w: only the upload's first message may set name or size_bytes", ErrInvalidArgument)
+			b.err = errorf(connect.CodeInvalidArgument, "only the upload's first message may set name or size_bytes")
 			return 0, b.err
 		}
 		b.chunk = msg.GetChunk()
@@ -291,10 +291,10 @@ func byteSize(n int64) string {
 // checkName accepts a printable UTF-8 label of at most maxNameBytes.
 func checkName(name string) error {
 	if len(name) > maxNameBytes {
-		return fmt.Errorf("%w: the module name is longer than %d bytes", ErrInvalidArgument, maxNameBytes)
+		return errorf(connect.CodeInvalidArgument, "the module name is longer than %d bytes", maxNameBytes)
 	}
 	if !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) {
-		return fmt.Errorf("%w: the module name %q is not printable UTF-8", ErrInvalidArgument, name)
+		return errorf(connect.CodeInvalidArgument, "the module name %q is not printable UTF-8", name)
 	}
 	return nil
 }
@@ -370,12 +370,12 @@ func (s *moduleService) UndeployExpert(ctx context.Context, req *connect.Request
 	return connect.NewResponse(&moehostv1.UndeployExpertResponse{Uids: uids}), nil
 }
 
-// CheckDigest returns an error wrapping ErrInvalidArgument unless digest
+// CheckDigest returns an InvalidArgument *connect.Error unless digest
 // is "sha256:" and 64 lower-case hex digits.
 func CheckDigest(digest string) error {
 	hex, ok := strings.CutPrefix(digest, "sha256:")
 	if !ok || len(hex) != 64 || strings.ContainsFunc(hex, func(r rune) bool { return !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') }) {
-		return fmt.Errorf("%w: module digest %q is not \"sha256:\" and 64 lower-case hex digits", ErrInvalidArgument, digest)
+		return errorf(connect.CodeInvalidArgument, "module digest %q is not \"sha256:\" and 64 lower-case hex digits", digest)
 	}
 	return nil
 }
@@ -383,21 +383,21 @@ func CheckDigest(digest string) error {
 func checkExperts(experts string) error {
 	switch {
 	case experts == "":
-		return fmt.Errorf("%w: experts (a uid or uid pattern) is empty", ErrInvalidArgument)
+		return errorf(connect.CodeInvalidArgument, "experts (a uid or uid pattern) is empty")
 	case len(experts) > maxExpertsBytes:
-		return fmt.Errorf("%w: experts is longer than %d bytes", ErrInvalidArgument, maxExpertsBytes)
+		return errorf(connect.CodeInvalidArgument, "experts is longer than %d bytes", maxExpertsBytes)
 	case !utf8.ValidString(experts):
-		return fmt.Errorf("%w: experts is not UTF-8", ErrInvalidArgument)
+		return errorf(connect.CodeInvalidArgument, "experts is not UTF-8")
 	}
 	return nil
 }
 
 // DeploymentFromProto converts and checks a DeployExpertRequest, resolving
 // ACCESS_UNSPECIFIED to DefaultForward and DefaultBackward. Its errors
-// wrap ErrInvalidArgument.
+// are InvalidArgument *connect.Errors.
 func DeploymentFromProto(req *moehostv1.DeployExpertRequest) (Deployment, error) {
 	bad := func(format string, args ...any) (Deployment, error) {
-		return Deployment{}, fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+		return Deployment{}, errorf(connect.CodeInvalidArgument, format, args...)
 	}
 	d := Deployment{Experts: req.GetExperts(), Module: req.GetModuleDigest(), Config: map[string]int64{}}
 	if err := checkExperts(d.Experts); err != nil {
@@ -469,12 +469,12 @@ func duration(what string, pb *durationpb.Duration) (time.Duration, error) {
 		return 0, nil
 	}
 	if err := pb.CheckValid(); err != nil {
-		return 0, fmt.Errorf("%w: %s: %w", ErrInvalidArgument, what, err)
+		return 0, errorf(connect.CodeInvalidArgument, "%s: %w", what, err)
 	}
 	if d := pb.AsDuration(); d >= 0 {
 		return d, nil
 	}
-	return 0, fmt.Errorf("%w: %s %v is negative", ErrInvalidArgument, what, pb.AsDuration())
+	return 0, errorf(connect.CodeInvalidArgument, "%s %v is negative", what, pb.AsDuration())
 }
 
 // access converts a wire Access, resolving ACCESS_UNSPECIFIED to def.
@@ -489,7 +489,7 @@ func access(what string, a moehostv1.Access, def Access) (Access, error) {
 	case moehostv1.Access_ACCESS_TENANTS:
 		return AccessTenants, nil
 	}
-	return 0, fmt.Errorf("%w: %s %d is not a known access", ErrInvalidArgument, what, a)
+	return 0, errorf(connect.CodeInvalidArgument, "%s %d is not a known access", what, a)
 }
 
 // AccessProto is a's wire form.

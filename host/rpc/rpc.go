@@ -2,18 +2,19 @@
 // gRPC-Web on one http.Handler, with gRPC health checks and server
 // reflection.
 //
-// It decodes wire tensors, checks them against the expert's declared
-// schema before any compute, and maps errors to Connect codes in one place
-// ([CodeOf]). The experts themselves are behind the small [Experts]
+// It decodes wire tensors and checks them against the expert's declared
+// schema before any compute. Its own refusals of a request are
+// *connect.Errors; every other error is mapped to a Connect code in one
+// place, by the [Codes] table its caller hands it, so that the rooms
+// behind it keep their own sentinels and never import this package for
+// their errors. The experts themselves are behind the small [Experts]
 // interface, which package host implements.
 package rpc
 
 import (
 	"context"
-	"errors"
 	"math"
 	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -22,24 +23,6 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
-)
-
-// Errors an Experts implementation wraps its errors with, so that the
-// handler can choose the Connect code. Unwrapped errors become Internal.
-var (
-	ErrNotFound           = errors.New("not found")
-	ErrInvalidArgument    = errors.New("invalid argument")
-	ErrResourceExhausted  = errors.New("resource exhausted")
-	ErrUnavailable        = errors.New("unavailable")
-	ErrInternal           = errors.New("internal error")
-	ErrFailedPrecondition = errors.New("failed precondition")
-	ErrAlreadyExists      = errors.New("already exists")
-	// ErrUnauthenticated: the caller presented no token, or one that no
-	// tenant holds, where one is needed.
-	ErrUnauthenticated = errors.New("unauthenticated")
-	// ErrPermissionDenied: the caller is known but may not do this (another
-	// tenant's module, expert or uid prefix).
-	ErrPermissionDenied = errors.New("permission denied")
 )
 
 // Expert is one hosted expert as the RPC layer sees it.
@@ -67,6 +50,11 @@ type Experts interface {
 type Options struct {
 	// MaxRequestBytes caps a request message. Default 256 MiB.
 	MaxRequestBytes int
+
+	// Codes maps the errors of the Experts, Modules and Server behind the
+	// handler to Connect codes. Nil maps every error that is not a
+	// *connect.Error to Internal.
+	Codes Codes
 
 	// Server describes the server for ServerService; nil serves no
 	// ServerService.
@@ -112,7 +100,7 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	}
 	// Interceptors run in order: errors are coded outermost, and the
 	// caller is known before the handler runs.
-	interceptors := []connect.Interceptor{errorInterceptor{}}
+	interceptors := []connect.Interceptor{opts.Codes.Interceptor()}
 	if opts.Auth != nil {
 		interceptors = append(interceptors, gate(authGate{auth: opts.Auth, service: "this service"}.caller))
 	}
@@ -135,7 +123,7 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		names = append(names, moehostv1connect.ServerServiceName)
 	}
 	if opts.Modules != nil {
-		mux.Handle(NewModuleHandler(opts.Modules, opts.Auth, opts.MaxUploadBytes))
+		mux.Handle(NewModuleHandler(opts.Modules, opts.Auth, opts.MaxUploadBytes, opts.Codes))
 		names = append(names, moehostv1connect.ModuleServiceName)
 	}
 	for _, svc := range opts.Services {
@@ -155,95 +143,4 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	return withCORS(mux, opts.CORSOrigins)
-}
-
-// CodeOf returns the Connect code for err: the code of a *connect.Error,
-// or the code that matches the sentinel err wraps.
-func CodeOf(err error) connect.Code {
-	var ce *connect.Error
-	switch {
-	case errors.As(err, &ce):
-		return ce.Code()
-	case errors.Is(err, ErrNotFound):
-		return connect.CodeNotFound
-	case errors.Is(err, ErrInvalidArgument):
-		return connect.CodeInvalidArgument
-	case errors.Is(err, ErrResourceExhausted):
-		return connect.CodeResourceExhausted
-	case errors.Is(err, ErrUnavailable):
-		return connect.CodeUnavailable
-	case errors.Is(err, ErrFailedPrecondition):
-		return connect.CodeFailedPrecondition
-	case errors.Is(err, ErrAlreadyExists):
-		return connect.CodeAlreadyExists
-	case errors.Is(err, ErrUnauthenticated):
-		return connect.CodeUnauthenticated
-	case errors.Is(err, ErrPermissionDenied):
-		return connect.CodePermissionDenied
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		return connect.CodeCanceled
-	}
-	return connect.CodeInternal
-}
-
-// errorInterceptor turns every handler error, unary or streaming, into a
-// coded Connect error.
-type errorInterceptor struct{}
-
-func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		res, err := next(ctx, req)
-		return res, coded(err)
-	}
-}
-
-// coded returns err as a *connect.Error with the code CodeOf chooses, or
-// nil for nil.
-func coded(err error) error {
-	if err == nil {
-		return nil
-	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return err
-	}
-	return connect.NewError(CodeOf(err), withoutSentinel(err))
-}
-
-// sentinels are the errors whose text withoutSentinel removes.
-var sentinels = []error{ErrNotFound, ErrInvalidArgument, ErrResourceExhausted, ErrUnavailable, ErrInternal, ErrFailedPrecondition, ErrAlreadyExists, ErrUnauthenticated, ErrPermissionDenied}
-
-// withoutSentinel drops the sentinels' text ("invalid argument: ") from
-// err's message, since the Connect code says it already and clients print
-// both ("invalid_argument: invalid argument: ..."). The result still wraps
-// err.
-func withoutSentinel(err error) error {
-	msg := err.Error()
-	for _, s := range sentinels {
-		if errors.Is(err, s) {
-			msg = strings.Replace(msg, s.Error()+": ", "", 1)
-		}
-	}
-	return &messageError{msg: msg, err: err}
-}
-
-// messageError is err with another message.
-type messageError struct {
-	msg string
-	err error
-}
-
-func (e *messageError) Error() string { return e.msg }
-func (e *messageError) Unwrap() error { return e.err }
-
-func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (errorInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return coded(next(ctx, conn))
-	}
 }

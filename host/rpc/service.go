@@ -22,11 +22,11 @@ type service struct {
 
 func (s *service) lookup(uid string) (Expert, error) {
 	if uid == "" {
-		return nil, fmt.Errorf("%w: uid is empty", ErrInvalidArgument)
+		return nil, errorf(connect.CodeInvalidArgument, "uid is empty")
 	}
 	e, ok := s.experts.Expert(uid)
 	if !ok {
-		return nil, fmt.Errorf("%w: no expert %q on this server; %s", ErrNotFound, uid, s.served())
+		return nil, errorf(connect.CodeNotFound, "no expert %q on this server; %s", uid, s.served())
 	}
 	return e, nil
 }
@@ -87,7 +87,7 @@ func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.Fo
 	}
 	outDType, err := CheckWireDType(req.Msg.GetOutputDtype())
 	if err != nil {
-		return nil, fmt.Errorf("%w: forward %q: output_dtype: %w", ErrInvalidArgument, uid, err)
+		return nil, errorf(connect.CodeInvalidArgument, "forward %q: output_dtype: %w", uid, err)
 	}
 	inSchema, _ := e.Schema()
 	inputs, _, err := decodeAll(e.Device(), req.Msg.GetInputs(), inSchema, "input", -1)
@@ -118,7 +118,7 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 	}
 	gradDType, err := CheckWireDType(req.Msg.GetGradInputDtype())
 	if err != nil {
-		return nil, fmt.Errorf("%w: backward %q: grad_input_dtype: %w", ErrInvalidArgument, uid, err)
+		return nil, errorf(connect.CodeInvalidArgument, "backward %q: grad_input_dtype: %w", uid, err)
 	}
 	inSchema, outSchema := e.Schema()
 	inputs, batch, err := decodeAll(e.Device(), req.Msg.GetInputs(), inSchema, "input", -1)
@@ -172,7 +172,7 @@ func (s *service) ListExperts(ctx context.Context, _ *connect.Request[moehostv1.
 // (batch, when >= 0) across them, and moves them to dev.
 func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.TensorSchema, what string, batch int) ([]*gpuhost.Tensor, int, error) {
 	if len(pbs) != len(schema) {
-		return nil, 0, fmt.Errorf("%w: got %d %ss, want %d: %s", ErrInvalidArgument, len(pbs), what, len(schema), SchemaString(schema))
+		return nil, 0, errorf(connect.CodeInvalidArgument, "got %d %ss, want %d: %s", len(pbs), what, len(schema), SchemaString(schema))
 	}
 	// Admission: a request whose tensors would leave too little of the
 	// memory limit for the work already running is refused whole,
@@ -188,22 +188,22 @@ func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.
 		total += n
 	}
 	if err := dev.Admit(total); err != nil {
-		return nil, 0, fmt.Errorf("%w: %ss: %w", ErrResourceExhausted, what, err)
+		return nil, 0, errorf(connect.CodeResourceExhausted, "%ss: %w", what, err)
 	}
 	ts := make([]*gpuhost.Tensor, len(pbs))
 	for i, pb := range pbs {
 		w, err := DecodeTensor(pb, schema[i], batch)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: %s %d: %w", ErrInvalidArgument, what, i, err)
+			return nil, 0, errorf(connect.CodeInvalidArgument, "%s %d: %w", what, i, err)
 		}
 		batch = w.Shape[0]
 		t, err := fromWire(dev, w)
 		if err != nil {
 			dev.Release(ts[:i]...)
 			if errors.Is(err, gpuhost.ErrOutOfMemory) {
-				return nil, 0, fmt.Errorf("%w: %s %d: %w", ErrResourceExhausted, what, i, err)
+				return nil, 0, errorf(connect.CodeResourceExhausted, "%s %d: %w", what, i, err)
 			}
-			return nil, 0, fmt.Errorf("%w: %s %d: %w", ErrInvalidArgument, what, i, err)
+			return nil, 0, errorf(connect.CodeInvalidArgument, "%s %d: %w", what, i, err)
 		}
 		ts[i] = t
 	}
@@ -237,18 +237,18 @@ func encodeAll(dev gpuhost.Device, ts []*gpuhost.Tensor, wire abi.DType) ([]*moe
 		if t.DType() == abi.DTypeFloat32 && half.Is(wire) {
 			f, err := dev.Float32s(t)
 			if err != nil {
-				return nil, fmt.Errorf("%w: reading output %d: %w", ErrInternal, i, err)
+				return nil, errorf(connect.CodeInternal, "reading output %d: %w", i, err)
 			}
 			data := make([]byte, 2*len(f))
 			if err := half.Encode(wire, data, f); err != nil {
-				return nil, fmt.Errorf("%w: output %d: %w", ErrInternal, i, err)
+				return nil, errorf(connect.CodeInternal, "output %d: %w", i, err)
 			}
 			out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(wire), Shape: shape, Data: data}
 			continue
 		}
 		data := make([]byte, t.ByteSize())
 		if err := dev.ReadBytes(t, data); err != nil {
-			return nil, fmt.Errorf("%w: reading output %d: %w", ErrInternal, i, err)
+			return nil, errorf(connect.CodeInternal, "reading output %d: %w", i, err)
 		}
 		out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(t.DType()), Shape: shape, Data: data}
 	}

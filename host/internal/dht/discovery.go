@@ -2,6 +2,7 @@ package dht
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,11 +14,22 @@ import (
 	"github.com/moehost/moehost/sdk/swarm"
 )
 
+// Errors of DiscoveryService, which the server's Codes table maps to
+// Connect codes.
+var (
+	// ErrBadQuery: a FindExperts or BeamSearch request that asks for
+	// nothing, too much, or names no uid or grid.
+	ErrBadQuery = errors.New("bad discovery query")
+	// ErrLookup: the DHT could not answer (no peers, the network).
+	ErrLookup = errors.New("DHT lookup failed")
+)
+
 // MaxFindNames bounds the names of one FindExperts request.
 const MaxFindNames = 1024
 
 // Handler returns the path and handler of moehost.v1.DiscoveryService,
-// answered from the service's DHT node.
+// answered from the service's DHT node. Its errors wrap ErrBadQuery or
+// ErrLookup; the caller codes them, with an interceptor in opts.
 func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
 	return moehostv1connect.NewDiscoveryServiceHandler(discovery{s}, opts...)
 }
@@ -28,19 +40,19 @@ type discovery struct{ s *Service }
 func (d discovery) FindExperts(ctx context.Context, req *connect.Request[moehostv1.FindExpertsRequest]) (*connect.Response[moehostv1.FindExpertsResponse], error) {
 	names := req.Msg.GetNames()
 	if len(names) == 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("no names to find"))
+		return nil, fmt.Errorf("%w: no names to find", ErrBadQuery)
 	}
 	if len(names) > MaxFindNames {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%d names, more than %d", len(names), MaxFindNames))
+		return nil, fmt.Errorf("%w: %d names, more than %d", ErrBadQuery, len(names), MaxFindNames)
 	}
 	for _, n := range names {
 		if !swarm.ValidName(n) {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%.80q is not a uid or a prefix", n))
+			return nil, fmt.Errorf("%w: %.80q is not a uid or a prefix", ErrBadQuery, n)
 		}
 	}
 	found, err := d.s.find(ctx, names)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrLookup, err)
 	}
 	res := &moehostv1.FindExpertsResponse{}
 	seen := map[string]bool{}
@@ -61,27 +73,27 @@ func (d discovery) FindExperts(ctx context.Context, req *connect.Request[moehost
 func (d discovery) BeamSearch(ctx context.Context, req *connect.Request[moehostv1.BeamSearchRequest]) (*connect.Response[moehostv1.BeamSearchResponse], error) {
 	k := int(req.Msg.GetK())
 	if k < 1 || k > swarm.MaxBeamK {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("k = %d, want 1 to %d", k, swarm.MaxBeamK))
+		return nil, fmt.Errorf("%w: k = %d, want 1 to %d", ErrBadQuery, k, swarm.MaxBeamK)
 	}
 	if n := len(req.Msg.GetGridScores()); n == 0 || n > 16 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%d grid dimensions, want 1 to 16", n))
+		return nil, fmt.Errorf("%w: %d grid dimensions, want 1 to 16", ErrBadQuery, n)
 	}
 	scores := make([][]float64, len(req.Msg.GetGridScores()))
 	for i, sc := range req.Msg.GetGridScores() {
 		if len(sc.GetValues()) > swarm.MaxChildren {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("dimension %d has %d scores, more than %d", i, len(sc.GetValues()), swarm.MaxChildren))
+			return nil, fmt.Errorf("%w: dimension %d has %d scores, more than %d", ErrBadQuery, i, len(sc.GetValues()), swarm.MaxChildren)
 		}
 		scores[i] = sc.GetValues()
 	}
 	if !swarm.ValidName(req.Msg.GetPrefix()) || swarm.IsPrefix(req.Msg.GetPrefix()) {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prefix %.80q is not a grid name (without the trailing dot)", req.Msg.GetPrefix()))
+		return nil, fmt.Errorf("%w: prefix %.80q is not a grid name (without the trailing dot)", ErrBadQuery, req.Msg.GetPrefix())
 	}
 	best, err := swarm.BeamSearch(ctx, d.s.find, req.Msg.GetPrefix(), scores, k)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadQuery, err)
 	}
 	res := &moehostv1.BeamSearchResponse{}
 	for _, b := range best {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/rpc"
@@ -67,7 +68,7 @@ func (m *recordingModules) Delete(_ context.Context, _ rpc.Caller, digest string
 	defer m.mu.Unlock()
 	for _, d := range m.deployed {
 		if d.Module == digest {
-			return fmt.Errorf("%w: module %s runs %s", rpc.ErrFailedPrecondition, digest, d.Experts)
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("module %s runs %s", digest, d.Experts))
 		}
 	}
 	m.deleted = append(m.deleted, digest)
@@ -83,7 +84,7 @@ func (m *recordingModules) Deploy(_ context.Context, _ rpc.Caller, d rpc.Deploym
 
 func (m *recordingModules) Undeploy(_ context.Context, c rpc.Caller, experts string) ([]string, error) {
 	if !strings.HasPrefix(experts, c.Tenant+".") {
-		return nil, fmt.Errorf("%w: %q is not under %s's prefixes", rpc.ErrPermissionDenied, experts, c.Tenant)
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%q is not under %s's prefixes", experts, c.Tenant))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -98,10 +99,10 @@ func (e listedExpert) Info() *moehostv1.ExpertInfo               { return e.info
 func (listedExpert) Schema() (in, out []*moehostv1.TensorSchema) { return nil, nil }
 func (listedExpert) Device() gpuhost.Device                      { return nil }
 func (listedExpert) Forward(context.Context, []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	return nil, rpc.ErrUnavailable
+	return nil, connect.NewError(connect.CodeUnavailable, nil)
 }
 func (listedExpert) Backward(context.Context, []*gpuhost.Tensor, []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	return nil, rpc.ErrUnavailable
+	return nil, connect.NewError(connect.CodeUnavailable, nil)
 }
 
 type listedExperts []rpc.Expert
