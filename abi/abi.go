@@ -82,7 +82,10 @@ const (
 	// ([FuncParamNew]), reading its config with [FuncConfigI64]. The
 	// host calls it once per instance, after [ExportInitialize] and
 	// [ExportABIVersion] and before any [ExportForward]. It must declare
-	// at least one input and one output.
+	// at least one input and one output. The keys it asks
+	// [FuncConfigI64] for, found or not, are the module's config keys:
+	// the host refuses an expert whose config holds any other key (a
+	// misspelt key would otherwise leave the module on its default).
 	ExportInit = "moe_init"
 
 	// ExportForward computes the outputs of one batch: it reads input

@@ -22,7 +22,9 @@ const (
 
 	// FuncConfigI64 reads the integer config value named by key (for
 	// example "hidden_dim") and writes it as an i64 at out_ptr. It is
-	// allowed in every phase.
+	// allowed in every phase; the keys read during [ExportInit] declare
+	// the module's config keys, so a key read later must be read there
+	// too.
 	//
 	//	(key_ptr i32, key_len i32, out_ptr i32) -> i32
 	//

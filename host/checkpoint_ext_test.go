@@ -183,6 +183,16 @@ func TestCheckpointRefusals(t *testing.T) {
 		if !errors.Is(err, host.ErrCheckpointMismatch) || !strings.Contains(err.Error(), "[32 8] in the checkpoint but [64 16] in the module") {
 			t.Fatalf("start with other shapes: %v", err)
 		}
+		// Only the ways out that work: --allow-module-change cannot
+		// restore other shapes.
+		for _, want := range []string{"--data-dir", "--no-checkpoints", "rm -r " + filepath.Join(dir, "ffn.0")} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("start with other shapes: %v, want %q named", err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "--allow-module-change") {
+			t.Errorf("start with other shapes: %v offers --allow-module-change, which cannot help", err)
+		}
 	})
 	t.Run("corrupt-newest-falls-back", func(t *testing.T) {
 		// Step 2 is newest; truncate it. Step 1 does not exist (the

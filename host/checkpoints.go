@@ -21,6 +21,7 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/checkpoint"
+	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
 )
 
@@ -67,37 +68,32 @@ func (e *expert) takeSnapshot() (*snapshot, error) {
 }
 
 // restoreFrom loads c into e: parameters in place, optimizer state and
-// counters. It checks the module digest (unless allowChange) and every
-// parameter's name and shape first, and changes nothing on a mismatch.
+// counters. It checks every parameter's name and shape first, then the
+// module digest and config (unless allowChange), and changes nothing on a
+// mismatch.
 // An optimizer state that does not fit the optimizer now configured (it
 // was changed) is dropped with a warning, keeping the step count.
 func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string, args ...any)) error {
 	e.slot.mu.Lock()
 	defer e.slot.mu.Unlock()
-	if c.ModuleDigest != e.module.Digest() && !allowChange {
-		return fmt.Errorf("%w: %q step %d was saved by module %s, but the expert runs %s (allow a rebuilt module with the same parameters with --allow-module-change)",
-			ErrCheckpointMismatch, e.uid, c.Step, c.ModuleDigest, e.module.Digest())
-	}
 	ps := e.binding.Params.Params()
-	byName := map[string]checkpoint.Tensor{}
+	if err := paramsMatch(c, ps); err != nil {
+		return err
+	}
+	if !allowChange {
+		// The shapes match, so --allow-module-change can help here.
+		if c.ModuleDigest != e.module.Digest() {
+			return fmt.Errorf("%w: %w: %q step %d was saved by module %s, but the expert runs %s; the parameters' names and shapes match, so a rebuilt module may restore it with --allow-module-change",
+				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, c.ModuleDigest, e.module.Digest())
+		}
+		if c.Config != nil && !maps.Equal(c.Config, e.binding.Config) {
+			return fmt.Errorf("%w: %w: %q step %d was saved with config %s, but the expert runs with %s; the parameters' names and shapes match, so --allow-module-change restores it anyway",
+				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, configString(c.Config), configString(e.binding.Config))
+		}
+	}
 	values := map[string][]float32{}
 	for _, t := range c.Params {
-		byName[t.Name] = t
 		values[t.Name] = t.Data
-	}
-	for _, p := range ps {
-		t, ok := byName[p.Name]
-		if !ok {
-			return fmt.Errorf("%w: %q step %d has no parameter %q", ErrCheckpointMismatch, e.uid, c.Step, p.Name)
-		}
-		if !slices.Equal(t.Shape, p.Tensor.Shape()) {
-			return fmt.Errorf("%w: %q step %d: parameter %q is %v in the checkpoint but %v in the module", ErrCheckpointMismatch, e.uid, c.Step, p.Name, t.Shape, p.Tensor.Shape())
-		}
-		delete(byName, p.Name)
-	}
-	if len(byName) > 0 {
-		extra := slices.Sorted(maps.Keys(byName))
-		return fmt.Errorf("%w: %q step %d has parameters the module does not declare: %s", ErrCheckpointMismatch, e.uid, c.Step, strings.Join(extra, ", "))
 	}
 	tensors := make([]*gpuhost.Tensor, len(ps))
 	st := gpuhost.OptimizerState{Steps: c.Step, Slots: map[string][][]float32{}}
@@ -146,6 +142,34 @@ func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string
 	return nil
 }
 
+// errCheckpointShapesMatch marks a mismatch of digest or config only,
+// which --allow-module-change can override.
+var errCheckpointShapesMatch = errors.New("same parameter shapes")
+
+// paramsMatch checks that c holds exactly the parameters ps, by name and
+// shape.
+func paramsMatch(c *snapshot, ps []sandbox.Param) error {
+	byName := map[string]checkpoint.Tensor{}
+	for _, t := range c.Params {
+		byName[t.Name] = t
+	}
+	for _, p := range ps {
+		t, ok := byName[p.Name]
+		if !ok {
+			return fmt.Errorf("%w: %q step %d has no parameter %q", ErrCheckpointMismatch, c.UID, c.Step, p.Name)
+		}
+		if !slices.Equal(t.Shape, p.Tensor.Shape()) {
+			return fmt.Errorf("%w: %q step %d: parameter %q is %v in the checkpoint but %v in the module", ErrCheckpointMismatch, c.UID, c.Step, p.Name, t.Shape, p.Tensor.Shape())
+		}
+		delete(byName, p.Name)
+	}
+	if len(byName) > 0 {
+		extra := slices.Sorted(maps.Keys(byName))
+		return fmt.Errorf("%w: %q step %d has parameters the module does not declare: %s", ErrCheckpointMismatch, c.UID, c.Step, strings.Join(extra, ", "))
+	}
+	return nil
+}
+
 // checkpointer saves and restores the experts of a server.
 type checkpointer struct {
 	store *checkpoint.Store
@@ -172,6 +196,12 @@ func (c *checkpointer) restore(e *expert) error {
 			continue
 		}
 		if err := e.restoreFrom(ck, c.cfg.AllowModuleChange, c.srv.log.Warn); err != nil {
+			if errors.Is(err, ErrCheckpointMismatch) {
+				// Name the ways out that work: the checkpoints belong to
+				// another module or config, and are left alone.
+				err = fmt.Errorf("%w; its checkpoints in %s belong to another module or config and were left untouched: serve from another --data-dir, run with --no-checkpoints, or remove them (rm -r %s)",
+					err, c.store.Dir(e.uid), c.store.Dir(e.uid))
+			}
 			return err
 		}
 		c.mu.Lock()

@@ -139,6 +139,9 @@ func CheckUID(uid string) error {
 	return nil
 }
 
+// Dir returns the directory holding uid's checkpoints.
+func (s *Store) Dir(uid string) string { return filepath.Join(s.dir, uid) }
+
 func (s *Store) paths(uid string, step int64) (params, optim string) {
 	base := filepath.Join(s.dir, uid, strconv.FormatInt(step, 10))
 	return base + ".safetensors", base + ".optim.safetensors"

@@ -214,6 +214,10 @@ func lastError(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	return int32(len(msg)), nil
 }
 
+// maxConfigKeysRead bounds the absent keys an instance's moe_init may
+// have recorded as read (present keys are bounded by the config itself).
+const maxConfigKeysRead = 64
+
 func configI64(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	key, err := readString(mem, argPtr(stack, 0), argI32(stack, 1), "config key")
 	if err != nil {
@@ -221,6 +225,12 @@ func configI64(st *state, mem api.Memory, stack []uint64) (int32, error) {
 	}
 	out := argPtr(stack, 2)
 	v, ok := st.config[key]
+	if st.phase == phaseInit && (ok || len(st.configRead) < maxConfigKeysRead) {
+		if st.configRead == nil {
+			st.configRead = map[string]bool{}
+		}
+		st.configRead[key] = true
+	}
 	if !ok {
 		return 0, errf(abi.ErrNotFound, "no integer config value %q", key)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -117,14 +118,42 @@ func (inst *Instance) start(ctx context.Context) error {
 	}
 	inst.st.phase = phaseInit
 	if err := inst.call(ctx, inst.init, abi.ExportInit); err != nil {
+		if cerr := inst.st.checkConfigRead(); cerr != nil {
+			// A misspelt key is the likelier cause: name it first.
+			return fmt.Errorf("%w (then %s failed: %w)", cerr, abi.ExportInit, err)
+		}
 		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
 	st := inst.st
 	if len(st.inputs) == 0 || len(st.outputs) == 0 {
 		return fmt.Errorf("%w: %s declared %d inputs and %d outputs; at least one of each is needed", ErrInvalidModule, abi.ExportInit, len(st.inputs), len(st.outputs))
 	}
+	if err := st.checkConfigRead(); err != nil {
+		return err
+	}
 	st.phase = phaseIdle
 	return nil
+}
+
+// checkConfigRead refuses config keys that moe_init never asked for: a
+// misspelt key would otherwise be ignored while the module ran on its
+// default.
+func (st *state) checkConfigRead() error {
+	var unknown []string
+	for k := range st.config {
+		if !st.configRead[k] {
+			unknown = append(unknown, fmt.Sprintf("%q", k))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	known := "none"
+	if len(st.configRead) > 0 {
+		known = strings.Join(slices.Sorted(maps.Keys(st.configRead)), ", ")
+	}
+	return fmt.Errorf("%w: %s: the module's %s does not read it (it reads: %s)", ErrUnknownConfigKey, strings.Join(unknown, ", "), abi.ExportInit, known)
 }
 
 // Inputs returns the declared inputs.

@@ -38,6 +38,9 @@ var (
 	// ErrInvalidInput: the inputs handed to Forward do not fit the
 	// declared schema.
 	ErrInvalidInput = errors.New("invalid input")
+	// ErrUnknownConfigKey: the expert's config has a key that the
+	// module's moe_init does not read.
+	ErrUnknownConfigKey = errors.New("unknown config key")
 	// ErrClosed: the instance was closed.
 	ErrClosed = errors.New("instance closed")
 	// ErrBudget matches a refusal for a spent budget (the call's bytes,

@@ -77,8 +77,11 @@ type state struct {
 	dev    gpuhost.Device
 	params *ParamStore
 	config map[string]int64
-	limits Limits
-	phase  phase
+	// configRead records every key the guest asked for during moe_init,
+	// found or not: the keys the module declares it reads.
+	configRead map[string]bool
+	limits     Limits
+	phase      phase
 
 	lastErr  string // message of the last error returned to the guest
 	guestErr string // message from FuncFail

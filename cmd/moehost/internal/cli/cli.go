@@ -92,9 +92,16 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 			if maxRequestBytes <= 0 {
 				return fmt.Errorf("--max-request-bytes %d: must be positive", maxRequestBytes)
 			}
+			// Every built-in reads hidden_dim; a module of one's own gets
+			// it only when asked for, since the host refuses a config key
+			// that the module does not read.
+			var config map[string]int64
+			if _, builtin := wasmexperts.Builtin(module); builtin || cmd.Flags().Changed("hidden-dim") {
+				config = map[string]int64{"hidden_dim": hiddenDim}
+			}
 			experts := make([]host.ExpertConfig, len(uids))
 			for i, uid := range uids {
-				experts[i] = host.ExpertConfig{UID: uid, Module: src, Config: map[string]int64{"hidden_dim": hiddenDim}}
+				experts[i] = host.ExpertConfig{UID: uid, Module: src, Config: config}
 			}
 			memLimit, err := host.ParseMemoryLimit(memoryLimit)
 			if err != nil {
@@ -136,7 +143,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringVar(&dataDir, "data-dir", host.DefaultDataDir, "directory for the server's state")
 	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
 	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
-	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value`)
+	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value (a --module file gets it only when this flag is given)`)
 	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam, adamw, sgd or none")
 	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

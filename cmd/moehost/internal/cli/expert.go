@@ -222,7 +222,7 @@ replace {{.Module}} => {{.SDK}}
 `
 
 const mainTemplate = `// Command {{.Name}} is a moehost expert: y = x·Wᵀ + b, one linear layer of
-// size hidden_dim (the expert's config key; default 1024).
+// size hidden_dim (the expert's config key, required).
 //
 // Build it with "make build" or "moehost expert build", which run
 //
@@ -241,9 +241,11 @@ type model struct {
 // Init declares the inputs, outputs and parameters; the host calls it once
 // per instance.
 func (e *model) Init(c *expert.InitContext) error {
+	// The host refuses config keys that Init does not read; a key it
+	// reads but the deployment lacks is an error here, not a default.
 	h, err := c.ConfigInt("hidden_dim")
 	if err != nil {
-		h = 1024
+		return expert.Fail("hidden_dim is not set: deploy with --config hidden_dim=N")
 	}
 	if h <= 0 {
 		return expert.Fail("hidden_dim must be positive")

@@ -67,10 +67,10 @@ func TestExpertNewBuildForward(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	start := func(wasm []byte) (*host.Server, error) {
+	startWith := func(wasm []byte, config map[string]int64) (*host.Server, error) {
 		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()), host.WithoutDHT(),
 			host.WithCheckpoints(host.CheckpointConfig{Disabled: true}),
-			host.WithExperts(host.ExpertConfig{UID: "lin.0", Module: host.ModuleBytes(wasm), Config: map[string]int64{"hidden_dim": 3}}))
+			host.WithExperts(host.ExpertConfig{UID: "lin.0", Module: host.ModuleBytes(wasm), Config: config}))
 		if err != nil {
 			return nil, err
 		}
@@ -79,6 +79,15 @@ func TestExpertNewBuildForward(t *testing.T) {
 		}
 		t.Cleanup(func() { srv.Shutdown(ctx) })
 		return srv, nil
+	}
+	start := func(wasm []byte) (*host.Server, error) { return startWith(wasm, map[string]int64{"hidden_dim": 3}) }
+	// The scaffold has no silent default: without hidden_dim, or with it
+	// misspelt, the expert does not start, and the error says why.
+	if _, err := startWith(wasm, nil); err == nil || !strings.Contains(err.Error(), "hidden_dim is not set") {
+		t.Errorf("the scaffold without hidden_dim: %v, want it refused", err)
+	}
+	if _, err := startWith(wasm, map[string]int64{"hiden_dim": 3}); err == nil || !strings.Contains(err.Error(), `"hiden_dim": the module's moe_init does not read it (it reads: hidden_dim)`) {
+		t.Errorf("the scaffold with hiden_dim: %v, want the known keys named", err)
 	}
 	srv, err := start(wasm)
 	if err != nil {

@@ -1,0 +1,29 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/host/rpc"
+)
+
+// TestDeployRefusesUnknownConfigKeys checks that a deployment whose config
+// holds a key the module's moe_init does not read is InvalidArgument naming
+// the keys it reads, instead of an expert silently on its defaults.
+func TestDeployRefusesUnknownConfigKeys(t *testing.T) {
+	ctx := context.Background()
+	srv := startTestServer(t, WithoutDHT())
+	err := srv.Deploy(ctx, ExpertConfig{UID: "typo.0", Module: ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hiden_dim": 4}})
+	if !errors.Is(err, rpc.ErrInvalidArgument) || !strings.Contains(err.Error(), `"hiden_dim": the module's moe_init does not read it (it reads: hidden_dim)`) {
+		t.Fatalf("deploy with hiden_dim: %v, want InvalidArgument naming hidden_dim", err)
+	}
+	if _, ok := (*table)(srv).Expert("typo.0"); ok {
+		t.Fatal("the refused expert is served")
+	}
+	if err := srv.Deploy(ctx, ExpertConfig{UID: "typo.0", Module: ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hidden_dim": 4}}); err != nil {
+		t.Fatalf("deploy with hidden_dim: %v", err)
+	}
+}
