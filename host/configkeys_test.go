@@ -2,12 +2,11 @@ package host
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // TestDeployRefusesUnknownConfigKeys checks that a deployment whose config
@@ -17,7 +16,7 @@ func TestDeployRefusesUnknownConfigKeys(t *testing.T) {
 	ctx := context.Background()
 	srv := startTestServer(t, WithoutDHT())
 	err := srv.Deploy(ctx, ExpertConfig{UID: "typo.0", Module: ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hiden_dim": 4}})
-	if !errors.Is(err, rpc.ErrInvalidArgument) || !strings.Contains(err.Error(), `"hiden_dim": the module's moe_init does not read it (it reads: hidden_dim)`) {
+	if errorCodes.Of(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `"hiden_dim": the module's moe_init does not read it (it reads: hidden_dim)`) {
 		t.Fatalf("deploy with hiden_dim: %v, want InvalidArgument naming hidden_dim", err)
 	}
 	if _, ok := (*table)(srv).Expert("typo.0"); ok {

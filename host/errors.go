@@ -85,6 +85,7 @@ var errorCodes = rpc.Codes{
 	{Err: gpuhost.ErrOutOfMemory, Code: connect.CodeResourceExhausted},
 
 	{Err: sandbox.ErrInvalidModule, Code: connect.CodeInvalidArgument},
+	{Err: sandbox.ErrUnknownConfigKey, Code: connect.CodeInvalidArgument},
 	{Err: sandbox.ErrInvalidInput, Code: connect.CodeInvalidArgument},
 	{Err: sandbox.ErrGuest, Code: connect.CodeInvalidArgument},
 	{Err: sandbox.ErrTrap, Code: connect.CodeFailedPrecondition},

@@ -48,6 +48,7 @@ func TestErrorCodes(t *testing.T) {
 		{sandbox.ErrBudget, connect.CodeResourceExhausted},
 		{gpuhost.ErrOutOfMemory, connect.CodeResourceExhausted},
 		{sandbox.ErrInvalidModule, connect.CodeInvalidArgument},
+		{sandbox.ErrUnknownConfigKey, connect.CodeInvalidArgument},
 		{sandbox.ErrInvalidInput, connect.CodeInvalidArgument},
 		{sandbox.ErrGuest, connect.CodeInvalidArgument},
 		{sandbox.ErrTrap, connect.CodeFailedPrecondition},

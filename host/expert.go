@@ -79,9 +79,6 @@ func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuh
 		Config: maps.Clone(config),
 	}
 	inst, err := module.Instantiate(ctx, b)
-	if errors.Is(err, sandbox.ErrUnknownConfigKey) {
-		return nil, fmt.Errorf("%w: loading expert %q: %w", rpc.ErrInvalidArgument, uid, err)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("loading expert %q: %w", uid, err)
 	}
