@@ -428,11 +428,17 @@ func (s *Server) expertList() []*expert {
 // ckptService is the server's CheckpointService backend.
 type ckptService Server
 
-func (cs *ckptService) expert(uid string) (*expert, error) {
+// expert returns the expert uid if the request's caller may reach its
+// checkpoints: the operator any, a tenant its own.
+func (cs *ckptService) expert(ctx context.Context, uid string) (*expert, error) {
 	t := (*table)(cs)
 	e, ok := t.Expert(uid)
 	if !ok {
 		return nil, fmt.Errorf("%w: no expert %q on this server", ErrUnknownExpert, uid)
+	}
+	c := rpc.CallerFrom(ctx)
+	if !c.Operator && (c.Tenant == "" || e.(*expert).owner != c.Tenant) {
+		return nil, fmt.Errorf("expert %q %w: a tenant's token reaches its own experts' checkpoints only", uid, ErrNotYours)
 	}
 	return e.(*expert), nil
 }
@@ -464,7 +470,7 @@ func (cs *ckptService) find(c *checkpointer, uid string, step int64) (*moehostv1
 }
 
 func (cs *ckptService) Save(ctx context.Context, uid string) (*moehostv1.CheckpointInfo, error) {
-	e, err := cs.expert(uid)
+	e, err := cs.expert(ctx, uid)
 	if err != nil {
 		return nil, err
 	}
@@ -479,8 +485,8 @@ func (cs *ckptService) Save(ctx context.Context, uid string) (*moehostv1.Checkpo
 	return cs.find(c, uid, step)
 }
 
-func (cs *ckptService) List(_ context.Context, uid string) ([]*moehostv1.CheckpointInfo, error) {
-	if _, err := cs.expert(uid); err != nil {
+func (cs *ckptService) List(ctx context.Context, uid string) ([]*moehostv1.CheckpointInfo, error) {
+	if _, err := cs.expert(ctx, uid); err != nil {
 		return nil, err
 	}
 	c, err := cs.checkpointer()
@@ -499,7 +505,7 @@ func (cs *ckptService) List(_ context.Context, uid string) ([]*moehostv1.Checkpo
 }
 
 func (cs *ckptService) Restore(ctx context.Context, uid string, step *int64) (*moehostv1.CheckpointInfo, error) {
-	e, err := cs.expert(uid)
+	e, err := cs.expert(ctx, uid)
 	if err != nil {
 		return nil, err
 	}
@@ -543,7 +549,7 @@ func (cs *ckptService) Restore(ctx context.Context, uid string, step *int64) (*m
 }
 
 func (cs *ckptService) Parameters(ctx context.Context, uid string) (int64, []*moehostv1.NamedTensor, error) {
-	e, err := cs.expert(uid)
+	e, err := cs.expert(ctx, uid)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -572,15 +578,22 @@ func (cs *ckptService) Parameters(ctx context.Context, uid string) (int64, []*mo
 	return snap.Step, out, nil
 }
 
-// checkpointHandler mounts the CheckpointService when the listener is on
-// loopback or an admin token is set.
+// checkpointHandler mounts the CheckpointService when someone can use
+// it: with tenants, each for its own experts; with an admin token, its
+// bearer; with neither, loopback callers, as the operator, when the
+// listener is on loopback.
 func (s *Server) checkpointHandler(ln net.Listener) (string, http.Handler, bool) {
 	addr, ok := ln.Addr().(*net.TCPAddr)
-	if s.cfg.adminToken == "" && (!ok || !addr.IP.IsLoopback()) {
-		s.log.Info("the checkpoint service is off: the server does not listen on loopback and has no admin token")
+	loopback := s.cfg.adminToken == "" && s.tenants == nil
+	if loopback && (!ok || !addr.IP.IsLoopback()) {
+		s.log.Info("the checkpoint service is off: the server does not listen on loopback and has no admin token or tenants")
 		return "", nil, false
 	}
-	path, h := rpc.NewCheckpointHandler((*ckptService)(s), s.cfg.adminToken, errorCodes)
+	var auth rpc.Authenticator
+	if !loopback {
+		auth = (*authenticator)(s)
+	}
+	path, h := rpc.NewCheckpointHandler((*ckptService)(s), auth, loopback, errorCodes)
 	return path, h, true
 }
 

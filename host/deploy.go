@@ -22,8 +22,11 @@ import (
 // ones, so that both compile each module digest once per owner and let
 // experts of one owner, module and config share an instance. Each owner
 // (tenant) gets its own wazero runtime with its own limits, made with its
-// first expert; all of them share one compilation cache. Its maps are guarded by mu, which also serialises
-// deploys and undeploys.
+// first expert; all of them share one compilation cache. Its maps are
+// guarded by mu, which is held only while they change: a module compiles,
+// and an instance starts and runs moe_init, with mu released, so that one
+// tenant's slow deploy does not hold up another's uploads and deploys
+// (RATIONALE: "Why does a deploy not hold the loader's lock?").
 type loader struct {
 	mu       sync.Mutex
 	cache    *sandbox.Cache                    // nil: compile without one
@@ -35,6 +38,9 @@ type loader struct {
 	// unrestored are deployments from the file that did not load at
 	// Start; they stay in the file until deployed or undeployed again.
 	unrestored map[string]deployment
+	// busy are the uids being deployed or undeployed, which no other
+	// deploy or undeploy may take meanwhile.
+	busy map[string]bool
 }
 
 // ownerRuntime is one owner's runtime and how many compiled modules it
@@ -45,13 +51,18 @@ type ownerRuntime struct {
 	modules int
 }
 
-// compiledModule is a compiled module and the experts that use it; the
+// compiledModule is a compiled module and its users: the experts that
+// run it, and the loads and validations under way that reserved it. The
 // last of them to go closes it.
 type compiledModule struct {
 	m      *sandbox.Module
 	rt     string // its runtime's key
 	limits sandbox.Limits
 	users  int
+	// ready is closed once the compile that made the entry has ended,
+	// with m set or err; until then other users wait for it.
+	ready chan struct{}
+	err   error
 }
 
 // newLoader makes a loader; its store and device are set before its
@@ -60,7 +71,7 @@ func newLoader(cache *sandbox.Cache, limits func(owner string) sandbox.Limits) *
 	return &loader{
 		cache: cache, limits: limits,
 		runtimes: map[string]*ownerRuntime{}, compiled: map[string]*compiledModule{}, slots: map[string]*instanceSlot{},
-		unrestored: map[string]deployment{},
+		unrestored: map[string]deployment{}, busy: map[string]bool{},
 	}
 }
 
@@ -106,25 +117,56 @@ func (l *loader) runtime(ctx context.Context, owner string, limits sandbox.Limit
 	return or, key, nil
 }
 
-// compile returns owner's compiled module of wasm under limits, compiling
-// it if needed; fresh is true when it did.
+// compile returns owner's compiled module of wasm under limits,
+// compiling it if needed (fresh is true when this call did), with one use
+// reserved for the caller: an expert keeps it, anyone else gives it back
+// with release. Call with l.mu held; compile releases it while the module
+// compiles, or while it waits for another call compiling the same one.
 func (l *loader) compile(ctx context.Context, owner string, limits sandbox.Limits, wasm []byte, digest string) (cm *compiledModule, key string, fresh bool, err error) {
 	rtKey := runtimeKey(owner, limits)
 	key = rtKey + "\x00" + digest
 	if cm, ok := l.compiled[key]; ok {
-		return cm, key, false, nil
+		cm.users++
+		select {
+		case <-cm.ready:
+			return cm, key, false, nil
+		default:
+		}
+		l.mu.Unlock()
+		select {
+		case <-cm.ready:
+		case <-ctx.Done():
+		}
+		l.mu.Lock()
+		select {
+		case <-cm.ready:
+			if cm.err != nil {
+				// The compiler took the entry out; reservations died with it.
+				return nil, "", false, cm.err
+			}
+			return cm, key, false, nil
+		default:
+			cm.users-- // the compiler holds a use: nothing closes here
+			return nil, "", false, ctx.Err()
+		}
 	}
 	or, rtKey, err := l.runtime(ctx, owner, limits)
 	if err != nil {
 		return nil, "", false, err
 	}
+	cm = &compiledModule{rt: rtKey, limits: or.rt.Limits(), users: 1, ready: make(chan struct{})}
+	l.compiled[key] = cm
+	or.modules++
+	l.mu.Unlock()
 	m, err := or.rt.Compile(ctx, wasm)
+	l.mu.Lock()
+	cm.m, cm.err = m, err
+	close(cm.ready)
 	if err != nil {
+		delete(l.compiled, key)
+		or.modules--
 		return nil, "", false, err
 	}
-	or.modules++
-	cm = &compiledModule{m: m, rt: rtKey, limits: or.rt.Limits()}
-	l.compiled[key] = cm
 	return cm, key, true, nil
 }
 
@@ -198,7 +240,8 @@ func (l *loader) close(ctx context.Context) error {
 // load makes the expert ec describes, with its parameters drawn (or
 // restored from its newest checkpoint) and its pools made, but not yet
 // served. fresh is true when its module was compiled for it. Call with
-// l.mu held.
+// l.mu held; load releases it while the module compiles and while the
+// expert's instance starts.
 func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *expert, fresh bool, err error) {
 	wasm, err := ec.Module.load(l.store)
 	if err != nil {
@@ -215,10 +258,11 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if err != nil {
 		return nil, false, fmt.Errorf("loading expert %q from %v: %w", ec.UID, ec.Module, err)
 	}
-	// Until the expert is made, a module compiled for it alone goes again.
+	// The use compile reserved becomes the expert's; until the expert
+	// is made, it is given back on failure.
+	made := false
 	defer func() {
-		if err != nil && cm.users == 0 {
-			cm.users = 1
+		if err != nil && !made {
 			err = errors.Join(err, l.release(context.WithoutCancel(ctx), key))
 		}
 	}()
@@ -253,13 +297,21 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if slot, ok := l.slots[share]; ok && !s.cfg.exclusiveInstances {
 		e, err = newSharedExpert(ec.UID, slot, cm.m, ln.dev, ec.Config, opt, limits.ParamBytes)
 	} else {
+		// A new instance starts and runs moe_init (up to the owner's
+		// init timeout) without the lock.
+		l.mu.Unlock()
 		e, err = newExpert(ctx, ec.UID, cm.m, ln.dev, ec.Config, opt, limits.ParamBytes)
+		l.mu.Lock()
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	cm.users++
-	l.slots[share] = e.slot
+	made = true
+	if _, ok := l.slots[share]; !ok {
+		// Another load may have started an instance for share meanwhile;
+		// then this one stays the expert's own.
+		l.slots[share] = e.slot
+	}
 	e.share, e.owner, e.compiledKey, e.unpin = share, ec.Owner, key, unpin
 	e.forwardAccess, e.backwardAccess = ec.ForwardAccess, ec.BackwardAccess
 	e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
@@ -311,6 +363,11 @@ func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 	if taken {
 		return fmt.Errorf("%w: %q", ErrExpertServed, ec.UID)
 	}
+	if l.busy[ec.UID] {
+		return fmt.Errorf("expert %q is being deployed or undeployed: %w", ec.UID, ErrExpertServed)
+	}
+	l.busy[ec.UID] = true
+	defer delete(l.busy, ec.UID)
 	e, _, err := s.load(ctx, l, ec)
 	if err != nil {
 		return err
@@ -353,6 +410,9 @@ func (s *Server) Undeploy(ctx context.Context, uid string) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.busy[uid] {
+		return fmt.Errorf("%w: expert %q is being deployed or undeployed; try again", ErrNotRun, uid)
+	}
 	s.mu.Lock()
 	e, ok := s.experts[uid]
 	if ok {
@@ -367,18 +427,23 @@ func (s *Server) Undeploy(ctx context.Context, uid string) error {
 	if !ok {
 		return fmt.Errorf("%w: expert %q is not served", ErrUnknownExpert, uid)
 	}
+	if e.deployed != nil {
+		err = s.saveDeployments(l)
+	}
+	l.busy[uid] = true
+	defer delete(l.busy, uid)
 	gone := fmt.Errorf("expert %q was undeployed", uid)
 	e.fwd.Close(gone)
 	e.bwd.Close(gone)
 	// Remove waits for a batch of the pools that is running, so that
-	// nothing uses the instance once it is closed below.
+	// nothing uses the instance once it is closed below; other deploys
+	// and undeploys go on meanwhile.
+	l.mu.Unlock()
 	w := s.laneOf(e).worker
 	w.Remove(e.fwd)
 	w.Remove(e.bwd)
-	err = s.unload(ctx, l, e)
-	if e.deployed != nil {
-		err = errors.Join(err, s.saveDeployments(l))
-	}
+	l.mu.Lock()
+	err = errors.Join(err, s.unload(ctx, l, e))
 	s.log.Info("expert undeployed", "uid", uid)
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/internal/atomicfile"
+	"github.com/moehost/moehost/modules"
 )
 
 // Access says who may call one of an expert's methods (see rpc.Access).
@@ -116,6 +117,9 @@ func (s *Server) restoreDeployments(ctx context.Context, l *loader) error {
 		err := ec.validate(s.ckpt != nil)
 		if _, taken := s.experts[d.UID]; taken {
 			err = errors.New("its uid is served already")
+		}
+		if d.Owner != modules.Operator && s.tenants != nil && !s.hasTenant(d.Owner) {
+			err = errors.New("its owner is not a tenant of this server")
 		}
 		var e *expert
 		if err == nil {

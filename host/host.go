@@ -83,6 +83,9 @@ type Server struct {
 	// stopTenants stops its SIGHUP watch.
 	tenants     *tenant.Set
 	stopTenants func()
+	// inflight counts each owner's uploads and deploys in flight, for
+	// the tenants' uploads and deploys caps (tenants.go).
+	inflight inflight
 	// devicesClosed is set once release has closed the devices (they
 	// stay listed, so that MemoryStats reads after Shutdown).
 	devicesClosed bool
@@ -230,7 +233,7 @@ func (s *Server) start(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("starting: %w", err)
 		}
-		e, fresh, err := s.load(ctx, l, ec)
+		e, fresh, err := s.load(ctx, l, s.operatorBackward(ec))
 		if err != nil {
 			return err
 		}
@@ -283,16 +286,23 @@ func (s *Server) start(ctx context.Context) error {
 		Codes:           errorCodes,
 	}
 	if s.tenants != nil {
-		opts.Auth, opts.Modules, opts.MaxUploadBytes = (*authenticator)(s), (*moduleAPI)(s), s.maxUploadBytes()
+		opts.Auth, opts.Modules, opts.Uploads = (*authenticator)(s), (*moduleAPI)(s), s.uploadLimits()
 	}
 	mux.Handle("/", rpc.NewHandler((*table)(s), opts))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
+	// ReadHeaderTimeout cuts a client that never finishes its headers,
+	// IdleTimeout closes a connection (its descriptor) that carries no
+	// request. There is no ReadTimeout or WriteTimeout: on HTTP/1 either
+	// one cuts a Forward that runs longer, however healthy; module
+	// uploads, the one streaming request, get their own idle and total
+	// deadlines (rpc.UploadLimits).
 	srv := &http.Server{
 		Handler:           mux,
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)

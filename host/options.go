@@ -46,6 +46,10 @@ type config struct {
 	// WithMaxUploadBytes'.
 	tenantsFile    string
 	maxUploadBytes int64
+	// publicBackward, uploadIdle and uploadTimeout are
+	// WithPublicBackward's and WithUploadTimeouts' (tenants.go).
+	publicBackward            bool
+	uploadIdle, uploadTimeout time.Duration
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
 	dht                *DHTConfig
@@ -128,7 +132,9 @@ type ExpertConfig struct {
 	Owner string
 	// ForwardAccess and BackwardAccess say who may call Forward and
 	// Backward. The zero value is AccessPublic, as in hivemind; a tenant's
-	// deploy defaults Backward, which trains the expert, to AccessOwner.
+	// deploy defaults Backward, which trains the expert, to AccessOwner,
+	// and so does a server with tenants for the experts given with
+	// WithExperts, unless WithPublicBackward.
 	ForwardAccess, BackwardAccess Access
 	// Limits overrides the non-zero fields among MemoryPages,
 	// CallTimeout, BytesPerCall and ParamBytes of its owner's limits for
@@ -291,6 +297,9 @@ func (e ExpertConfig) validate(withCheckpoints bool) error {
 	}
 	if len(e.UID) > swarm.MaxNameLen {
 		return fmt.Errorf("uid %.40q… is %d bytes, more than %d", e.UID, len(e.UID), swarm.MaxNameLen)
+	}
+	if err := CheckUID(e.UID); err != nil {
+		return fmt.Errorf("expert %q: %w", e.UID, err)
 	}
 	if e.Module.empty() {
 		return fmt.Errorf("expert %q has no module", e.UID)

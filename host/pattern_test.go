@@ -21,8 +21,16 @@ func TestExpandPattern(t *testing.T) {
 		{"", "error: empty"},
 		{"ffn.[4:4]", "error: not a range"},
 		{"ffn.[a:b]", "error: not a range"},
-		{"ffn.[0:4", "error: malformed"},
-		{"ffn..x", "error: malformed"},
+		{"ffn.[0:4", "error: contains '['"},
+		{"ffn..x", "error: empty part"},
+		{"mallory.x\n", "error: contains '\\n'"},
+		{"mallory.\u202egnp", "error: contains '\\u202e'"},
+		{"mallory.a\u200bb", "error: contains '\\u200b'"},
+		{"mallory.\xff", "error: contains '�'"},
+		{"mallory.a b", "error: contains ' '"},
+		{"mallory.a:b", "error: contains ':'"},
+		{"Mallory.x-y_Z.0", "Mallory.x-y_Z.0"},
+		{"a." + strings.Repeat("x", 300), "error: more than the 256"},
 		{"x.[0:1000].[0:1000]", "error: more than"},
 	}
 	for _, tt := range tests {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
@@ -31,6 +33,45 @@ func WithMaxUploadBytes(n int64) Option {
 	return optionFunc(func(c *config) { c.maxUploadBytes = n })
 }
 
+// WithPublicBackward lets anyone call Backward on the experts given with
+// WithExperts when the server has tenants (WithTenants). By default they
+// are then owner-only for training, as a tenant's experts are: Backward
+// changes their parameters, and only the admin token is their owner.
+// Without tenants the configured experts stay public, as in hivemind.
+func WithPublicBackward(public bool) Option {
+	return optionFunc(func(c *config) { c.publicBackward = public })
+}
+
+// operatorBackward returns ec with its Backward access resolved for a
+// configured expert: owner-only under tenants unless WithPublicBackward.
+func (s *Server) operatorBackward(ec ExpertConfig) ExpertConfig {
+	if ec.BackwardAccess == 0 && s.cfg.tenantsFile != "" && !s.cfg.publicBackward {
+		ec.BackwardAccess = AccessOwner
+	}
+	return ec
+}
+
+// The defaults of WithUploadTimeouts.
+const (
+	DefaultUploadIdleTimeout = rpc.DefaultUploadIdleTimeout
+	DefaultUploadTimeout     = rpc.DefaultUploadTimeout
+)
+
+// WithUploadTimeouts bounds each module upload: it is cut (with
+// DeadlineExceeded) when it sends nothing for idle, or is not complete
+// after total, so that a client trickling bytes cannot hold a stream
+// and its file descriptor. Zero takes the defaults,
+// DefaultUploadIdleTimeout and DefaultUploadTimeout.
+func WithUploadTimeouts(idle, total time.Duration) Option {
+	return optionFunc(func(c *config) { c.uploadIdle, c.uploadTimeout = idle, total })
+}
+
+// uploadLimits are WithMaxUploadBytes and WithUploadTimeouts, for
+// rpc, which applies the defaults.
+func (s *Server) uploadLimits() rpc.UploadLimits {
+	return rpc.UploadLimits{MaxBytes: s.maxUploadBytes(), IdleTimeout: s.cfg.uploadIdle, Timeout: s.cfg.uploadTimeout}
+}
+
 // openTenants opens the tenants file, with the configured experts' uids
 // reserved for the operator, and starts watching SIGHUP.
 func (s *Server) openTenants(ctx context.Context) error {
@@ -41,7 +82,8 @@ func (s *Server) openTenants(ctx context.Context) error {
 	for i, ec := range s.cfg.experts {
 		uids[i] = ec.UID
 	}
-	set, err := tenant.Open(s.cfg.tenantsFile, tenant.WithOperatorUIDs(uids...))
+	set, err := tenant.Open(s.cfg.tenantsFile, tenant.WithOperatorUIDs(uids...),
+		tenant.WithReloadHook(func() { go s.undeployRemoved(context.WithoutCancel(ctx)) }))
 	if err != nil {
 		return err
 	}
@@ -50,6 +92,43 @@ func (s *Server) openTenants(ctx context.Context) error {
 	s.tenants, s.stopTenants = set, stop
 	s.mu.Unlock()
 	return nil
+}
+
+// undeployRemoved undeploys the experts of tenants that a reload
+// removed, each after its running batch: nobody else's token could
+// undeploy them, and nobody would answer for them. Their modules and
+// checkpoints stay on disk, should the tenant come back.
+func (s *Server) undeployRemoved(ctx context.Context) {
+	s.mu.Lock()
+	set := s.tenants
+	s.mu.Unlock()
+	if set == nil {
+		return
+	}
+	for _, e := range (*table)(s).All() {
+		e := e.(*expert)
+		if e.owner == "" || e.owner == modules.Operator {
+			continue
+		}
+		if _, ok := set.Tenant(e.owner); ok {
+			continue
+		}
+		err := s.Undeploy(ctx, e.uid)
+		if errors.Is(err, ErrUnknownExpert) {
+			continue // undeployed meanwhile
+		}
+		if err != nil {
+			s.log.Error("undeploying a removed tenant's expert", "uid", e.uid, "owner", e.owner, "err", err)
+			continue
+		}
+		s.log.Info("undeployed the expert of a removed tenant", "uid", e.uid, "owner", e.owner)
+	}
+}
+
+// hasTenant reports whether the tenants file has name.
+func (s *Server) hasTenant(name string) bool {
+	_, ok := s.tenants.Tenant(name)
+	return ok
 }
 
 // closeTenants stops watching SIGHUP.
@@ -69,7 +148,7 @@ func (s *Server) serverCaps() tenant.Caps {
 	l := s.cfg.limits.WithDefaults()
 	return tenant.Caps{
 		MemoryPages: int64(l.MemoryPages), CallTimeout: l.CallTimeout,
-		BytesPerCall: l.BytesPerCall, ParamBytes: l.ParamBytes,
+		BytesPerCall: l.BytesPerCall, ParamBytes: l.ParamBytes, InitTimeout: l.InitTimeout,
 	}
 }
 
@@ -103,6 +182,9 @@ func (s *Server) guestLimits(owner string) sandbox.Limits {
 	}
 	if c.CallTimeout > 0 && c.CallTimeout < l.CallTimeout {
 		l.CallTimeout = c.CallTimeout
+	}
+	if c.InitTimeout > 0 && c.InitTimeout < l.InitTimeout {
+		l.InitTimeout = c.InitTimeout
 	}
 	if c.BytesPerCall > 0 && c.BytesPerCall < l.BytesPerCall {
 		l.BytesPerCall = c.BytesPerCall
@@ -153,6 +235,36 @@ func owner(c rpc.Caller) string {
 
 func (m *moduleAPI) srv() *Server { return (*Server)(m) }
 
+// inflight counts what each tenant has in flight, for the caps that
+// bound concurrency (uploads, deploys).
+type inflight struct {
+	mu     sync.Mutex
+	counts map[string]int64 // by kind and tenant
+}
+
+// enter takes one of tenant's limit slots of kind ("uploads",
+// "deploys"), or returns an error wrapping a *tenant.CapError when all
+// are taken; leave gives it back.
+func (f *inflight) enter(kind, tenantName string, limit int64) (leave func(), err error) {
+	key := kind + "\x00" + tenantName
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.counts == nil {
+		f.counts = map[string]int64{}
+	}
+	if n := f.counts[key]; n >= limit {
+		return nil, fmt.Errorf("%w in flight; wait for one to finish", &tenant.CapError{Cap: kind, Limit: limit, Want: n + 1})
+	}
+	f.counts[key]++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.counts[key]--; f.counts[key] <= 0 {
+			delete(f.counts, key)
+		}
+	}, nil
+}
+
 func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
 	s := m.srv()
 	l, err := s.liveLoader()
@@ -166,6 +278,11 @@ func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload
 			return rpc.ModuleInfo{}, err
 		}
 		q = caps.ModuleQuota()
+		leave, err := s.inflight.enter("uploads", c.Tenant, caps.Uploads)
+		if err != nil {
+			return rpc.ModuleInfo{}, err
+		}
+		defer leave()
 	}
 	had := map[string]bool{}
 	for _, mod := range l.store.List(owner(c)) {
@@ -198,15 +315,11 @@ func (s *Server) validateModule(ctx context.Context, l *loader, owner, digest st
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cm, key, _, err := l.compile(ctx, owner, l.limits(owner), wasm, digest)
+	_, key, _, err := l.compile(ctx, owner, l.limits(owner), wasm, digest)
 	if err != nil {
 		return err
 	}
-	if cm.users == 0 {
-		cm.users = 1
-		return l.release(ctx, key)
-	}
-	return nil
+	return l.release(ctx, key)
 }
 
 // info describes one of owner's modules, with the experts that run it.
@@ -240,7 +353,7 @@ func (m *moduleAPI) Delete(ctx context.Context, c rpc.Caller, digest string) err
 		return err
 	}
 	if !l.store.Has(owner(c), digest) {
-		return m.notYours(l, c, "module "+digest, digest)
+		return m.notYours("module " + digest)
 	}
 	err = l.store.Delete(owner(c), digest)
 	if errors.Is(err, modules.ErrInUse) {
@@ -249,13 +362,11 @@ func (m *moduleAPI) Delete(ctx context.Context, c rpc.Caller, digest string) err
 	return err
 }
 
-// notYours is the error for a module c does not have: PermissionDenied
-// when another tenant has it, NotFound when nobody does.
-func (m *moduleAPI) notYours(l *loader, c rpc.Caller, what, digest string) error {
-	if l.store.Referenced(digest) {
-		return fmt.Errorf("%s: %w", what, ErrNotYours)
-	}
-	return fmt.Errorf("%w: %s: upload it first", modules.ErrNotFound, what)
+// notYours is the error for a module c does not have: NotFound, with
+// the same words whether another tenant has uploaded it or nobody has,
+// so that no tenant learns which modules exist.
+func (m *moduleAPI) notYours(what string) error {
+	return fmt.Errorf("%w: %s: you have no such module; upload it first", modules.ErrNotFound, what)
 }
 
 func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) ([]string, error) {
@@ -278,6 +389,11 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 		if caps, err = s.caps(c.Tenant); err != nil {
 			return nil, err
 		}
+		leave, err := s.inflight.enter("deploys", c.Tenant, caps.Deploys)
+		if err != nil {
+			return nil, err
+		}
+		defer leave()
 		want := tenant.Limits{MemoryPages: int64(d.Limits.MemoryPages), CallTimeout: d.Limits.CallTimeout,
 			BytesPerCall: d.Limits.BytesPerCall, ParamBytes: d.Limits.ParamBytes}
 		if err := caps.CheckLimits(want); err != nil {
@@ -292,7 +408,7 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 			BytesPerCall: d.Limits.BytesPerCall, ParamBytes: d.Limits.ParamBytes}
 	}
 	if !l.store.Has(own, d.Module) {
-		return nil, m.notYours(l, c, "module "+d.Module, d.Module)
+		return nil, m.notYours("module " + d.Module)
 	}
 	for _, uid := range uids {
 		if e, ok := (*table)(s).Expert(uid); ok && e.(*expert).owner != own && !c.Operator {

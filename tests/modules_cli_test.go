@@ -87,7 +87,7 @@ func TestModuleCommandsEndToEnd(t *testing.T) {
 	if out := must(bob, "modules"); out != "" {
 		t.Errorf("bob's modules: %q", out)
 	}
-	refused(bob, "permission_denied", "deploy", "--module", digest, "--experts", "bob.ffn.0", "--config", "hidden_dim=4")
+	refused(bob, "not_found", "deploy", "--module", digest, "--experts", "bob.ffn.0", "--config", "hidden_dim=4")
 	refused(bob, "permission_denied", "undeploy", "alice.ffn.0")
 
 	out = must("", "experts")

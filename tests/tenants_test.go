@@ -154,9 +154,9 @@ func TestTenantsIsolation(t *testing.T) {
 		t.Errorf("bob lists modules: %v, %v; want none of alice's", list, err)
 	}
 	_, err = h.modules.DeleteModule(ctx, authed(bob, &moehostv1.DeleteModuleRequest{Digest: digest}))
-	wantCode(t, "bob deletes alice's module", err, connect.CodePermissionDenied)
+	wantCode(t, "bob deletes alice's module", err, connect.CodeNotFound)
 	_, err = h.deploy(ctx, bob, &moehostv1.DeployExpertRequest{Experts: "bob.ffn.0", ModuleDigest: digest, Config: cfg})
-	wantCode(t, "bob deploys alice's module", err, connect.CodePermissionDenied)
+	wantCode(t, "bob deploys alice's module", err, connect.CodeNotFound)
 	bobDigest, err := h.upload(ctx, bob, wasmexperts.FFNC)
 	if err != nil || bobDigest != digest {
 		t.Fatalf("bob uploads the same bytes: %q, %v", bobDigest, err)

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -128,23 +129,39 @@ type authGate struct {
 }
 
 func (a authGate) caller(ctx context.Context, _ connect.Peer, h http.Header) (context.Context, error) {
-	v := h.Get("Authorization")
-	if v == "" {
+	token, present, err := BearerToken(h)
+	if err != nil {
+		return nil, err
+	}
+	if !present {
 		if a.required {
 			return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s needs a token (Authorization: Bearer <token>): a tenant's, or the server's admin token", a.service))
 		}
 		return ContextWithCaller(ctx, Caller{}), nil
-	}
-	scheme, token, _ := strings.Cut(v, " ")
-	token = strings.TrimSpace(token)
-	if !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the Authorization header is not \"Bearer <token>\""))
 	}
 	c, ok := a.auth.Authenticate(token)
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the bearer token is not valid on this server"))
 	}
 	return ContextWithCaller(ctx, c), nil
+}
+
+// BearerToken is the one parser of the Authorization header that every
+// service uses: present is false when the header is absent or empty, and
+// err (Unauthenticated) is set when it is present but not "Bearer
+// <token>". The scheme is case-insensitive (RFC 9110, section 11.1), and
+// the token is what follows the spaces after it, trimmed.
+func BearerToken(h http.Header) (token string, present bool, err error) {
+	v := h.Get("Authorization")
+	if v == "" {
+		return "", false, nil
+	}
+	scheme, rest, _ := strings.Cut(v, " ")
+	token = strings.TrimSpace(rest)
+	if !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t") {
+		return "", true, connect.NewError(connect.CodeUnauthenticated, errors.New("the Authorization header is not \"Bearer <token>\""))
+	}
+	return token, true, nil
 }
 
 // gate is a Connect interceptor that admits each unary call and each

@@ -2,12 +2,10 @@ package rpc
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"math"
 	"net"
 	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 
@@ -16,8 +14,11 @@ import (
 )
 
 // Checkpoints is the training state of the experts as the
-// CheckpointService sees it; package host implements it. Errors wrap this
-// package's sentinels.
+// CheckpointService sees it; package host implements it. Each method
+// checks that CallerFrom(ctx) may reach uid: the operator reaches every
+// expert, a tenant its own only (an error the Codes table makes
+// PermissionDenied otherwise). Errors
+// wrap this package's sentinels.
 type Checkpoints interface {
 	Save(ctx context.Context, uid string) (*moehostv1.CheckpointInfo, error)
 	List(ctx context.Context, uid string) ([]*moehostv1.CheckpointInfo, error)
@@ -27,13 +28,18 @@ type Checkpoints interface {
 }
 
 // NewCheckpointHandler returns the CheckpointService's path and handler.
-// With a token, every call must carry "Authorization: Bearer <token>";
-// without one, only loopback peers are served (the caller mounts it only
-// on a loopback listener then). codes maps c's errors to Connect codes.
-func NewCheckpointHandler(c Checkpoints, token string, codes Codes) (string, http.Handler) {
+// A caller whose bearer token auth accepts gets that Caller in its
+// context (CallerFrom), and the Checkpoints implementation lets a tenant
+// reach its own experts only; a bad token is refused. A caller with no
+// token is the operator when loopbackOperator is set and it comes from
+// loopback (a server without tenants or an admin token), and is refused
+// otherwise: with tenants, being local proves nothing (RATIONALE: "Who
+// may use the CheckpointService?"). codes maps c's errors to Connect
+// codes.
+func NewCheckpointHandler(c Checkpoints, auth Authenticator, loopbackOperator bool, codes Codes) (string, http.Handler) {
 	return moehostv1connect.NewCheckpointServiceHandler(&checkpointService{c: c},
-		connect.WithInterceptors(codes.Interceptor(), gate(adminGate{token: token}.admit)),
-		connect.WithReadMaxBytes(1<<20), // requests name an expert, no more
+		connect.WithInterceptors(codes.Interceptor(), gate(checkpointGate{auth: auth, loopback: loopbackOperator}.admit)),
+		readLimit(smallMessageBytes), // requests name an expert, no more
 		connect.WithCompressMinBytes(math.MaxInt),
 	)
 }
@@ -91,26 +97,42 @@ func (s *checkpointService) GetParameters(ctx context.Context, req *connect.Requ
 	return connect.NewResponse(&moehostv1.CheckpointServiceGetParametersResponse{Step: step, Parameters: params}), nil
 }
 
-// adminGate (through admit, as a gate) admits callers with the admin token, or, without a
-// token, loopback peers only.
-type adminGate struct{ token string }
+// checkpointGate (through admit, as a gate) puts the Caller in the
+// context: the bearer of a token auth accepts, or, with loopback and no
+// token, a loopback peer as the operator.
+type checkpointGate struct {
+	auth     Authenticator // nil: no token is valid
+	loopback bool
+}
 
-func (a adminGate) check(peer connect.Peer, h http.Header) error {
-	if a.token != "" {
-		got, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
-			return connect.NewError(connect.CodeUnauthenticated, errors.New("the checkpoint service needs the server's admin token (Authorization: Bearer)"))
+func (g checkpointGate) caller(peer connect.Peer, h http.Header) (Caller, error) {
+	token, present, err := BearerToken(h)
+	if err != nil {
+		return Caller{}, err
+	}
+	if present {
+		if g.auth != nil {
+			if c, ok := g.auth.Authenticate(token); ok {
+				return c, nil
+			}
 		}
-		return nil
+		return Caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("the bearer token is not valid on this server"))
+	}
+	if !g.loopback {
+		return Caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("the checkpoint service needs a token (Authorization: Bearer <token>): a tenant's, for its own experts, or the server's admin token"))
 	}
 	host, _, err := net.SplitHostPort(peer.Addr)
 	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-		return connect.NewError(connect.CodePermissionDenied, errors.New("the checkpoint service serves loopback callers only, unless the server has an admin token"))
+		return Caller{}, connect.NewError(connect.CodePermissionDenied, errors.New("the checkpoint service serves loopback callers only, unless the server has an admin token"))
 	}
-	return nil
+	return Caller{Operator: true}, nil
 }
 
-// admit is check as a gate.
-func (a adminGate) admit(ctx context.Context, peer connect.Peer, h http.Header) (context.Context, error) {
-	return ctx, a.check(peer, h)
+// admit is caller as a gate.
+func (g checkpointGate) admit(ctx context.Context, peer connect.Peer, h http.Header) (context.Context, error) {
+	c, err := g.caller(peer, h)
+	if err != nil {
+		return nil, err
+	}
+	return ContextWithCaller(ctx, c), nil
 }

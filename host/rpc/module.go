@@ -7,7 +7,9 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -142,24 +144,119 @@ const (
 	maxConfigKeys = 256
 )
 
+// UploadLimits bound each module upload. Zero fields take the defaults.
+type UploadLimits struct {
+	// MaxBytes caps the module. Default DefaultMaxUploadBytes (64 MiB).
+	MaxBytes int64
+	// IdleTimeout cuts an upload whose client sends nothing for this
+	// long. Default DefaultUploadIdleTimeout (10s).
+	IdleTimeout time.Duration
+	// Timeout cuts an upload that is not complete this long after it
+	// began, however it trickles. Default DefaultUploadTimeout (2m).
+	Timeout time.Duration
+}
+
+// The defaults of UploadLimits' timeouts.
+const (
+	DefaultUploadIdleTimeout = 10 * time.Second
+	DefaultUploadTimeout     = 2 * time.Minute
+)
+
+func (u UploadLimits) withDefaults() UploadLimits {
+	if u.MaxBytes <= 0 {
+		u.MaxBytes = DefaultMaxUploadBytes
+	}
+	if u.IdleTimeout <= 0 {
+		u.IdleTimeout = DefaultUploadIdleTimeout
+	}
+	if u.Timeout <= 0 {
+		u.Timeout = DefaultUploadTimeout
+	}
+	return u
+}
+
 // NewModuleHandler returns ModuleService's path and handler: every call
-// needs a token that auth accepts, uploads are capped at maxUploadBytes
-// (DefaultMaxUploadBytes when <= 0), and errors are mapped to codes by
-// codes.
-// NewHandler mounts it when Options.Modules is set; a server that mounts
-// it itself lists moehostv1connect.ModuleServiceName in reflection.
-func NewModuleHandler(m Modules, auth Authenticator, maxUploadBytes int64, codes Codes) (string, http.Handler) {
+// needs a token that auth accepts, uploads are bounded by limits, and
+// errors are mapped to codes by codes. NewHandler mounts it when Options.Modules
+// is set; a server that mounts it itself lists
+// moehostv1connect.ModuleServiceName in reflection.
+func NewModuleHandler(m Modules, auth Authenticator, limits UploadLimits, codes Codes) (string, http.Handler) {
 	if m == nil || auth == nil {
 		panic("BUG: rpc.NewModuleHandler needs Modules and an Authenticator")
 	}
-	if maxUploadBytes <= 0 {
-		maxUploadBytes = DefaultMaxUploadBytes
-	}
-	return moehostv1connect.NewModuleServiceHandler(&moduleService{m: m, maxUpload: maxUploadBytes},
+	limits = limits.withDefaults()
+	path, h := moehostv1connect.NewModuleServiceHandler(&moduleService{m: m, maxUpload: limits.MaxBytes},
 		connect.WithInterceptors(codes.Interceptor(), gate(authGate{auth: auth, required: true, service: "ModuleService"}.caller)),
-		connect.WithReadMaxBytes(maxModuleMessageBytes),
+		readLimit(maxModuleMessageBytes),
 		connect.WithCompressMinBytes(math.MaxInt),
 	)
+	return path, uploadDeadlines(h, limits.IdleTimeout, limits.Timeout)
+}
+
+// uploadDeadlines wraps h so that an UploadModule stream's body must keep
+// coming: no read of it waits longer than idle, and none ends later than
+// total after the stream began. The server's own timeouts cannot do this
+// per stream: an HTTP/2 connection carries many, and a ReadTimeout on an
+// HTTP/1 connection would also cut a long Forward after its body is in.
+func uploadDeadlines(h http.Handler, idle, total time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != moehostv1connect.ModuleServiceUploadModuleProcedure {
+			h.ServeHTTP(w, r)
+			return
+		}
+		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: idle, total: total, end: time.Now().Add(total)}
+		r = r.WithContext(context.WithValue(r.Context(), deadlineKey{}, b))
+		r.Body = b
+		h.ServeHTTP(w, r)
+	})
+}
+
+type deadlineKey struct{}
+
+// deadlineBody is a request body that sets the stream's read deadline
+// before each read, and remembers which deadline cut it.
+type deadlineBody struct {
+	io.ReadCloser
+	rc          *http.ResponseController
+	idle, total time.Duration
+	end         time.Time
+
+	mu  sync.Mutex
+	cut error // set once a deadline cut the body
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	now := time.Now()
+	d := now.Add(b.idle)
+	if d.After(b.end) {
+		d = b.end
+	}
+	// A writer that cannot set deadlines (a test's recorder) reads
+	// without one.
+	_ = b.rc.SetReadDeadline(d)
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		b.mu.Lock()
+		if time.Now().Before(b.end) {
+			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the upload sent nothing for %v; it was cut", b.idle))
+		} else {
+			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the upload took longer than %v; it was cut", b.total))
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// deadlineErr returns the error that says which deadline cut ctx's
+// upload, or nil if none did.
+func deadlineErr(ctx context.Context) error {
+	b, _ := ctx.Value(deadlineKey{}).(*deadlineBody)
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cut
 }
 
 type moduleService struct {
@@ -183,6 +280,9 @@ func (s *moduleService) UploadModule(ctx context.Context, stream *connect.Client
 		return nil, err
 	}
 	if !stream.Receive() {
+		if err := deadlineErr(ctx); err != nil {
+			return nil, err
+		}
 		if err := stream.Err(); err != nil {
 			return nil, fmt.Errorf("upload: %w", err)
 		}
@@ -202,7 +302,7 @@ func (s *moduleService) UploadModule(ctx context.Context, stream *connect.Client
 			return nil, errorf(connect.CodeResourceExhausted, "the module's %d bytes exceed this server's upload cap of %s", size, byteSize(s.maxUpload))
 		}
 	}
-	body := &uploadBody{stream: stream, chunk: first.GetChunk(), max: s.maxUpload, declared: size}
+	body := &uploadBody{ctx: ctx, stream: stream, chunk: first.GetChunk(), max: s.maxUpload, declared: size}
 	if err := body.checkChunk(); err != nil {
 		return nil, err
 	}
@@ -224,6 +324,7 @@ func (s *moduleService) UploadModule(ctx context.Context, stream *connect.Client
 // uploadBody reads an upload stream's chunks as one byte stream, one
 // message at a time, failing past the cap or the declared size.
 type uploadBody struct {
+	ctx      context.Context // for deadlineErr
 	stream   *connect.ClientStream[moehostv1.UploadModuleRequest]
 	chunk    []byte // the unread rest of the current message's chunk
 	n        int64  // bytes received so far, chunk included
@@ -254,6 +355,10 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 			return 0, b.err
 		}
 		if !b.stream.Receive() {
+			if err := deadlineErr(b.ctx); err != nil {
+				b.err = err
+				return 0, err
+			}
 			if err := b.stream.Err(); err != nil {
 				b.err = fmt.Errorf("upload: receiving: %w", err)
 				return 0, b.err

@@ -75,9 +75,16 @@ type Options struct {
 	// token only. Nil serves no ModuleService.
 	Modules Modules
 	// MaxUploadBytes caps one module upload, separately from
-	// MaxRequestBytes. Default DefaultMaxUploadBytes (64 MiB).
+	// MaxRequestBytes. Default DefaultMaxUploadBytes (64 MiB). Uploads,
+	// when its MaxBytes is set, replaces it.
 	MaxUploadBytes int64
+	// Uploads bound each module upload; zero fields take the defaults.
+	Uploads UploadLimits
 }
+
+// smallMessageBytes caps the requests of the services whose requests
+// name a thing or two (server info, health, reflection, checkpoints).
+const smallMessageBytes = 1 << 20
 
 // Service is a Connect service another room built, served on the same
 // handler.
@@ -107,7 +114,7 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(moehostv1connect.NewExpertServiceHandler(
 		&service{experts: experts},
-		connect.WithReadMaxBytes(opts.MaxRequestBytes),
+		readLimit(opts.MaxRequestBytes),
 		// Responses are never compressed: they are float tensors, which
 		// gzip shrinks by a few percent at the cost of more CPU than the
 		// expert's own kernels. Compressed requests are still accepted.
@@ -118,19 +125,24 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	if opts.Server != nil {
 		mux.Handle(moehostv1connect.NewServerServiceHandler(
 			serverService{server: opts.Server},
+			readLimit(smallMessageBytes),
 			connect.WithInterceptors(interceptors...),
 		))
 		names = append(names, moehostv1connect.ServerServiceName)
 	}
 	if opts.Modules != nil {
-		mux.Handle(NewModuleHandler(opts.Modules, opts.Auth, opts.MaxUploadBytes, opts.Codes))
+		up := opts.Uploads
+		if up.MaxBytes <= 0 {
+			up.MaxBytes = opts.MaxUploadBytes
+		}
+		mux.Handle(NewModuleHandler(opts.Modules, opts.Auth, up, opts.Codes))
 		names = append(names, moehostv1connect.ModuleServiceName)
 	}
 	for _, svc := range opts.Services {
 		mux.Handle(svc.Path, svc.Handler)
 		names = append(names, svc.Name)
 	}
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...)))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...), readLimit(smallMessageBytes)))
 	resolver, err := reflectionResolver()
 	if err != nil {
 		panic(err) // the embedded set is generated with the code: a bad one is a build bug
@@ -140,7 +152,7 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		grpcreflect.NamerFunc(func() []string { return reflected }),
 		grpcreflect.WithDescriptorResolver(resolver),
 	)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, readLimit(smallMessageBytes)))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, readLimit(smallMessageBytes)))
 	return withCORS(mux, opts.CORSOrigins)
 }

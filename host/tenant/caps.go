@@ -32,6 +32,13 @@ type Caps struct {
 	// with share 2 gets twice the device time of one with share 1 when
 	// both have work queued.
 	QueueShare int64
+	// InitTimeout caps how long one of the tenant's instances may take
+	// to start (_initialize and moe_init).
+	InitTimeout time.Duration
+	// Uploads caps the tenant's module uploads in flight at once.
+	Uploads int64
+	// Deploys caps the tenant's deploy requests in flight at once.
+	Deploys int64
 }
 
 // DefaultCaps are the caps of a tenant when neither the tenants file nor
@@ -46,6 +53,9 @@ var DefaultCaps = Caps{
 	BytesPerCall: 2 << 30,
 	ParamBytes:   4 << 30,
 	QueueShare:   1,
+	InitTimeout:  30 * time.Second,
+	Uploads:      2,
+	Deploys:      2,
 }
 
 // WithDefaults returns c with each zero field taken from serverDefaults,
@@ -60,6 +70,9 @@ func (c Caps) WithDefaults(serverDefaults Caps) Caps {
 		pick(&c.BytesPerCall, d.BytesPerCall)
 		pick(&c.ParamBytes, d.ParamBytes)
 		pick(&c.QueueShare, d.QueueShare)
+		pick(&c.InitTimeout, d.InitTimeout)
+		pick(&c.Uploads, d.Uploads)
+		pick(&c.Deploys, d.Deploys)
 	}
 	fill(serverDefaults)
 	fill(DefaultCaps)
@@ -95,7 +108,7 @@ type capField struct {
 }
 
 func (f capField) show(v int64) string {
-	if f.name == "call_timeout" {
+	if f.name == "call_timeout" || f.name == "init_timeout" {
 		return time.Duration(v).String()
 	}
 	return fmt.Sprint(v)
@@ -113,6 +126,9 @@ func (c Caps) fields() []capField {
 		{"bytes_per_call", c.BytesPerCall},
 		{"param_bytes", c.ParamBytes},
 		{"queue_share", c.QueueShare},
+		{"init_timeout", int64(c.InitTimeout)},
+		{"uploads", c.Uploads},
+		{"deploys", c.Deploys},
 	}
 }
 

@@ -215,6 +215,9 @@ type capsJSON struct {
 	BytesPerCall int64  `json:"bytes_per_call,omitempty"`
 	ParamBytes   int64  `json:"param_bytes,omitempty"`
 	QueueShare   int64  `json:"queue_share,omitempty"`
+	InitTimeout  string `json:"init_timeout,omitempty"`
+	Uploads      int64  `json:"uploads,omitempty"`
+	Deploys      int64  `json:"deploys,omitempty"`
 }
 
 // Parse decodes and validates a tenants file. Unknown fields are errors
@@ -332,13 +335,20 @@ func (cj capsJSON) caps() (Caps, error) {
 	c := Caps{
 		Modules: cj.Modules, ModuleBytes: cj.ModuleBytes, Experts: cj.Experts, MemoryPages: cj.MemoryPages,
 		BytesPerCall: cj.BytesPerCall, ParamBytes: cj.ParamBytes, QueueShare: cj.QueueShare,
+		Uploads: cj.Uploads, Deploys: cj.Deploys,
 	}
-	if cj.CallTimeout != "" {
-		d, err := time.ParseDuration(cj.CallTimeout)
-		if err != nil {
-			return Caps{}, fmt.Errorf("caps.call_timeout %q: not a duration such as 30s or 2m", cj.CallTimeout)
+	for _, f := range []struct {
+		name, v string
+		dst     *time.Duration
+	}{{"call_timeout", cj.CallTimeout, &c.CallTimeout}, {"init_timeout", cj.InitTimeout, &c.InitTimeout}} {
+		if f.v == "" {
+			continue
 		}
-		c.CallTimeout = d
+		d, err := time.ParseDuration(f.v)
+		if err != nil {
+			return Caps{}, fmt.Errorf("caps.%s %q: not a duration such as 30s or 2m", f.name, f.v)
+		}
+		*f.dst = d
 	}
 	return c, nil
 }
@@ -347,9 +357,13 @@ func (c Caps) json() capsJSON {
 	cj := capsJSON{
 		Modules: c.Modules, ModuleBytes: c.ModuleBytes, Experts: c.Experts, MemoryPages: c.MemoryPages,
 		BytesPerCall: c.BytesPerCall, ParamBytes: c.ParamBytes, QueueShare: c.QueueShare,
+		Uploads: c.Uploads, Deploys: c.Deploys,
 	}
 	if c.CallTimeout != 0 {
 		cj.CallTimeout = c.CallTimeout.String()
+	}
+	if c.InitTimeout != 0 {
+		cj.InitTimeout = c.InitTimeout.String()
 	}
 	return cj
 }

@@ -67,6 +67,8 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		dhtCfg                                                host.DHTConfig
 		noDHT                                                 bool
 		device                                                string
+		publicBackward                                        bool
+		uploadIdle, uploadTimeout                             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -124,6 +126,8 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				dhtOption(noDHT, dhtCfg),
 				host.WithTenants(tenantsFile),
 				host.WithMaxUploadBytes(maxUploadBytes),
+				host.WithPublicBackward(publicBackward),
+				host.WithUploadTimeouts(uploadIdle, uploadTimeout),
 				host.WithDevice(device),
 			)
 			if err != nil {
@@ -166,6 +170,9 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.BoolVar(&noDHT, "no-dht", false, "run no DHT node: the server is reachable by address only")
 	f.StringVar(&tenantsFile, "tenants", "", "tenants file (moehost tenant add): serve ModuleService so that its tenants upload modules and deploy experts under their prefixes; reread on SIGHUP. Default: none, only the experts given here are served")
 	f.Int64Var(&maxUploadBytes, "max-upload-bytes", 64<<20, "largest module upload in bytes (separate from --max-request-bytes)")
+	f.BoolVar(&publicBackward, "public-backward", false, "with --tenants, let anyone call Backward (train) on the experts given here; by default only the admin token may, as only a tenant may train its own")
+	f.DurationVar(&uploadIdle, "upload-idle-timeout", host.DefaultUploadIdleTimeout, "with --tenants, longest a module upload may send nothing before it is cut")
+	f.DurationVar(&uploadTimeout, "upload-timeout", host.DefaultUploadTimeout, "with --tenants, longest one module upload may take in all")
 	f.StringVar(&device, "device", "cpu", "devices to run experts on: cpu, cuda (GPU 0), cuda:N, or cuda:N,M,... (experts assigned round-robin, one worker per GPU); CUDA needs a binary from make build-cuda")
 	return cmd
 }

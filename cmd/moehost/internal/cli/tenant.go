@@ -89,13 +89,13 @@ A running server rereads the file on SIGHUP (kill -HUP <pid>).`,
 
 	remove := &cobra.Command{
 		Use:   "remove NAME",
-		Short: "Remove a tenant; its tokens stop working when the server reloads (SIGHUP)",
+		Short: "Remove a tenant; when the server reloads (SIGHUP) its tokens stop working and its experts are undeployed",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if err := tenant.Edit(path(), func(f *tenant.File) error { return f.Remove(args[0]) }); err != nil {
 				return err
 			}
-			fmt.Fprintf(stderr, "Removed tenant %q from %s; send the server SIGHUP so that its tokens stop working.\n", args[0], path())
+			fmt.Fprintf(stderr, "Removed tenant %q from %s; send the server SIGHUP: its tokens stop working, and its experts are undeployed once their running batches finish (its modules and checkpoints stay on disk).\n", args[0], path())
 			return nil
 		},
 	}
@@ -166,6 +166,9 @@ func (c *capFlags) register(f *pflag.FlagSet) {
 	f.Var((*byteSize)(&c.caps.BytesPerCall), "cap-bytes-per-call", "most host tensor memory one call may make, e.g. 512MiB (0: the server's default)")
 	f.Var((*byteSize)(&c.caps.ParamBytes), "cap-param-bytes", "most parameter bytes of all the tenant's experts together, e.g. 2GiB (0: the server's default)")
 	f.Int64Var(&c.caps.QueueShare, "cap-queue-share", 0, "the tenant's weight in the fair scheduler (0: the server's default, 1)")
+	f.DurationVar(&c.caps.InitTimeout, "cap-init-timeout", 0, "longest one of the tenant's instances may take to start (_initialize and moe_init), e.g. 5s (0: the server's --init-timeout)")
+	f.Int64Var(&c.caps.Uploads, "cap-uploads", 0, "most module uploads the tenant may have in flight at once (0: the default, 2)")
+	f.Int64Var(&c.caps.Deploys, "cap-deploys", 0, "most deploy requests the tenant may have in flight at once (0: the default, 2)")
 }
 
 // merge returns old with the caps whose flags were set replaced.
@@ -185,6 +188,11 @@ func (c *capFlags) merge(f *pflag.FlagSet, old tenant.Caps) tenant.Caps {
 	set("cap-bytes-per-call", &old.BytesPerCall, c.caps.BytesPerCall)
 	set("cap-param-bytes", &old.ParamBytes, c.caps.ParamBytes)
 	set("cap-queue-share", &old.QueueShare, c.caps.QueueShare)
+	if f.Changed("cap-init-timeout") {
+		old.InitTimeout = c.caps.InitTimeout
+	}
+	set("cap-uploads", &old.Uploads, c.caps.Uploads)
+	set("cap-deploys", &old.Deploys, c.caps.Deploys)
 	return old
 }
 
