@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	kad "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -109,6 +110,7 @@ type Server struct {
 	log     *slog.Logger
 	experts Experts
 	host    host.Host
+	kad     *kad.IpfsDHT // peer routing for the clients' p2p daemons
 	dht     *node
 
 	ctx    context.Context
@@ -155,8 +157,15 @@ func New(ctx context.Context, cfg Config, experts Experts) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hivemind: libp2p host: %w", err)
 	}
+	// The clients' p2p daemons find a server's addresses from its peer ID
+	// (all that hivemind's records hold) through kad-dht on its default
+	// /ipfs prefix; serve it, seeded from the initial peers only.
+	k, err := kad.New(h, kad.Mode(kad.ModeServer), kad.BootstrapPeers(initial...))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("hivemind: peer routing: %w", err), h.Close())
+	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Server{cfg: cfg, log: log, experts: experts, host: h, ctx: sctx, cancel: cancel}
+	s := &Server{cfg: cfg, log: log, experts: experts, host: h, kad: k, ctx: sctx, cancel: cancel}
 	s.dht = newNode(s)
 	s.register()
 	addrs := s.Addrs()
@@ -215,7 +224,7 @@ func (s *Server) Start(context.Context) error {
 // Close stops announcing, ends the handlers' calls and closes the host.
 func (s *Server) Close(context.Context) error {
 	s.cancel()
-	err := s.host.Close()
+	err := errors.Join(s.kad.Close(), s.host.Close())
 	s.wg.Wait()
 	return err
 }

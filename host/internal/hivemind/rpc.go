@@ -178,6 +178,7 @@ func (s *Server) streamHandler(backward bool) network.StreamHandler {
 		_ = st.SetDeadline(time.Now().Add(callTimeout))
 		ctx, cancel := context.WithCancel(s.ctx)
 		defer cancel()
+		s.log.Debug("hivemind: stream call", "protocol", string(st.Protocol()), "peer", st.Conn().RemotePeer().String())
 		outs, err := s.streamCall(ctx, bufio.NewReader(st), backward)
 		if err != nil {
 			msg := pyRepr(err)
