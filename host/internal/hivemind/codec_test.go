@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -238,5 +239,53 @@ func TestDictionaryRoundTrip(t *testing.T) {
 	}
 	if len(got) != 2 || !bytes.Equal(got[0].subkey, items[0].subkey) || !bytes.Equal(got[1].value, items[1].value) || got[1].expiration != 13 {
 		t.Fatalf("got %+v", got)
+	}
+}
+
+// TestStorage follows hivemind's DHTLocalStorage: a later expiration
+// replaces, an earlier one is refused, a subkey turns a regular value into
+// a dictionary only if it expires later, and expired records are refused
+// and vanish.
+func TestStorage(t *testing.T) {
+	t.Parallel()
+	n := &node{store: map[dhtID]*entry{}}
+	k := keyID(packString("ffn.0."))
+	now := dhtNow()
+	steps := []struct {
+		name           string
+		subkey, value  []byte
+		exp            float64
+		ok             bool
+		wantRegular    string
+		wantDictionary int
+	}{
+		{"first", nil, []byte("a"), now + 10, true, "a", 0},
+		{"older refused", nil, []byte("b"), now + 5, false, "a", 0},
+		{"newer replaces", nil, []byte("c"), now + 20, true, "c", 0},
+		{"subkey older than the value", packInt(1), []byte("x"), now + 15, false, "c", 0},
+		{"subkey newer makes a dictionary", packInt(1), []byte("x"), now + 30, true, "", 1},
+		{"second subkey", packInt(2), []byte("y"), now + 25, true, "", 2},
+		{"older subkey refused", packInt(1), []byte("z"), now + 29, false, "", 2},
+		{"expired refused", packInt(3), []byte("w"), now - 1, false, "", 2},
+	}
+	for _, st := range steps {
+		if got := n.put(k, st.subkey, st.value, st.exp); got != st.ok {
+			t.Fatalf("%s: put = %v, want %v", st.name, got, st.ok)
+		}
+		e := n.get(k)
+		switch {
+		case st.wantRegular != "" && (e == nil || e.reg == nil || string(e.reg.value) != st.wantRegular):
+			t.Fatalf("%s: got %+v, want regular %q", st.name, e, st.wantRegular)
+		case st.wantDictionary > 0 && (e == nil || len(e.dict) != st.wantDictionary):
+			t.Fatalf("%s: got %+v, want %d subkeys", st.name, e, st.wantDictionary)
+		}
+	}
+	n.put(keyID(packString("soon")), nil, []byte("v"), dhtNow()+0.05)
+	time.Sleep(100 * time.Millisecond)
+	if e := n.get(keyID(packString("soon"))); e != nil {
+		t.Fatalf("expired record still found: %+v", e)
+	}
+	if n.bytes != n.store[k].size() {
+		t.Fatalf("charged %d bytes, holding %d", n.bytes, n.store[k].size())
 	}
 }
