@@ -28,6 +28,7 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 
 	"github.com/moehost/moehost/host/internal/dht"
+	"github.com/moehost/moehost/host/internal/hivemind"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/internal/sched"
 	"github.com/moehost/moehost/host/internal/ui"
@@ -77,8 +78,9 @@ type Server struct {
 	served   []any         // what the startup log line says is served
 	// startTime is when the port began serving, for ServerService.
 	startTime time.Time
-	dht       *dht.Service // nil without WithDHT
-	loader    *loader      // makes and takes apart experts, at Start and live
+	dht       *dht.Service     // nil without WithDHT
+	hivemind  *hivemind.Server // nil without WithHivemind
+	loader    *loader          // makes and takes apart experts, at Start and live
 	// tenants is the tenants file's set (nil without WithTenants), and
 	// stopTenants stops its SIGHUP watch.
 	tenants     *tenant.Set
@@ -271,6 +273,9 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.startHivemind(ctx); err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	if path, h, ok := s.checkpointHandler(ln); ok {
@@ -399,7 +404,7 @@ func (s *Server) release(ctx context.Context) error {
 	if l != nil {
 		errs = append(errs, l.close(ctx))
 	}
-	errs = append(errs, s.closeDHT(ctx))
+	errs = append(errs, s.closeDHT(ctx), s.closeHivemind(ctx))
 	s.mu.Lock()
 	devs, closed := s.devices, s.devicesClosed
 	s.devicesClosed = true

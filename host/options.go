@@ -53,6 +53,7 @@ type config struct {
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
 	dht                *DHTConfig
+	hivemind           *HivemindConfig // WithHivemind (hivemind.go)
 	// device is WithDevice's spec (devices.go).
 	device string
 }
@@ -259,6 +260,9 @@ func (c *config) validate() error {
 		return errors.New("moehost: data dir is empty")
 	}
 	if err := c.validateDHT(); err != nil {
+		return err
+	}
+	if err := c.validateHivemind(); err != nil {
 		return err
 	}
 	if err := c.validateDevice(); err != nil {

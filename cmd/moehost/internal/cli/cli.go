@@ -66,6 +66,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		corsOrigins                                           []string
 		dhtCfg                                                host.DHTConfig
 		noDHT                                                 bool
+		hm                                                    hivemindFlags
 		device                                                string
 		publicBackward                                        bool
 		uploadIdle, uploadTimeout                             time.Duration
@@ -124,6 +125,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithMaxRequestBytes(maxRequestBytes),
 				host.WithCORSOrigins(corsOrigins...),
 				dhtOption(noDHT, dhtCfg),
+				hm.option(),
 				host.WithTenants(tenantsFile),
 				host.WithMaxUploadBytes(maxUploadBytes),
 				host.WithPublicBackward(publicBackward),
@@ -167,6 +169,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringSliceVar(&dhtCfg.InitialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join, comma-separated; default none (a one-node swarm)")
 	f.StringSliceVar(&dhtCfg.Listen, "dht-listen", nil, "libp2p multiaddrs for the DHT node; default a free TCP port on the --listen host")
 	f.StringSliceVar(&dhtCfg.Announce, "announce", nil, `public base URL(s) of this server put in its DHT records; default "http://" plus the bound address (required with an unspecified --listen host)`)
+	hm.register(f)
 	f.BoolVar(&noDHT, "no-dht", false, "run no DHT node: the server is reachable by address only")
 	f.StringVar(&tenantsFile, "tenants", "", "tenants file (moehost tenant add): serve ModuleService so that its tenants upload modules and deploy experts under their prefixes; reread on SIGHUP. Default: none, only the experts given here are served")
 	f.Int64Var(&maxUploadBytes, "max-upload-bytes", 64<<20, "largest module upload in bytes (separate from --max-request-bytes)")

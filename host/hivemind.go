@@ -1,0 +1,272 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/abi/half"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/internal/hivemind"
+	"github.com/moehost/moehost/host/rpc"
+)
+
+// HivemindConfig configures the server's face to hivemind 1.x clients.
+// The zero value listens on a free TCP port of the listen host and joins
+// no one.
+type HivemindConfig struct {
+	// Listen are libp2p multiaddrs to listen on. Default: a free TCP port
+	// on the host of the server's listen address.
+	Listen []string
+	// InitialPeers are multiaddrs (with /p2p/) of hivemind DHT peers to
+	// join, e.g. a hivemind Server's. Default none.
+	InitialPeers []string
+}
+
+// WithHivemind serves the experts to unmodified hivemind 1.x clients too:
+// hivemind's expert RPC and DHT on a libp2p host of their own, behind the
+// same batching, admission and optimizer as Connect. The host's multiaddrs
+// (what a client passes as initial_peers) are logged and written to
+// <data-dir>/hivemind-addrs before Ready. Every uid must follow hivemind's
+// grammar ("ffn.3", "ffn.0.12"). Only experts open to anonymous callers
+// are served to hivemind clients, which present no token.
+func WithHivemind(c HivemindConfig) Option {
+	return optionFunc(func(cfg *config) { cfg.hivemind = &c })
+}
+
+// HivemindAddrs returns the multiaddrs of the server's hivemind node, or
+// nil when it runs none.
+func (s *Server) HivemindAddrs() []string {
+	s.mu.Lock()
+	h := s.hivemind
+	s.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	return h.Addrs()
+}
+
+// validateHivemind checks the uids of the experts given at New.
+func (c *config) validateHivemind() error {
+	if c.hivemind == nil {
+		return nil
+	}
+	for _, e := range c.experts {
+		if err := hivemind.CheckUID(e.UID); err != nil {
+			return fmt.Errorf("moehost: --hivemind: %w", err)
+		}
+	}
+	return nil
+}
+
+// startHivemind starts the hivemind node once the experts are loaded; its
+// addresses are on disk when it returns.
+func (s *Server) startHivemind(ctx context.Context) error {
+	if s.cfg.hivemind == nil {
+		return nil
+	}
+	if err := s.cfg.validateHivemind(); err != nil {
+		return err
+	}
+	c := *s.cfg.hivemind
+	if len(c.Listen) == 0 {
+		c.Listen = dhtListen(s.cfg.listen)
+	}
+	h, err := hivemind.New(ctx, hivemind.Config{
+		DataDir: s.cfg.dataDir, Listen: c.Listen, InitialPeers: c.InitialPeers,
+		UpdatePeriod: s.cfg.updatePeriod, MaxRequestBytes: s.cfg.maxRequestBytes, Logger: s.log,
+	}, (*hivemindExperts)(s))
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.hivemind = h
+	s.mu.Unlock()
+	s.log.Info("hivemind node up: pass these as initial_peers", "addrs", h.Addrs())
+	return h.Start(ctx)
+}
+
+// closeHivemind closes the node, if any.
+func (s *Server) closeHivemind(ctx context.Context) error {
+	s.mu.Lock()
+	h := s.hivemind
+	s.hivemind = nil
+	s.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	return h.Close(ctx)
+}
+
+// hivemindExperts is the server as the hivemind room sees it.
+type hivemindExperts Server
+
+// public finds an expert open to anonymous callers.
+func (h *hivemindExperts) public(uid string) (rpc.Expert, error) {
+	e, ok := (*table)(h).Expert(uid)
+	if !ok {
+		return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
+	}
+	if g, ok := e.(rpc.Guarded); ok {
+		owner, fwd, bwd := g.Access()
+		if fwd.Check(rpc.Caller{}, owner, "") != nil || bwd.Check(rpc.Caller{}, owner, "") != nil {
+			return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
+		}
+	}
+	return e, nil
+}
+
+func (h *hivemindExperts) HivemindUIDs() []string {
+	var out []string
+	for _, e := range (*table)(h).All() {
+		uid := e.Info().GetUid()
+		if _, err := h.public(uid); err == nil && hivemind.CheckUID(uid) == nil {
+			out = append(out, uid)
+		}
+	}
+	return out
+}
+
+func (h *hivemindExperts) HivemindSchema(uid string) (hivemind.Schema, error) {
+	e, err := h.public(uid)
+	if err != nil {
+		return hivemind.Schema{}, err
+	}
+	in, out := e.Schema()
+	var s hivemind.Schema
+	for _, t := range in {
+		s.Inputs = append(s.Inputs, hivemindSpec(t.GetDtype(), t.GetShape()))
+	}
+	for _, t := range out {
+		s.Outputs = append(s.Outputs, hivemindSpec(t.GetDtype(), t.GetShape()))
+	}
+	return s, nil
+}
+
+// hivemindSpec drops the leading batch dimension of a declared shape.
+func hivemindSpec[D ~int32](dt D, shape []int64) hivemind.Spec {
+	sp := hivemind.Spec{DType: abi.DType(dt)}
+	for i, d := range shape {
+		if i == 0 && d == -1 {
+			continue
+		}
+		sp.Shape = append(sp.Shape, int(d))
+	}
+	return sp
+}
+
+func (h *hivemindExperts) HivemindForward(ctx context.Context, uid string, inputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
+	e, err := h.public(uid)
+	if err != nil {
+		return nil, err
+	}
+	dev := e.Device()
+	in, err := toDevice(dev, inputs)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Release(in...)
+	out, err := (*Server)(h).Forward(ctx, uid, in)
+	if err != nil {
+		return nil, hivemindError(err)
+	}
+	defer dev.Release(out...)
+	return fromDevice(dev, out)
+}
+
+func (h *hivemindExperts) HivemindBackward(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
+	e, err := h.public(uid)
+	if err != nil {
+		return nil, err
+	}
+	dev := e.Device()
+	in, err := toDevice(dev, append(append([]hivemind.Tensor(nil), inputs...), gradOutputs...))
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Release(in...)
+	out, err := (*Server)(h).Backward(ctx, uid, in[:len(inputs)], in[len(inputs):])
+	if err != nil {
+		return nil, hivemindError(err)
+	}
+	defer dev.Release(out...)
+	return fromDevice(dev, out)
+}
+
+// toDevice admits the tensors' bytes against the memory limit, then moves
+// them to dev, widening float16 and bfloat16 to float32 as the Connect
+// path does.
+func toDevice(dev gpuhost.Device, ts []hivemind.Tensor) ([]*gpuhost.Tensor, error) {
+	var total int64
+	for _, t := range ts {
+		n := int64(len(t.Data))
+		if half.Is(t.DType) {
+			n *= 2
+		}
+		total += n
+	}
+	if err := dev.Admit(total); err != nil {
+		return nil, fmt.Errorf("%w: %w", hivemind.ErrBusy, err)
+	}
+	out := make([]*gpuhost.Tensor, 0, len(ts))
+	for i, t := range ts {
+		var (
+			g   *gpuhost.Tensor
+			err error
+		)
+		if half.Is(t.DType) {
+			f := make([]float32, len(t.Data)/2)
+			if err = half.Decode(t.DType, f, t.Data); err == nil {
+				g, err = dev.FromFloat32(t.Shape, f)
+			}
+		} else {
+			g, err = dev.FromBytes(t.DType, t.Shape, t.Data)
+		}
+		if err != nil {
+			dev.Release(out...)
+			if errors.Is(err, gpuhost.ErrOutOfMemory) {
+				return nil, fmt.Errorf("%w: tensor %d: %w", hivemind.ErrBusy, i, err)
+			}
+			return nil, fmt.Errorf("%w: tensor %d: %w", hivemind.ErrInvalid, i, err)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// fromDevice copies results off the device.
+func fromDevice(dev gpuhost.Device, ts []*gpuhost.Tensor) ([]hivemind.Tensor, error) {
+	out := make([]hivemind.Tensor, len(ts))
+	for i, t := range ts {
+		data := make([]byte, t.ByteSize())
+		if err := dev.ReadBytes(t, data); err != nil {
+			return nil, fmt.Errorf("reading result %d: %w", i, err)
+		}
+		out[i] = hivemind.Tensor{DType: t.DType(), Shape: append([]int(nil), t.Shape()...), Data: data}
+	}
+	return out, nil
+}
+
+// hivemindError maps the server's errors to the exceptions hivemind's
+// server would raise.
+func hivemindError(err error) error {
+	switch errorCodes.Of(err) {
+	case connect.CodeNotFound:
+		return fmt.Errorf("%w: %w", hivemind.ErrNotFound, err)
+	case connect.CodeInvalidArgument:
+		return fmt.Errorf("%w: %w", hivemind.ErrInvalid, err)
+	case connect.CodeResourceExhausted, connect.CodeUnavailable:
+		return fmt.Errorf("%w: %w", hivemind.ErrBusy, err)
+	}
+	return err
+}
+
+var _ hivemind.Experts = (*hivemindExperts)(nil)
+
+// WithoutHivemind undoes WithHivemind: hivemind clients are not served.
+func WithoutHivemind() Option {
+	return optionFunc(func(cfg *config) { cfg.hivemind = nil })
+}
