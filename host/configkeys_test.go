@@ -25,4 +25,8 @@ func TestDeployRefusesUnknownConfigKeys(t *testing.T) {
 	if err := srv.Deploy(ctx, ExpertConfig{UID: "typo.0", Module: ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hidden_dim": 4}}); err != nil {
 		t.Fatalf("deploy with hidden_dim: %v", err)
 	}
+	// The test data dir is shared, and deployments persist in it.
+	if err := srv.Undeploy(ctx, "typo.0"); err != nil {
+		t.Fatal(err)
+	}
 }
