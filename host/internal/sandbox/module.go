@@ -41,8 +41,9 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
 	}
+	var cm wazero.CompiledModule
 	compiling.Lock()
-	cm, err := rt.r.CompileModule(ctx, wasm)
+	lowPriority(func() { cm, err = rt.r.CompileModule(ctx, wasm) })
 	compiling.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
@@ -57,7 +58,8 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // compiling serialises compiles in the process, so that the memory they
 // take together is bounded by one module's ModuleLimits.CompileBytes (each
 // module's compileCost was checked against it), and so that compiles take
-// one core at most from the kernels of other tenants' calls.
+// one core at most from the kernels of other tenants' calls, at the
+// lowest priority (lowPriority).
 var compiling sync.Mutex
 
 // validate checks the module's imports and exports against ABI v1.
