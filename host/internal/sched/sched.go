@@ -358,13 +358,13 @@ func (w *Worker) hold(l *Lease) {
 		l.mu.Lock()
 		wait := offSlice
 		if l.off {
-			if away := time.Since(l.offSince); away >= offSlice {
+			away := time.Since(l.offSince)
+			if away >= offSlice {
 				l.detached = true
 				l.mu.Unlock()
 				return
-			} else {
-				wait = offSlice - away
 			}
+			wait = offSlice - away
 		}
 		l.mu.Unlock()
 		timer.Reset(wait)
