@@ -35,6 +35,9 @@ type loader struct {
 	runtimes map[string]*ownerRuntime   // by owner and limits (runtimeKey)
 	compiled map[string]*compiledModule // by owner and digest
 	slots    map[string]*instanceSlot   // by owner and shareKey
+	// quarantines are the tenants' quarantines, by owner: they outlive
+	// the tenants' experts (see quarantineOf).
+	quarantines map[string]*quarantine
 	// unrestored are deployments from the file that did not load at
 	// Start; they stay in the file until deployed or undeployed again.
 	unrestored map[string]deployment
@@ -321,6 +324,7 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 		}
 	}
 	e.callTimeout = limits.CallTimeout
+	e.q = l.quarantineOf(ec.Owner)
 	lim := s.cfg.batching
 	if ec.Batching != nil {
 		lim = *ec.Batching

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,11 +65,9 @@ type expert struct {
 	// at callTimeout.
 	restarts, timeouts atomic.Int64
 	restartsC          prometheus.Counter
-	// quarantined holds the time (UnixNano) until which the expert runs
-	// nothing, after it ran past its call timeout; strikes counts the
-	// timeouts since its last success, for the backoff.
-	quarantined atomic.Int64
-	strikes     int // guarded by mu
+	// q is the expert's quarantine: its own for the operator's, its
+	// tenant's for a tenant's (see quarantineOf).
+	q *quarantine
 }
 
 // newExpert instantiates module for uid and reads its schema.
@@ -133,19 +132,54 @@ const (
 	quarantineMaxDoublings = 6
 )
 
-// quarantine starts or extends the quarantine after a timeout. Call with
-// e.slot.mu held.
+// quarantine is the state of a quarantine. An operator's expert has its
+// own; a tenant's experts share their tenant's, so that a tenant whose
+// guest ran past its call timeout cannot start afresh by deploying it
+// again under a fresh uid: all of its experts wait the quarantine out,
+// and its strikes (the backoff) carry over.
+type quarantine struct {
+	until   atomic.Int64 // UnixNano: nothing runs before
+	by      atomic.Value // string: the uid that timed out last
+	mu      sync.Mutex
+	strikes int // timeouts since the last success, for the backoff
+}
+
+// quarantineOf returns the quarantine of a new expert of owner. Call with
+// l.mu held.
+func (l *loader) quarantineOf(owner string) *quarantine {
+	if owner == "" {
+		return new(quarantine)
+	}
+	if l.quarantines == nil {
+		l.quarantines = map[string]*quarantine{}
+	}
+	q := l.quarantines[owner]
+	if q == nil {
+		q = new(quarantine)
+		l.quarantines[owner] = q
+	}
+	return q
+}
+
+// quarantine starts or extends the quarantine after a timeout.
 func (e *expert) quarantine() time.Duration {
-	d := e.callTimeout * quarantineFactor << min(e.strikes, quarantineMaxDoublings)
-	e.strikes++
-	e.quarantined.Store(time.Now().Add(d).UnixNano())
+	q := e.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d := e.callTimeout * quarantineFactor << min(q.strikes, quarantineMaxDoublings)
+	q.strikes++
+	q.by.Store(e.uid)
+	q.until.Store(time.Now().Add(d).UnixNano())
 	return d
 }
 
 // checkQuarantine fails fast while the expert is quarantined.
 func (e *expert) checkQuarantine() error {
-	until := time.Unix(0, e.quarantined.Load())
+	until := time.Unix(0, e.q.until.Load())
 	if left := time.Until(until); left > 0 {
+		if by, _ := e.q.by.Load().(string); by != e.uid {
+			return fmt.Errorf("%w: %q of tenant %q ran past its call timeout, and the tenant's experts are quarantined for %v more", ErrQuarantined, by, e.owner, left.Round(time.Millisecond))
+		}
 		return fmt.Errorf("%w: %q ran past its call timeout of %v and is quarantined for %v more", ErrQuarantined, e.uid, e.callTimeout, left.Round(time.Millisecond))
 	}
 	return nil
@@ -479,7 +513,9 @@ func (e *expert) fail(err error) error {
 // succeed records a successful batch. Call with e.slot.mu held.
 func (e *expert) succeed() {
 	e.failures.Store(0)
-	e.strikes = 0
+	e.q.mu.Lock()
+	e.q.strikes = 0
+	e.q.mu.Unlock()
 }
 
 // limited tells whether err comes from a limit on memory: the host's

@@ -8,6 +8,8 @@ import (
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/sandbox"
+	"github.com/moehost/moehost/host/internal/sched"
 )
 
 // The payloads of the expert's pools. Every tensor has the batch as its
@@ -35,6 +37,7 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 			return out, err
 		},
 		Run: func(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.Tensor, error) {
+			ctx = gated(ctx)
 			ins := make([][]*gpuhost.Tensor, len(reqs))
 			for i, r := range reqs {
 				ins[i] = r.inputs
@@ -75,6 +78,7 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 			return out, err
 		},
 		Run: func(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.Tensor, error) {
+			ctx = gated(ctx)
 			ins := make([][]*gpuhost.Tensor, len(reqs))
 			grads := make([][]*gpuhost.Tensor, len(reqs))
 			for i, r := range reqs {
@@ -104,6 +108,16 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 		},
 		Join: func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
 	}, e.bwdStats, notify)
+}
+
+// gated hands the batch's lease on the device worker to the sandbox, so
+// that the guest's own code runs without holding the device (see
+// sched.Lease and sandbox.Gate).
+func gated(ctx context.Context) context.Context {
+	if l := sched.LeaseFrom(ctx); l != nil {
+		return sandbox.WithGate(ctx, l)
+	}
+	return ctx
 }
 
 // concatAll joins the requests' tensors along the batch dimension, tensor

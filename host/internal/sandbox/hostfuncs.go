@@ -88,7 +88,13 @@ func wrap(f hostFunc) api.GoModuleFunction {
 			err = errf(abi.ErrBudgetExceeded, "more than %d host calls in one call", st.limits.HostCallsPerCall)
 		} else {
 			st.hostCalls++
-			r, err = safeCall(f, st, mod.Memory(), stack)
+			if g := st.gate; g != nil {
+				g.Enter()
+				r, err = safeCall(f, st, mod.Memory(), stack)
+				g.Leave()
+			} else {
+				r, err = safeCall(f, st, mod.Memory(), stack)
+			}
 		}
 		if err != nil {
 			code := abi.ErrInternal

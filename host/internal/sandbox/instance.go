@@ -89,7 +89,10 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		stderr:   stderr,
 		st:       st,
 	}
-	if err := inst.start(ictx); err != nil {
+	st.gate = gateFrom(ctx)
+	err = inst.start(ictx)
+	st.gate = nil
+	if err != nil {
 		inst.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -99,11 +102,11 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 // start runs _initialize, checks the ABI version and runs moe_init.
 func (inst *Instance) start(ctx context.Context) error {
 	if f := inst.mod.ExportedFunction(abi.ExportInitialize); f != nil {
-		if _, err := f.Call(ctx); err != nil {
+		if _, err := inst.invoke(ctx, f); err != nil {
 			return inst.trap(abi.ExportInitialize, err)
 		}
 	}
-	res, err := inst.mod.ExportedFunction(abi.ExportABIVersion).Call(ctx)
+	res, err := inst.invoke(ctx, inst.mod.ExportedFunction(abi.ExportABIVersion))
 	if err != nil {
 		err = inst.trap(abi.ExportABIVersion, err)
 		if inst.mod.ExportedFunction("_start") != nil && inst.mod.ExportedFunction(abi.ExportInitialize) == nil {
@@ -181,6 +184,8 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 	}
 	st.beginCall(phaseForward, inputs, nil, batch, tape)
 	defer st.endCall()
+	st.gate = gateFrom(ctx)
+	defer func() { st.gate = nil }()
 	run, cancel := inst.callContext(ctx)
 	defer cancel()
 	if err := inst.call(run, inst.forward, abi.ExportForward); err != nil || st.spent {
@@ -290,6 +295,8 @@ func (inst *Instance) Backward(ctx context.Context, inputs, gradOutputs []*gpuho
 	}
 	st.beginCall(phaseBackward, inputs, gradOutputs, batch, nil)
 	defer st.endCall()
+	st.gate = gateFrom(ctx)
+	defer func() { st.gate = nil }()
 	run, cancel := inst.callContext(ctx)
 	defer cancel()
 	if err := inst.call(run, inst.backward, abi.ExportBackward); err != nil || st.spent {
@@ -369,7 +376,7 @@ func (inst *Instance) callContext(ctx context.Context) (context.Context, context
 // guest that fails after its call was stopped gets the stop's error, so
 // that the caller sees a cancellation or a deadline, not a guest error.
 func (inst *Instance) call(ctx context.Context, f api.Function, name string) error {
-	res, err := f.Call(ctx)
+	res, err := inst.invoke(ctx, f)
 	if err != nil {
 		return inst.trap(name, err)
 	}
@@ -384,6 +391,16 @@ func (inst *Instance) call(ctx context.Context, f api.Function, name string) err
 		return &GuestError{Export: name, Code: abi.Errno(code), Msg: msg}
 	}
 	return nil
+}
+
+// invoke calls an export with the device left to others while the guest
+// runs (see Gate).
+func (inst *Instance) invoke(ctx context.Context, f api.Function) ([]uint64, error) {
+	if g := inst.st.gate; g != nil {
+		g.Leave()
+		defer g.Enter()
+	}
+	return f.Call(ctx)
 }
 
 // GuestError is an export's negative result. It matches ErrGuest.

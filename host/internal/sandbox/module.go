@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -40,7 +41,10 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
 	}
-	cm, err := rt.r.CompileModule(ctx, wasm)
+	var cm wazero.CompiledModule
+	compiling.Lock()
+	lowPriority(func() { cm, err = rt.r.CompileModule(ctx, wasm) })
+	compiling.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
 	}
@@ -50,6 +54,13 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	return &Module{rt: rt, compiled: cm, digest: digest}, nil
 }
+
+// compiling serialises compiles in the process, so that the memory they
+// take together is bounded by one module's ModuleLimits.CompileBytes (each
+// module's compileCost was checked against it), and so that compiles take
+// one core at most from the kernels of other tenants' calls, at the
+// lowest priority (lowPriority).
+var compiling sync.Mutex
 
 // validate checks the module's imports and exports against ABI v1.
 func validate(cm wazero.CompiledModule) error {
@@ -80,6 +91,13 @@ func validate(cm wazero.CompiledModule) error {
 	}
 	if f, ok := exports[abi.ExportBackward]; ok && (len(f.ParamTypes()) != 0 || !slices.Equal(f.ResultTypes(), []api.ValueType{api.ValueTypeI32})) {
 		return fmt.Errorf("export %q must have type () -> i32", abi.ExportBackward)
+	}
+	if _, ok := exports["_start"]; ok {
+		if _, ok := exports[abi.ExportInitialize]; !ok {
+			// A WASI command's exports trap before _start; an expert
+			// must be a reactor, which the host initialises itself.
+			return fmt.Errorf("the module is a WASI command (it exports _start and no %s): build a Go expert with -buildmode=c-shared, a C one with -mexec-model=reactor", abi.ExportInitialize)
+		}
 	}
 	if _, ok := cm.ExportedMemories()[abi.ExportMemory]; !ok {
 		return fmt.Errorf("missing exported memory %q", abi.ExportMemory)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +80,14 @@ func FuzzCompile(f *testing.F) {
 	for _, e := range entries {
 		b, _ := badModules.ReadFile("testdata/" + e.Name())
 		f.Add(b)
+	}
+	// The shapes that drive the compiler's memory and time (the locals
+	// bomb and its friends), which the module reader refuses.
+	shapes, _ := filepath.Glob("testdata/shape_*.wasm")
+	for _, p := range shapes {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
 	}
 	ctx := context.Background()
 	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{MemoryPages: 16, InitTimeout: 100 * time.Millisecond})

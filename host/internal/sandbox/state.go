@@ -93,6 +93,9 @@ type state struct {
 	inputNames      map[string]bool
 	outputNames     map[string]bool
 	paramBase       int32
+	// gate is the batch's hold on the device during an export call
+	// (see Gate), nil outside one or when the caller has none.
+	gate Gate
 	// hostCalls counts host function calls in the current export call.
 	hostCalls int
 

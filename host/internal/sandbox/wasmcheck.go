@@ -35,6 +35,48 @@ type ModuleLimits struct {
 	DataSegments int
 	// ElementSegments caps the element segments. Default 4096.
 	ElementSegments int
+	// ElementEntries caps the entries of all element segments together.
+	// Default 65536, the default table size.
+	ElementEntries int
+	// DataBytes caps the bytes of all data segments together, which
+	// the decoder copies. Default 12 MiB (a Go guest: 550 KB).
+	DataBytes int
+
+	// The sizes below drive the compiler's memory and time and are not
+	// bounded by the module's bytes: each is measured in RATIONALE ("Why
+	// bound a compile by the module's shape?").
+
+	// LocalsPerFunction caps the locals one function declares. A
+	// declaration of 2³² locals takes five bytes, and the compiler
+	// allocates about 30 bytes for each. Default 50000 (Go guests
+	// declare at most 17, C ones a few dozen).
+	LocalsPerFunction int
+	// Locals caps the locals of all functions together (20,000 functions
+	// of 50,000 locals fit in 160 KB). Default 1000000 (a Go guest:
+	// 5,500).
+	Locals int
+	// FunctionBodyBytes caps one function's body. The compiler's working
+	// set for a function grows with its body, up to 1.6 KB per byte of
+	// nested ifs. Default 128 KiB (a Go guest's largest: 12 KB).
+	FunctionBodyBytes int
+	// NestingDepth caps how deep blocks, loops and ifs nest in one
+	// function: the compiler's time grows with the square of the depth
+	// (10,000 nested ifs compiled for 14 s). Default 1024 (Go: 296).
+	NestingDepth int
+	// NestingWork caps the sum, over every block, loop and if, of its
+	// nesting depth: what the compiler's time grows with (about 300 ns
+	// per unit at worst). Default 8000000 (a Go guest: 1.1 million).
+	NestingWork int
+	// BrTableTargets caps the targets of one br_table, whose compile
+	// time grows with the square of its length (100,000 targets: 22 s
+	// and 280 MB). Default 4096 (Go: 534).
+	BrTableTargets int
+	// CompileBytes caps the memory one compile may take, as the module's
+	// shape bounds it (see compileCost): a module that passes every
+	// limit above but would cost more is refused, and compiles run one
+	// at a time, so that together they never take more than this.
+	// Default 1 GiB (a Go guest is charged about 240 MiB).
+	CompileBytes int64
 }
 
 func (l ModuleLimits) withDefaults() ModuleLimits {
@@ -50,6 +92,17 @@ func (l ModuleLimits) withDefaults() ModuleLimits {
 	def(&l.Globals, 1024)
 	def(&l.DataSegments, 100000)
 	def(&l.ElementSegments, 4096)
+	def(&l.ElementEntries, 65536)
+	def(&l.DataBytes, 12<<20)
+	def(&l.LocalsPerFunction, 50000)
+	def(&l.Locals, 1000000)
+	def(&l.FunctionBodyBytes, 128<<10)
+	def(&l.NestingDepth, 1024)
+	def(&l.NestingWork, 8000000)
+	def(&l.BrTableTargets, 4096)
+	if l.CompileBytes == 0 {
+		l.CompileBytes = 1 << 30
+	}
 	if l.TableElements == 0 {
 		l.TableElements = 65536
 	}
@@ -80,6 +133,7 @@ type moduleShape struct {
 	codeBytes    int
 	codeBodies   int
 	declaredFunc int // the function section's count
+	codeShape
 }
 
 // wasmReader reads a module's bytes; its methods fail rather than read
@@ -275,6 +329,11 @@ func (s *moduleShape) section(id byte, r *wasmReader) error {
 		s.globals += n
 	case 9:
 		s.elemSegs = n
+		for i := range n {
+			if err := s.elemSegment(r); err != nil {
+				return fmt.Errorf("element segment %d: %w", i, err)
+			}
+		}
 	case 10:
 		s.codeBytes = len(r.b)
 		s.codeBodies = n
@@ -283,12 +342,21 @@ func (s *moduleShape) section(id byte, r *wasmReader) error {
 			if err != nil {
 				return fmt.Errorf("function body %d: %w", i, err)
 			}
-			if _, err := r.bytes(size); err != nil {
+			body, err := r.bytes(size)
+			if err != nil {
+				return fmt.Errorf("function body %d: %w", i, err)
+			}
+			if err := s.body(&wasmReader{b: body}); err != nil {
 				return fmt.Errorf("function body %d: %w", i, err)
 			}
 		}
 	case 11:
 		s.dataSegs = n
+		for i := range n {
+			if err := s.dataSegment(r); err != nil {
+				return fmt.Errorf("data segment %d: %w", i, err)
+			}
+		}
 	}
 	return nil
 }
@@ -357,5 +425,62 @@ func (s *moduleShape) check(l ModuleLimits) error {
 	if err := over("data segments", s.dataSegs, l.DataSegments); err != nil {
 		return err
 	}
-	return over("element segments", s.elemSegs, l.ElementSegments)
+	if err := over("element segments", s.elemSegs, l.ElementSegments); err != nil {
+		return err
+	}
+	over64 := func(what string, n uint64, limit int) error {
+		if n > uint64(limit) {
+			return fmt.Errorf("%s: %d, the limit is %d", what, n, limit)
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		what  string
+		n     uint64
+		limit int
+	}{
+		{"element segment entries", uint64(s.elemEntries), l.ElementEntries},
+		{"data segment bytes", uint64(s.dataBytes), l.DataBytes},
+		{"locals in one function", s.maxLocals, l.LocalsPerFunction},
+		{"locals in all functions", s.locals, l.Locals},
+		{"bytes of one function body", uint64(s.maxBody), l.FunctionBodyBytes},
+		{"nesting depth of blocks", uint64(s.maxDepth), l.NestingDepth},
+		{"nesting work (the sum of every block's depth)", s.depthSum, l.NestingWork},
+		{"targets of one br_table", uint64(s.maxBrTable), l.BrTableTargets},
+	} {
+		if err := over64(c.what, c.n, c.limit); err != nil {
+			return err
+		}
+	}
+	if cost := s.compileCost(); cost > l.CompileBytes {
+		return fmt.Errorf("compile memory: up to %d bytes for this shape, the limit is %d", cost, l.CompileBytes)
+	}
+	return nil
+}
+
+// Coefficients of compileCost, each rounded up from the worst shape
+// measured with wazero 1.12 (TestCompileCostBound; RATIONALE, "Why bound a
+// compile by the module's shape?").
+const (
+	costBase        = 8 << 20 // the compiler's own start
+	costPerBodyByte = 3072    // working set of the largest function (long br_tables: 2.2 KB/byte)
+	costPerCodeByte = 160     // kept across functions: machine code, relocations (a value-stack-deep body: 145/byte)
+	costPerLocal    = 64      // each local of the function with the most (30 bytes measured)
+	costPerFunction = 1024    // each function (empty ones: 263 bytes)
+	costPerDataByte = 2       // data segments, copied once
+	costPerElement  = 16      // element entries, decoded to indexes
+)
+
+// compileCost bounds the memory compiling a module of this shape takes:
+// the largest function's working set (the compiler reuses it for the next
+// function) plus what it keeps per byte of code, per function and per
+// segment byte.
+func (s *moduleShape) compileCost() int64 {
+	return costBase +
+		costPerBodyByte*int64(s.maxBody) +
+		costPerCodeByte*int64(s.codeBytes) +
+		costPerLocal*int64(min(s.maxLocals, 1<<40)) +
+		costPerFunction*int64(s.functions) +
+		costPerDataByte*s.dataBytes +
+		costPerElement*s.elemEntries
 }

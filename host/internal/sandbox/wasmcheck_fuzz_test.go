@@ -23,10 +23,13 @@ func FuzzInspect(f *testing.F) {
 			return
 		}
 		if s.size != len(wasm) || s.functions > len(wasm) || s.globals > len(wasm) || len(s.tables) > len(wasm) ||
-			s.dataSegs > len(wasm) || s.elemSegs > len(wasm) || s.codeBytes > len(wasm) || len(s.imports) > len(wasm) {
+			s.dataSegs > len(wasm) || s.elemSegs > len(wasm) || s.codeBytes > len(wasm) || len(s.imports) > len(wasm) ||
+			s.maxBody > len(wasm) || s.maxDepth > len(wasm) || s.maxBrTable > len(wasm) || s.dataBytes > int64(len(wasm)) ||
+			s.elemEntries > int64(len(wasm)) || s.instructions > int64(len(wasm)) || s.brTables > int64(len(wasm)) {
 			t.Fatalf("counts past the module's %d bytes: %+v", len(wasm), s)
 		}
 		_ = s.check(ModuleLimits{}.withDefaults())
+		_ = s.compileCost()
 		_ = s.checkImports()
 	})
 }

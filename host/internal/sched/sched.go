@@ -10,11 +10,24 @@
 // served the newest pool first). A group whose queues empty keeps no
 // credit.
 //
-// Batches are not preemptive: once one starts it runs to its end. A group
-// that gets work waits for the batch that is running and, at most, for one
-// turn of each group ahead of it in the round; a turn is one batch when
-// batches run past the quantum (1 ms × weight). With two tenants, one's
-// wait is bounded by one batch of the other.
+// A batch holds the device only while it uses it. Each batch runs in a
+// goroutine of its own with a [Lease] in its context; the sandbox calls
+// Leave when control passes to guest code and Enter when it comes back
+// (a host function that runs kernels, or the export's return). A batch
+// that stays in guest code for offSlice (a guest that spins, or sleeps in
+// a WASI call) is detached: the worker runs other groups' batches, and
+// the detached batch's next Enter waits for its group's turn like a new
+// batch. So another group waits behind a batch for at most one kernel
+// step (the host function that runs when the turn passes) or about
+// 2 × offSlice, whatever the guest does. Each group has at most one batch
+// in flight, detached or not, so one tenant's guests take at most one
+// core of guest code at a time.
+//
+// Between kernel steps, turns are not preemptive. A group that gets work
+// waits for the batch that holds the device and, at most, for one turn of
+// each group ahead of it in the round; a turn is one batch when batches
+// run past the quantum (1 ms × weight). With two tenants, one's wait is
+// bounded by one batch of the other.
 //
 // A failing batch fails only its own requests; the worker carries on.
 package sched
@@ -23,7 +36,9 @@ import (
 	"context"
 	"math"
 	goruntime "runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -83,6 +98,11 @@ type group struct {
 	pending bool      // some pool has requests
 	ready   Pool      // its ready pool with the oldest request
 	oldest  time.Time // that request's enqueue time
+	resume  *Lease    // its detached batch, asking for the device back
+
+	// busy is true while a batch of the group is in flight (holding the
+	// device or detached): the group starts no other.
+	busy atomic.Bool
 }
 
 type entry struct {
@@ -95,11 +115,13 @@ type Worker struct {
 	wake chan struct{}
 	now  func() time.Time // time.Now; tests swap in a fake clock
 
-	mu      sync.Mutex
-	pools   []entry // copied on write: pick reads a snapshot
-	groups  map[string]*group
-	running Pool       // the pool whose batch runs now, if any
-	ended   *sync.Cond // broadcast when a batch ends
+	mu       sync.Mutex
+	pools    []entry // copied on write: pick reads a snapshot
+	groups   map[string]*group
+	inflight map[Pool]*Lease // batches running, holding the device or detached
+	resumes  []*Lease        // detached batches asking for the device back
+	closed   bool            // the loop has stopped: Enter no longer waits
+	ended    *sync.Cond      // broadcast when a batch ends
 
 	// Deficit round robin state, worker goroutine only.
 	ring    []*group // groups with pending requests, in turn order
@@ -116,11 +138,12 @@ type Worker struct {
 // NewWorker makes a worker that is not yet running.
 func NewWorker() *Worker {
 	w := &Worker{
-		wake:    make(chan struct{}, 1),
-		now:     time.Now,
-		groups:  make(map[string]*group),
-		quit:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		now:      time.Now,
+		groups:   make(map[string]*group),
+		inflight: make(map[Pool]*Lease),
+		quit:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
 	w.ended = sync.NewCond(&w.mu)
 	return w
@@ -170,7 +193,7 @@ func (w *Worker) Remove(p Pool) {
 		}
 	}
 	w.pools = pools
-	for w.running == p && p != nil {
+	for p != nil && w.inflight[p] != nil {
 		w.ended.Wait()
 	}
 }
@@ -193,19 +216,29 @@ func (w *Worker) Start(ctx context.Context) {
 	}()
 }
 
-// Close stops the worker once the batch it is running, if any, ends, and
-// waits for it. If ctx ends first, the running batch is cancelled. Pending
-// requests stay in their pools; close those first.
+// Close stops the worker once the batches in flight, if any, end, and
+// waits for them. If ctx ends first, they are cancelled. Pending requests
+// stay in their pools; close those first.
 func (w *Worker) Close(ctx context.Context) {
 	if w.abort == nil {
 		return
 	}
 	w.once.Do(func() { close(w.quit) })
+	drained := make(chan struct{})
+	go func() {
+		<-w.stopped
+		w.mu.Lock()
+		for len(w.inflight) > 0 {
+			w.ended.Wait()
+		}
+		w.mu.Unlock()
+		close(drained)
+	}()
 	select {
-	case <-w.stopped:
+	case <-drained:
 	case <-ctx.Done():
 		w.abort()
-		<-w.stopped
+		<-drained
 	}
 	w.abort()
 }
@@ -213,6 +246,7 @@ func (w *Worker) Close(ctx context.Context) {
 func (w *Worker) loop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	defer w.release()
 	for {
 		select {
 		case <-w.quit:
@@ -220,7 +254,7 @@ func (w *Worker) loop(ctx context.Context) {
 		default:
 		}
 		p, g, next := w.pick(w.now())
-		if p != nil {
+		if p != nil || g != nil && g.resume != nil {
 			w.run(ctx, p, g)
 			continue
 		}
@@ -238,38 +272,181 @@ func (w *Worker) loop(ctx context.Context) {
 	}
 }
 
-// run runs one batch of p, unless p was removed since pick, and charges
-// its run time to g.
-func (w *Worker) run(ctx context.Context, p Pool, g *group) {
+// release lets every detached batch go on without the device once the
+// loop has stopped, so that Close can wait for them to end.
+func (w *Worker) release() {
 	w.mu.Lock()
-	live := false
-	for _, e := range w.pools {
-		if e.p == p {
-			live = true
-			break
-		}
-	}
-	if !live {
-		w.mu.Unlock()
-		return
-	}
-	w.running = p
+	w.closed = true
+	resumes := w.resumes
+	w.resumes = nil
 	w.mu.Unlock()
-	defer func() {
+	for _, l := range resumes {
+		l.grant()
+	}
+}
+
+// run starts a batch of p, unless p was removed since pick, or hands the
+// device back to g's detached batch when p is nil; it returns when the
+// batch ends or is detached, and charges the time it held the device to g.
+func (w *Worker) run(ctx context.Context, p Pool, g *group) {
+	var l *Lease
+	if p == nil {
+		l = g.resume
 		w.mu.Lock()
-		w.running = nil
-		w.ended.Broadcast()
+		w.resumes = slices.DeleteFunc(w.resumes, func(r *Lease) bool { return r == l })
 		w.mu.Unlock()
-	}()
+		l.grant()
+	} else {
+		w.mu.Lock()
+		live := false
+		for _, e := range w.pools {
+			if e.p == p {
+				live = true
+				break
+			}
+		}
+		if !live {
+			w.mu.Unlock()
+			return
+		}
+		l = &Lease{w: w, g: g, done: make(chan struct{})}
+		w.inflight[p] = l
+		g.busy.Store(true)
+		w.mu.Unlock()
+		go w.batch(ctx, p, l)
+	}
 	start := w.now()
-	p.RunBatch(ctx)
+	w.hold(l)
 	g.deficit -= float64(w.now().Sub(start))
+}
+
+// batch runs one batch of p in its own goroutine, with l in its context.
+func (w *Worker) batch(ctx context.Context, p Pool, l *Lease) {
+	p.RunBatch(context.WithValue(ctx, leaseKey{}, l))
 	// The batch's callers were woken on this goroutine's P, where Go
 	// queues them to run next; but the next batch would keep the P, and
 	// with every other P in its kernels they waited for the OS to
 	// schedule another thread: 2-4 ms on 2 cores, twice a tenant's whole
 	// wait (make test-fairness). Yielding lets them return first.
 	goruntime.Gosched()
+	w.mu.Lock()
+	delete(w.inflight, p)
+	l.g.busy.Store(false)
+	w.ended.Broadcast()
+	w.mu.Unlock()
+	close(l.done)
+	w.Notify()
+}
+
+// offSlice is how long a batch may stay in guest code, holding the
+// device, before the worker detaches it. Honest guests spend microseconds
+// between host calls; the worker looks every offSlice, so a spinning or
+// sleeping guest holds the device for at most about twice this.
+const offSlice = 5 * time.Millisecond
+
+// hold waits until l's batch ends, or detaches it once it has stayed in
+// guest code for offSlice.
+func (w *Worker) hold(l *Lease) {
+	timer := time.NewTimer(offSlice)
+	defer timer.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-timer.C:
+		}
+		l.mu.Lock()
+		wait := offSlice
+		if l.off {
+			away := time.Since(l.offSince)
+			if away >= offSlice {
+				l.detached = true
+				l.mu.Unlock()
+				return
+			}
+			wait = offSlice - away
+		}
+		l.mu.Unlock()
+		timer.Reset(wait)
+	}
+}
+
+// Lease is a running batch's hold on its worker's device, found in the
+// batch's context with LeaseFrom. The code that runs the batch calls
+// Leave before it runs code that does not use the device (a guest's own
+// code) and Enter after, before it uses the device again.
+type Lease struct {
+	w    *Worker
+	g    *group
+	done chan struct{} // closed when the batch ends
+
+	mu       sync.Mutex
+	off      bool          // between Leave and Enter
+	offSince time.Time     // when Leave was called
+	detached bool          // the worker took the device back while off
+	resume   chan struct{} // closed by grant when the device comes back
+}
+
+type leaseKey struct{}
+
+// LeaseFrom returns the lease of the batch whose context ctx is, or nil.
+// The methods of a nil *Lease do nothing.
+func LeaseFrom(ctx context.Context) *Lease {
+	l, _ := ctx.Value(leaseKey{}).(*Lease)
+	return l
+}
+
+// Leave marks the start of code that does not use the device: the worker
+// may give the device to another batch if the code runs for offSlice.
+func (l *Lease) Leave() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	if !l.off {
+		l.off, l.offSince = true, time.Now()
+	}
+	l.mu.Unlock()
+}
+
+// Enter marks the end of code that Leave began. If the worker gave the
+// device away meanwhile, Enter waits for the batch's group's next turn.
+func (l *Lease) Enter() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.off = false
+	if !l.detached {
+		l.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	l.resume = ch
+	l.mu.Unlock()
+	w := l.w
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		l.grant()
+	} else {
+		w.resumes = append(w.resumes, l)
+		w.mu.Unlock()
+		w.Notify()
+	}
+	<-ch
+}
+
+// grant gives the device back to a detached batch waiting in Enter.
+func (l *Lease) grant() {
+	l.mu.Lock()
+	l.detached = false
+	ch := l.resume
+	l.resume = nil
+	l.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
 }
 
 // pick returns the pool to run next and its group, or nil and the
@@ -284,21 +461,36 @@ func (w *Worker) run(ctx context.Context, p Pool, g *group) {
 func (w *Worker) pick(now time.Time) (Pool, *group, time.Time) {
 	w.mu.Lock()
 	pools := w.pools
+	resumes := slices.Clone(w.resumes)
 	w.mu.Unlock()
 
 	w.epoch++
 	var next time.Time
 	anyReady := false
+	mark := func(g *group) {
+		if g.mark != w.epoch {
+			g.mark, g.pending, g.ready, g.resume = w.epoch, false, nil, nil
+		}
+	}
+	for _, l := range resumes {
+		g := l.g
+		mark(g)
+		g.pending, g.resume = true, l
+		anyReady = true
+	}
 	for _, e := range pools {
 		g := e.g
-		if g.mark != w.epoch {
-			g.mark, g.pending, g.ready = w.epoch, false, nil
-		}
+		mark(g)
 		oldest, readyAt, ok := e.p.Poll()
 		if !ok {
 			continue
 		}
 		g.pending = true
+		if g.busy.Load() {
+			// Its batch in flight finishes first (or asks to
+			// resume, above).
+			continue
+		}
 		if !readyAt.After(now) {
 			anyReady = true
 			if g.ready == nil || oldest.Before(g.oldest) {
@@ -331,6 +523,12 @@ func (w *Worker) pick(now time.Time) (Pool, *group, time.Time) {
 			ring = append(ring, g)
 		}
 	}
+	for _, l := range resumes {
+		if g := l.g; !g.active {
+			g.active = true
+			ring = append(ring, g)
+		}
+	}
 	if len(ring) < len(w.ring) {
 		clear(w.ring[len(ring):])
 	}
@@ -347,12 +545,15 @@ func (w *Worker) pick(now time.Time) (Pool, *group, time.Time) {
 	for {
 		for range ring {
 			g := ring[w.cursor]
-			if g.ready != nil {
+			if g.ready != nil || g.resume != nil {
 				if !w.granted {
 					g.deficit += quantum * g.weight
 					w.granted = true
 				}
 				if g.deficit > 0 {
+					if g.resume != nil {
+						return nil, g, next
+					}
 					return g.ready, g, next
 				}
 			}
@@ -363,13 +564,13 @@ func (w *Worker) pick(now time.Time) (Pool, *group, time.Time) {
 		// nothing, at once, instead of going round that many times.
 		k := math.Inf(1)
 		for _, g := range ring {
-			if g.ready != nil {
+			if g.ready != nil || g.resume != nil {
 				k = min(k, math.Ceil(-g.deficit/(quantum*g.weight)))
 			}
 		}
 		if k > 1 {
 			for _, g := range ring {
-				if g.ready != nil {
+				if g.ready != nil || g.resume != nil {
 					g.deficit += (k - 1) * quantum * g.weight
 				}
 			}
