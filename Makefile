@@ -12,6 +12,11 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 STATICCHECK_VERSION := v0.8.2
+# Stamped into the binary (moehost version, GetServerInfo), so that a build
+# without Go's VCS stamping still names its version and commit.
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$c || echo $$c+dirty; })
+GO_LDFLAGS := -X github.com/moehost/moehost/host.stampedVersion=$(VERSION) -X github.com/moehost/moehost/host.stampedCommit=$(COMMIT)
 # apt-get needs root; others go through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -33,11 +38,16 @@ help: ## Describe the targets
 
 .PHONY: build
 build: examples ## Build the moehost binary into .tmp/bin
-	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
+
+# The build's -ldflags, for tests that build the binary as make build does.
+.PHONY: print-ldflags
+print-ldflags:
+	@echo "$(GO_LDFLAGS)"
 
 .PHONY: install
 install: ## Install the moehost binary with go install (into $(GOBIN), or $(GOPATH)/bin)
-	$(GO) install ./cmd/moehost
+	$(GO) install -ldflags '$(GO_LDFLAGS)' ./cmd/moehost
 	@echo "installed $$(d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPATH)/bin; echo $$d)/moehost"
 
 .PHONY: run
@@ -115,7 +125,7 @@ test-fairness: ## Tenant A floods 8 experts with 32 clients while tenant B calls
 
 .PHONY: bench-memory
 bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, size-class pool vs the old exact-length pool (about 7 minutes)
-	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	$(BIN)/moehost bench-memory --clients 16 --min-rows 1 --max-rows 64 --duration 90s --data-dir $(CURDIR)/.tmp/bench-memory
 
 .PHONY: bench-kernels
@@ -131,7 +141,7 @@ TORCH_PYTHON ?= /usr/bin/python3
 bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against PyTorch eager, one table (installs python3-torch and OpenBLAS if missing)
 	@# libopenblas0-pthread: without it Debian's torch runs on the reference BLAS (about 7 GFLOP/s).
 	@dpkg -s python3-torch libopenblas0-pthread >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y python3-torch libopenblas0-pthread; }
-	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	$(BIN)/moehost bench --compare --python $(TORCH_PYTHON) --torch-script scripts/bench_torch_ffn.py \
 	  --hidden-dim 1024 --batch 256 --threads 2 --rounds 5 --seconds 3s --data-dir $(CURDIR)/.tmp/bench-compare
 
@@ -145,7 +155,7 @@ python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-too
 
 .PHONY: test-python
 test-python: python-stubs ## Test sdk/python against a live `moehost serve` (installs python3-torch, -grpcio, -grpc-tools, -numpy via apt if missing)
-	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	MOEHOST_BIN=$(BIN)/moehost $(PYTHON) -m unittest discover -s sdk/python/tests -p 'test_*.py' -v
 
 .PHONY: lint
@@ -209,13 +219,13 @@ checkui: ui ## Fail if the committed dashboard build (host/internal/ui/dist) dif
 
 .PHONY: test-ts
 test-ts: ## Test the TypeScript client in Node against a live moehost serve
-	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	cd $(TS_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost $(NPM) test
 
 .PHONY: test-web
 test-web: ## Browser tests of the dashboard and of CORS in headless Chromium (installs Debian's chromium if missing)
 	@test -x $(CHROMIUM) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
-	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	cd $(WEB_TEST_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost CHROMIUM=$(CHROMIUM) \
 	  WEB_TEST_OUT=$(CURDIR)/.tmp/test-web $(NPM) test
 
@@ -248,7 +258,7 @@ check-cuda: ## Compile-check and vet the cuda tag (installs the toolkit if missi
 .PHONY: build-cuda
 build-cuda: examples ## Build the moehost binary with the CUDA device (tag cuda) into .tmp/bin/moehost-cuda (installs the toolkit if missing)
 	./scripts/install-cuda-toolkit.sh
-	$(GO) build -tags cuda -o $(BIN)/moehost-cuda ./cmd/moehost
+	$(GO) build -tags cuda -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost-cuda ./cmd/moehost
 
 # host's tests of --device cuda; the rest of host runs in make test.
 CUDAEMU_HOST_TESTS := ^(TestServeOnEmulatedCUDA|TestExpertsRoundRobinOnTwoGPUs|TestParseDeviceSpec)$$

@@ -12,10 +12,20 @@ import (
 	"github.com/moehost/moehost/host/rpc"
 )
 
-// Version is the moehost module's version from the binary's build info:
-// a tag such as "v0.3.1" when built from a tagged module, "(devel)" when
-// built in the repository, or "unknown" without build info.
+// stampedVersion and stampedCommit are set by the Makefile's ldflags
+// (-X github.com/moehost/moehost/host.stampedVersion=...), so that a build
+// without Go's VCS stamping (a copy without .git, -buildvcs=false) still
+// says what it is.
+var stampedVersion, stampedCommit string
+
+// Version is the moehost module's version: the Makefile's stamp, else from
+// the binary's build info a tag such as "v0.3.1" when built from a tagged
+// module, "(devel)" when built in the repository, or "unknown" without
+// build info.
 func Version() string {
+	if stampedVersion != "" {
+		return stampedVersion
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"
@@ -29,6 +39,33 @@ func Version() string {
 		}
 	}
 	return "(devel)"
+}
+
+// Commit is the commit the binary was built from (12 hex digits, with
+// "+dirty" for uncommitted changes): Go's VCS stamp, else the Makefile's;
+// "" when neither recorded it.
+func Commit() string {
+	rev, dirty := "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if rev == "" {
+		return stampedCommit
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "+dirty"
+	}
+	return rev
 }
 
 // describer is the server as ServerService sees it.

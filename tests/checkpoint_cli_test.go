@@ -19,7 +19,7 @@ func TestCheckpointCommands(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	bin := buildMoehost(t, dir)
-	cmd, addr := startServe(t, bin, "--data-dir", filepath.Join(dir, "data"), "--experts", "ffn.0", "--hidden-dim", "4", "--max-wait", "0s")
+	cmd, addr := startServe(t, bin, "--data-dir", filepath.Join(dir, "data"), "--experts", "ffn.[0:2]", "--hidden-dim", "4", "--max-wait", "0s", "--no-dht")
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	c := client.New(addr)
 	defer c.Close()
@@ -30,13 +30,20 @@ func TestCheckpointCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	exportDir := t.TempDir() // the working directory, where export writes by default
+	try := func(args ...string) (string, error) {
+		c := exec.Command(bin, append([]string{"checkpoint", "--server", addr}, args...)...)
+		c.Dir = exportDir
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
 	run := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(bin, append([]string{"checkpoint", "--server", addr}, args...)...).CombinedOutput()
+		out, err := try(args...)
 		if err != nil {
 			t.Fatalf("moehost checkpoint %v: %v\n%s", args, err, out)
 		}
-		return string(out)
+		return out
 	}
 	backward()
 	if out := run("save", "ffn.0"); !strings.Contains(out, "ffn.0\tstep 1\t") {
@@ -46,6 +53,29 @@ func TestCheckpointCommands(t *testing.T) {
 	run("save", "ffn.0")
 	if out := run("list", "ffn.0"); !strings.HasPrefix(out, "ffn.0\tstep 2\t") || !strings.Contains(out, "\nffn.0\tstep 1\t") {
 		t.Errorf("list printed %q", out)
+	}
+	run("save", "ffn.1")
+	// With no uid, every expert's, in uid order.
+	if out := run("list"); !strings.HasPrefix(out, "ffn.0\tstep 2\t") || !strings.Contains(out, "\nffn.0\tstep 1\t") || !strings.Contains(out, "\nffn.1\tstep 0\t") {
+		t.Errorf("list with no uid printed %q", out)
+	}
+	// export without -o writes <uid>.safetensors, and does not overwrite
+	// it without --force.
+	run("export", "ffn.1")
+	def := filepath.Join(exportDir, "ffn.1.safetensors")
+	first := mustReadFile(t, def)
+	if err := os.WriteFile(def, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := try("export", "ffn.1"); err == nil || !strings.Contains(out, "--force") || strings.Count(out, "moehost:") != 1 {
+		t.Errorf("a second export without -o: %v, %q; want a refusal naming --force", err, out)
+	}
+	if b := mustReadFile(t, def); string(b) != "mine" {
+		t.Errorf("the refused export overwrote %s", def)
+	}
+	run("export", "--force", "ffn.1")
+	if b := mustReadFile(t, def); !slices.Equal(b, first) {
+		t.Errorf("export --force did not write %s", def)
 	}
 	if out := run("restore", "--step", "1", "ffn.0"); !strings.Contains(out, "step 1") {
 		t.Errorf("restore printed %q", out)

@@ -37,7 +37,15 @@ func buildMoehost(t *testing.T, _ string) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "moehost")
-		if out, err := exec.Command("go", "build", "-o", binPath, "../cmd/moehost").CombinedOutput(); err != nil {
+		// Stamped as make build stamps it, without Go's VCS stamping, so
+		// that TestVersionStamped sees the Makefile's commit.
+		ldflags, err := exec.Command("make", "-s", "--no-print-directory", "-C", "..", "print-ldflags").Output()
+		if err != nil {
+			binErr = fmt.Errorf("make print-ldflags: %w", err)
+			return
+		}
+		build := exec.Command("go", "build", "-buildvcs=false", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", binPath, "../cmd/moehost")
+		if out, err := build.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})

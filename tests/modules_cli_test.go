@@ -84,7 +84,8 @@ func TestModuleCommandsEndToEnd(t *testing.T) {
 	}
 	// bob can neither see alice's module nor deploy it, nor deploy under
 	// her prefix, nor undeploy her experts.
-	if out := must(bob, "modules"); out != "" {
+	const modulesHeader = "DIGEST\tBYTES\tNAME\tEXPERTS\n"
+	if out := must(bob, "modules"); out != modulesHeader {
 		t.Errorf("bob's modules: %q", out)
 	}
 	refused(bob, "not_found", "deploy", "--module", digest, "--experts", "bob.ffn.0", "--config", "hidden_dim=4")
@@ -96,7 +97,10 @@ func TestModuleCommandsEndToEnd(t *testing.T) {
 			t.Errorf("experts printed %q, want a line starting %q", out, want)
 		}
 	}
-	if out := must(alice, "modules"); out != digest+"\t"+strconv.Itoa(len(wasm))+"\tffn.wasm\talice.ffn.0,alice.ffn.1\n" {
+	if !strings.HasPrefix(out, "UID\tOWNER\tMODULE\tPARAMETERS\tHEALTH\n") {
+		t.Errorf("experts printed %q, want a header row first", out)
+	}
+	if out := must(alice, "modules"); out != modulesHeader+digest+"\t"+strconv.Itoa(len(wasm))+"\tffn.wasm\talice.ffn.0,alice.ffn.1\n" {
 		t.Errorf("alice's modules: %q", out)
 	}
 
@@ -122,7 +126,7 @@ func TestModuleCommandsEndToEnd(t *testing.T) {
 		t.Errorf("undeploy printed %q", out)
 	}
 	must(alice, "modules", "delete", digest)
-	if out := must(alice, "modules"); out != "" {
+	if out := must(alice, "modules", "--no-headers"); out != "" {
 		t.Errorf("alice's modules after delete: %q", out)
 	}
 	if out := must("", "experts"); strings.Contains(out, "alice.") {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,12 +32,14 @@ func checkpointCmd(stdout io.Writer) *cobra.Command {
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&server, "server", "http://127.0.0.1:7700", "the server's URL")
 	pf.StringVar(&token, "admin-token", "", "the server's admin token (needed unless the server listens on loopback)")
-	client := func() moehostv1connect.CheckpointServiceClient {
-		url := server
-		if !strings.Contains(url, "://") {
-			url = "http://" + url
+	serverURL := func() string {
+		if !strings.Contains(server, "://") {
+			return "http://" + server
 		}
-		return moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, url, connect.WithInterceptors(bearer(token)))
+		return server
+	}
+	client := func() moehostv1connect.CheckpointServiceClient {
+		return moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, serverURL(), connect.WithInterceptors(bearer(token)))
 	}
 	printInfo := func(in *moehostv1.CheckpointInfo) {
 		fmt.Fprintf(stdout, "%s\tstep %d\t%d bytes\t%s\n", in.GetUid(), in.GetStep(), in.GetSizeBytes(), in.GetCreateTime().AsTime().Format(time.RFC3339))
@@ -52,14 +56,31 @@ func checkpointCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	list := &cobra.Command{
-		Use: "list UID", Short: "List the expert's checkpoints, newest first", Args: cobra.ExactArgs(1),
+		Use: "list [UID]", Short: "List the expert's checkpoints, newest first; with no uid, every expert's on the server", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := client().List(cmd.Context(), connect.NewRequest(&moehostv1.CheckpointServiceListRequest{Uid: args[0]}))
-			if err != nil {
-				return err
+			uids := args
+			if len(uids) == 0 {
+				res, err := moehostv1connect.NewExpertServiceClient(http.DefaultClient, serverURL(), connect.WithInterceptors(bearer(token))).
+					ListExperts(cmd.Context(), connect.NewRequest(&moehostv1.ListExpertsRequest{}))
+				if err != nil {
+					return err
+				}
+				for _, e := range res.Msg.GetExperts() {
+					uids = append(uids, e.GetUid())
+				}
+				slices.Sort(uids)
 			}
-			for _, in := range res.Msg.GetCheckpoints() {
-				printInfo(in)
+			for _, uid := range uids {
+				res, err := client().List(cmd.Context(), connect.NewRequest(&moehostv1.CheckpointServiceListRequest{Uid: uid}))
+				if len(args) == 0 && connect.CodeOf(err) == connect.CodeNotFound {
+					continue // undeployed since ListExperts
+				}
+				if err != nil {
+					return err
+				}
+				for _, in := range res.Msg.GetCheckpoints() {
+					printInfo(in)
+				}
 			}
 			return nil
 		},
@@ -82,13 +103,22 @@ func checkpointCmd(stdout io.Writer) *cobra.Command {
 	}
 	restore.Flags().Int64Var(&step, "step", 0, "the step to restore (default: the newest)")
 	var out string
+	var force bool
 	export := &cobra.Command{
 		Use: "export UID", Short: "Write the expert's current parameters to a safetensors file (a PyTorch state_dict)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				out = args[0] + ".safetensors"
+				// A default name is not a choice to overwrite.
+				if _, err := os.Stat(out); err == nil && !force {
+					return fmt.Errorf("%s exists: overwrite it with --force, or name another file with -o", out)
+				}
+			}
 			return exportParams(cmd.Context(), client(), args[0], out, stdout)
 		},
 	}
-	export.Flags().StringVarP(&out, "output", "o", "", "the file to write (default <uid>.safetensors)")
+	export.Flags().StringVarP(&out, "output", "o", "", "the file to write (default <uid>.safetensors, which is not overwritten without --force)")
+	export.Flags().BoolVar(&force, "force", false, "overwrite <uid>.safetensors when -o is not given")
 	cmd.AddCommand(save, list, restore, export)
 	return cmd
 }
@@ -117,9 +147,6 @@ func exportParams(ctx context.Context, c moehostv1connect.CheckpointServiceClien
 	b, err := checkpoint.Encode(ts, map[string]string{"format": "pt", "uid": uid, "step": fmt.Sprint(res.Msg.GetStep())})
 	if err != nil {
 		return err
-	}
-	if out == "" {
-		out = uid + ".safetensors"
 	}
 	if err := atomicfile.Write(out, b); err != nil {
 		return err

@@ -44,7 +44,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(uploadCmd(stdout, stderr), deployCmd(stdout), undeployCmd(stdout), modulesCmd(stdout), expertsCmd(stdout))
 	root.AddCommand(expertCmd(stdout))
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(stderr, "moehost:", err)
+		// Package host prefixes its own errors with "moehost:"; print one.
+		fmt.Fprintln(stderr, "moehost:", strings.TrimPrefix(err.Error(), "moehost: "))
 		return 1
 	}
 	return 0
@@ -140,6 +141,9 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 			err = srv.Run(ctx)
 			if errors.Is(err, context.Canceled) {
 				err = nil
+			}
+			if errors.Is(err, syscall.EADDRINUSE) {
+				err = fmt.Errorf("%w (is another server on it? --listen 127.0.0.1:* picks a free port)", err)
 			}
 			return err
 		},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,11 +18,18 @@ func TestServeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := []string{"serve", "--listen", "127.0.0.1:*", "--data-dir", filepath.Join(dir, "data"), "--experts", "x.0"}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
 	tests := []struct {
 		name string
 		args []string
 		want []string // substrings of the error
 	}{
+		{"port in use suggests a free one", []string{"--module", "nop", "--no-dht", "--listen", taken.Addr().String()}, []string{"address already in use", "--listen 127.0.0.1:*"}},
+		{"host's own errors", []string{"--update-period", "0s"}, []string{"update period 0s is not positive"}},
 		{"not wasm names the file", []string{"--module", notWasm}, []string{notWasm, "not a WebAssembly module"}},
 		{"typo lists the built-ins", []string{"--module", "ffnn"}, []string{`"ffnn"`, "ffn, ffn-c, nop, det_dropout, transformer, ste_relu"}},
 		{"hidden dim 0 blames dim 1", []string{"--module", "ste_relu", "--hidden-dim", "0"}, []string{"dim 1 of shape [-1 0] is 0"}},
@@ -40,6 +48,9 @@ func TestServeErrors(t *testing.T) {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error %q does not contain %q", msg, w)
 				}
+			}
+			if n := strings.Count(msg, "moehost:"); n != 1 {
+				t.Errorf("error %q has %d \"moehost:\" prefixes, want 1", msg, n)
 			}
 			// Each code at most once: no "invalid argument: invalid argument".
 			if strings.Count(msg, "invalid argument") > 1 {

@@ -292,10 +292,11 @@ func undeployCmd(stdout io.Writer) *cobra.Command {
 // modulesCmd is `moehost modules`: the tenant's modules, one a line.
 func modulesCmd(stdout io.Writer) *cobra.Command {
 	var r remote
+	var noHeaders bool
 	cmd := &cobra.Command{
 		Use:   "modules",
 		Short: "List the tenant's modules on a server",
-		Long: `List the tenant's uploaded modules, one a line:
+		Long: `List the tenant's uploaded modules, one a line after a header row:
 DIGEST<TAB>BYTES<TAB>NAME<TAB>EXPERTS (comma-separated uids that run it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -306,6 +307,9 @@ DIGEST<TAB>BYTES<TAB>NAME<TAB>EXPERTS (comma-separated uids that run it).`,
 			if err != nil {
 				return err
 			}
+			if !noHeaders {
+				fmt.Fprintln(stdout, "DIGEST\tBYTES\tNAME\tEXPERTS")
+			}
 			for _, m := range res.Msg.GetModules() {
 				fmt.Fprintf(stdout, "%s\t%d\t%s\t%s\n", m.GetDigest(), m.GetSizeBytes(), m.GetName(), strings.Join(m.GetExperts(), ","))
 			}
@@ -313,6 +317,7 @@ DIGEST<TAB>BYTES<TAB>NAME<TAB>EXPERTS (comma-separated uids that run it).`,
 		},
 	}
 	r.register(cmd, true)
+	cmd.Flags().BoolVar(&noHeaders, "no-headers", false, "print no header row")
 	var dr remote
 	del := &cobra.Command{
 		Use:   "delete DIGEST",
@@ -334,11 +339,12 @@ DIGEST<TAB>BYTES<TAB>NAME<TAB>EXPERTS (comma-separated uids that run it).`,
 // expertsCmd is `moehost experts`: what ExpertService.ListExperts says.
 func expertsCmd(stdout io.Writer) *cobra.Command {
 	var r remote
+	var noHeaders bool
 	cmd := &cobra.Command{
 		Use:   "experts",
 		Short: "List the experts a server hosts",
-		Long: `List the experts a running server hosts, one a line:
-UID<TAB>OWNER<TAB>MODULE_DIGEST<TAB>PARAMETERS<TAB>healthy|unhealthy, where
+		Long: `List the experts a running server hosts, one a line after a header row:
+UID<TAB>OWNER<TAB>MODULE<TAB>PARAMETERS<TAB>HEALTH (healthy|unhealthy), where
 OWNER is the tenant that deployed it, or "-" for the operator's. No token
 is needed; a given one must be valid.`,
 		Args: cobra.NoArgs,
@@ -349,6 +355,9 @@ is needed; a given one must be valid.`,
 			res, err := r.experts().ListExperts(cmd.Context(), connect.NewRequest(&moehostv1.ListExpertsRequest{}))
 			if err != nil {
 				return err
+			}
+			if !noHeaders {
+				fmt.Fprintln(stdout, "UID\tOWNER\tMODULE\tPARAMETERS\tHEALTH")
 			}
 			for _, e := range res.Msg.GetExperts() {
 				health := "healthy"
@@ -365,5 +374,6 @@ is needed; a given one must be valid.`,
 		},
 	}
 	r.register(cmd, false)
+	cmd.Flags().BoolVar(&noHeaders, "no-headers", false, "print no header row")
 	return cmd
 }

@@ -224,7 +224,7 @@ func TestModuleCommands(t *testing.T) {
 	}
 
 	stdout, _, code = run("modules", "--server", url)
-	if want := digest + "\t" + fmt.Sprint(len(wasm)) + "\tffn.wasm\t\n"; code != 0 || stdout != want {
+	if want := "DIGEST\tBYTES\tNAME\tEXPERTS\n" + digest + "\t" + fmt.Sprint(len(wasm)) + "\tffn.wasm\t\n"; code != 0 || stdout != want {
 		t.Errorf("modules: exit %d, %q, want %q", code, stdout, want)
 	}
 
@@ -239,8 +239,12 @@ func TestModuleCommands(t *testing.T) {
 	// experts needs no token; without the environment's, it is anonymous.
 	t.Setenv(tokenEnv, "")
 	stdout, stderr, code = run("experts", "--server", url)
-	if want := "alice.ffn.0\talice\tsha256:ab\t42\thealthy\nffn.0\t-\tsha256:cd\t7\tunhealthy\n"; code != 0 || stdout != want {
+	rows := "alice.ffn.0\talice\tsha256:ab\t42\thealthy\nffn.0\t-\tsha256:cd\t7\tunhealthy\n"
+	if want := "UID\tOWNER\tMODULE\tPARAMETERS\tHEALTH\n" + rows; code != 0 || stdout != want {
 		t.Errorf("experts: exit %d, %q (%s), want %q", code, stdout, stderr, want)
+	}
+	if stdout, stderr, code = run("experts", "--no-headers", "--server", url); code != 0 || stdout != rows {
+		t.Errorf("experts --no-headers: exit %d, %q (%s), want %q", code, stdout, stderr, rows)
 	}
 	if _, stderr, code := run("modules", "--server", url); code != 1 || !strings.Contains(stderr, "--token or $MOEHOST_TOKEN") {
 		t.Errorf("modules without a token: exit %d, %q", code, stderr)
