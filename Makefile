@@ -82,14 +82,26 @@ examples-c: ## Build the C example experts (.wasm), installing Debian's clang, l
 checkexamples: examples ## Fail if a committed example .wasm differs from its source's build
 	@git diff --exit-code --stat -- examples/ || { echo "examples/ is stale: run make examples and commit the .wasm"; exit 1; }
 
+# make test: the checks, then two runs side by side (the end-to-end one
+# mostly waits on child processes, so it overlaps the race run's CPU).
+# The wasm vet uses -trimpath, as make examples does, so that it reuses the
+# standard library the examples compiled for wasm.
 .PHONY: test
-test: examples ## Check formatting, vet, build without cgo, and run every test with the race detector
+test: examples ## Check formatting, vet, build without cgo, and run every test: with the race detector, and tests/ end-to-end without it (about 5 minutes on 2 idle cores)
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './gen/*' -not -path './.tmp/*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	GOOS=wasip1 GOARCH=wasm $(GO) vet ./abi/... ./sdk/expert/... ./examples/wasm-experts/...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet -trimpath ./abi/... ./sdk/expert/... ./examples/wasm-experts/...
 	CGO_ENABLED=0 $(GO) build ./...
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-race test-e2e
+
+.PHONY: test-race
+test-race: ## Every package's tests with the race detector (the ones in tests/ that run moehost serve in a child process skip themselves)
 	$(GO) test -race -timeout 12m ./...
+
+.PHONY: test-e2e
+test-e2e: ## tests/ without the race detector: moehost serve in child processes (one binary, built once), the CLI, grpcurl, buf curl, the DHT swarm
+	$(GO) test -timeout 12m ./tests/
 
 # Debian's Python (with Debian's python3-torch), not a virtualenv's.
 PYTHON ?= /usr/bin/python3
@@ -210,6 +222,8 @@ generate-ts: ## Regenerate the TypeScript client's code (sdk/ts/src/gen) from pr
 
 .PHONY: ui
 ui: ## Build the dashboard (host/internal/ui/web) with Vite into host/internal/ui/dist, which the binary embeds
+	@# The dashboard compiles sdk/ts's sources, which import sdk/ts's packages.
+	cd $(TS_DIR) && $(NPM_CI)
 	cd $(UI_DIR) && $(NPM_CI) && $(NPM) run build
 
 .PHONY: checkui
@@ -226,6 +240,9 @@ test-ts: ## Test the TypeScript client in Node against a live moehost serve
 test-web: ## Browser tests of the dashboard and of CORS in headless Chromium (installs Debian's chromium if missing)
 	@test -x $(CHROMIUM) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
+	@# The browser tests compile sdk/ts's sources too: install its packages,
+	@# so that this target works alone on a fresh clone.
+	cd $(TS_DIR) && $(NPM_CI)
 	cd $(WEB_TEST_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost CHROMIUM=$(CHROMIUM) \
 	  WEB_TEST_OUT=$(CURDIR)/.tmp/test-web $(NPM) test
 

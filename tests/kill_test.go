@@ -28,10 +28,13 @@ var (
 	binErr  error
 )
 
-// buildMoehost returns the binary, building it on first use. TestMain
-// removes it.
+// buildMoehost returns the binary, building it on first use, once for all
+// the package's tests. TestMain removes it. Under -race it skips the test.
 func buildMoehost(t *testing.T, _ string) string {
 	t.Helper()
+	if raceEnabled {
+		t.Skip("runs moehost serve in a child process, built without -race: make test runs it in its run without -race (make test-e2e)")
+	}
 	binOnce.Do(func() {
 		if binDir, binErr = os.MkdirTemp("", "moehost-bin-"); binErr != nil {
 			return

@@ -23,11 +23,7 @@ import (
 func TestServeShutsDownOnSignal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "moehost")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/moehost")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildMoehost(t, dir) // shared by the package's tests: built once
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:*", "--data-dir", filepath.Join(dir, "data"),
 		"--experts", "ffn.[0:2]", "--hidden-dim", "16")
 	stderr, err := cmd.StderrPipe()
