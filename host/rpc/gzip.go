@@ -18,6 +18,7 @@ import (
 // after no more inflating than the cap allows.
 func readLimit(max int) connect.HandlerOption {
 	return connect.WithHandlerOptions(
+		strictJSONCodecs(),
 		connect.WithReadMaxBytes(max),
 		connect.WithCompression("gzip",
 			func() connect.Decompressor { return &cappedGzip{max: int64(max) + 1} },

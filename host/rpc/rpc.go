@@ -154,5 +154,5 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, readLimit(smallMessageBytes)))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, readLimit(smallMessageBytes)))
-	return withCORS(mux, opts.CORSOrigins)
+	return withCORS(needContentType(mux), opts.CORSOrigins)
 }
