@@ -7,7 +7,11 @@ server's DiscoveryService. Every backward is an optimizer step on the
 server, as in hivemind.
 """
 
+from moehost.errors import InvalidArgumentError, MoehostError, NotFoundError, UnavailableError
 from moehost.expert import DEFAULT_MAX_MESSAGE_BYTES, RemoteExpert, wire_dtypes
 from moehost.moe import KMinNotMetError, RemoteMixtureOfExperts
 
-__all__ = ["RemoteExpert", "RemoteMixtureOfExperts", "KMinNotMetError", "DEFAULT_MAX_MESSAGE_BYTES", "wire_dtypes"]
+__all__ = [
+    "RemoteExpert", "RemoteMixtureOfExperts", "KMinNotMetError", "DEFAULT_MAX_MESSAGE_BYTES", "wire_dtypes",
+    "MoehostError", "NotFoundError", "InvalidArgumentError", "UnavailableError",
+]

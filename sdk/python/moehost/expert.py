@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from moehost.errors import from_rpc_error, grpc_target
+
 try:
     from moehost.v1 import expert_pb2, expert_pb2_grpc, tensor_pb2
 except ImportError as e:  # pragma: no cover - a setup error, said plainly
@@ -133,8 +135,10 @@ class RemoteExpert(nn.Module):
         self.uid, self.endpoint, self.timeout = uid, endpoint, timeout
         self._wire = wire_dtypes[wire_dtype]
         if channel is None:
+            if endpoint.startswith("https://"):
+                raise ValueError("moehost: https endpoints need a channel with TLS credentials: pass channel=grpc.secure_channel(...)")
             channel = grpc.insecure_channel(
-                endpoint,
+                grpc_target(endpoint),
                 options=[
                     ("grpc.max_send_message_length", max_message_bytes),
                     ("grpc.max_receive_message_length", max_message_bytes),
@@ -154,7 +158,7 @@ class RemoteExpert(nn.Module):
 
     def fetch_info(self) -> expert_pb2.ExpertInfo:
         """Fetches the expert's description now, with fresh stats."""
-        return self._stub.Info(expert_pb2.InfoRequest(uid=self.uid), timeout=self.timeout)
+        return self._call(self._stub.Info, expert_pb2.InfoRequest(uid=self.uid))
 
     def fetch_parameters(self) -> Tuple[int, Dict[str, torch.Tensor]]:
         """Fetches the expert's parameters now, through the server's
@@ -166,7 +170,7 @@ class RemoteExpert(nn.Module):
         from moehost.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
         stub = checkpoint_pb2_grpc.CheckpointServiceStub(self._channel)
-        res = stub.GetParameters(checkpoint_pb2.CheckpointServiceGetParametersRequest(uid=self.uid), timeout=self.timeout)
+        res = self._call(stub.GetParameters, checkpoint_pb2.CheckpointServiceGetParametersRequest(uid=self.uid))
         return res.step, {p.name: _from_wire(p.tensor) for p in res.parameters}
 
     def forward(self, *inputs: torch.Tensor):
@@ -175,7 +179,7 @@ class RemoteExpert(nn.Module):
 
     def _call_forward(self, inputs) -> Tuple[torch.Tensor, ...]:
         req = expert_pb2.ForwardRequest(uid=self.uid, inputs=[_to_wire(x, self._wire) for x in inputs], output_dtype=self._wire)
-        res = self._stub.Forward(req, timeout=self.timeout)
+        res = self._call(self._stub.Forward, req)
         device = inputs[0].device if inputs else torch.device("cpu")
         return tuple(_from_wire(t).to(device) for t in res.outputs)
 
@@ -186,8 +190,16 @@ class RemoteExpert(nn.Module):
             grad_outputs=[_to_wire(g, self._wire) for g in grad_outputs],
             grad_input_dtype=self._wire,
         )
-        res = self._stub.Backward(req, timeout=self.timeout)
+        res = self._call(self._stub.Backward, req)
         return tuple(_from_wire(t) for t in res.grad_inputs)
+
+    def _call(self, method, req):
+        """Calls method, raising a typed moehost error with the server's
+        message instead of grpcio's."""
+        try:
+            return method(req, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
 
     def extra_repr(self) -> str:
         return f"uid={self.uid!r}, endpoint={self.endpoint!r}"

@@ -105,6 +105,21 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
         self.assertIn("ListExperts", cm.exception.details())
 
+    def test_urls_and_typed_errors(self):
+        # The "http://host:port" the CLI and discover print is an endpoint.
+        url = "http://" + self.addr
+        expert = moehost.RemoteExpert("ffn.0", url)
+        self.assertEqual(tuple(expert(torch.zeros(1, HIDDEN)).shape), (1, HIDDEN))
+        with self.assertRaises(moehost.NotFoundError) as cm:
+            moehost.RemoteExpert("nope.0", url).fetch_info()
+        self.assertIn("nope.0", str(cm.exception))
+        self.assertNotIn("_InactiveRpcError", str(cm.exception))
+        with self.assertRaises(moehost.InvalidArgumentError) as cm:
+            expert(torch.zeros(1, 3))
+        self.assertIn("shape", cm.exception.message)
+        with self.assertRaises(moehost.UnavailableError):
+            moehost.RemoteExpert("ffn.0", "http://127.0.0.1:1", timeout=10).fetch_info()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
