@@ -170,6 +170,17 @@ test-python: python-stubs ## Test sdk/python against a live `moehost serve` (ins
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	MOEHOST_BIN=$(BIN)/moehost $(PYTHON) -m unittest discover -s sdk/python/tests -p 'test_*.py' -v
 
+HIVEMIND1 := $(CURDIR)/.tmp/hivemind1
+
+.PHONY: hivemind1
+hivemind1: ## Build hivemind 1.1.11 and its p2pd into .tmp/hivemind1 from the shared hivemind1 folder (cached; about 100 s the first time)
+	./scripts/build-hivemind.sh $(HIVEMIND1)
+
+.PHONY: test-hivemind
+test-hivemind: hivemind1 ## The unmodified hivemind 1.1.11 client against `moehost serve --hivemind`: DHT lookup, Forward/Backward against PyTorch, a 2x2 mixture training beside hivemind's own server, a mixed swarm, streaming and bad input
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	MOEHOST_BIN=$(BIN)/moehost $(HIVEMIND1)/bin/python tests/hivemind_e2e.py -v
+
 .PHONY: lint
 lint: ## gofmt, then go vet and staticcheck for the default and cudaemu tags (cudaemu only where g++ is installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); exit 1; }
