@@ -178,7 +178,8 @@ class HivemindClientTest(unittest.TestCase):
 def train(dht, seed, steps=50):
     """A 2x2 mixture learns a fixed random map; returns the losses."""
     torch.manual_seed(seed)
-    moe = RemoteMixtureOfExperts(in_features=HID, grid_size=(2, 2), dht=dht, uid_prefix="ffn.", k_best=2)
+    moe = RemoteMixtureOfExperts(in_features=HID, grid_size=(2, 2), dht=dht, uid_prefix="ffn.", k_best=2,
+                                 forward_timeout=60, backward_timeout=60)
     target = torch.nn.Linear(HID, HID)
     opt = torch.optim.Adam(moe.parameters(), lr=0.01)
     losses = []
@@ -207,7 +208,7 @@ class TrainingTest(unittest.TestCase):
             server.stop()
         falls["moehost"] = (np.mean(losses[:5]), np.mean(losses[-5:]))
         with background_server(num_experts=4, expert_pattern="ffn.[0:2].[0:2]", expert_cls="ffn", hidden_dim=HID,
-                               device="cpu", **P2P) as info:
+                               num_handlers=2, device="cpu", **P2P) as info:
             dht = hivemind.DHT(initial_peers=info.addrs, start=True, **P2P)
             find(dht, GRID)
             losses = train(dht, seed=0)
@@ -224,7 +225,7 @@ class TrainingTest(unittest.TestCase):
 class MixedSwarmTest(unittest.TestCase):
     def test_mixture_uses_both_servers(self):
         with background_server(num_experts=2, expert_pattern="ffn.0.[0:2]", expert_cls="ffn", hidden_dim=HID,
-                               device="cpu", update_period=2, **P2P) as info:
+                               num_handlers=2, device="cpu", update_period=2, **P2P) as info:
             server = Moehost("ffn.1.[0:2]", "--hivemind-initial-peers", ",".join(str(a) for a in info.addrs))
             try:
                 # moehost is the client's only initial peer.
