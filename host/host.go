@@ -4,8 +4,13 @@
 // in the background with [Server.Start], and stops it with
 // [Server.Shutdown]. `moehost serve` is one such program.
 //
-// The sub-packages are the rooms of the server (sandbox, rpc); they do not
-// import each other, and this package wires them together.
+// The sub-packages are the rooms of the server: the public host/rpc
+// (Connect), host/checkpoint and host/tenant, and under host/internal the
+// sandbox (wazero), the batch pools, the device workers (sched), the DHT
+// and the dashboard. They do not import each other, and this package wires
+// them together. Each room keeps its own sentinel errors; errorCodes, in
+// errors.go, is the one table from them to Connect codes, which every
+// service of the server uses.
 package host
 
 import (
