@@ -51,10 +51,14 @@ const (
 )
 
 // OptimizerConfig configures [NewOptimizer] with the options of hivemind's
-// run_server. A zero field takes torch's default for the algorithm.
+// run_server, under their names there and on the wire (moehost.v1's
+// OptimizerConfig). It is the one optimizer config: host.OptimizerConfig
+// and rpc.OptimizerConfig are aliases of it. A zero field takes torch's
+// default for the algorithm.
 type OptimizerConfig struct {
-	// Algorithm is "adam" (default), "adamw", "sgd" or "none" (no update).
-	Algorithm string
+	// Name is the algorithm: "adam" (default), "adamw", "sgd" or "none"
+	// (no update).
+	Name string
 	// LR is the base learning rate. Default: 1e-3 (adam, adamw), 1e-2 (sgd).
 	LR float64
 	// Beta1, Beta2 and Eps are Adam's; defaults 0.9, 0.999, 1e-8.
@@ -67,27 +71,28 @@ type OptimizerConfig struct {
 	// ClipGradNorm, when positive, scales the gradients so that their
 	// global L2 norm is at most this, as torch's clip_grad_norm_.
 	ClipGradNorm float64
-	// Schedule is "none" (default) or "linear": transformers'
-	// get_linear_schedule_with_warmup, which hivemind uses.
-	Schedule string
-	// WarmupSteps and TrainingSteps shape the linear schedule.
-	WarmupSteps, TrainingSteps int64
+	// Scheduler is "none" (default) or "linear": transformers'
+	// get_linear_schedule_with_warmup, which hivemind uses (warmup, then
+	// linear decay to 0 at NumTrainingSteps).
+	Scheduler string
+	// NumWarmupSteps and NumTrainingSteps shape the linear schedule.
+	NumWarmupSteps, NumTrainingSteps int64
 }
 
 // WithDefaults returns c with its zero fields set to their defaults and
 // its names in lower case.
 func (c OptimizerConfig) WithDefaults() OptimizerConfig {
-	c.Algorithm = strings.ToLower(c.Algorithm)
-	c.Schedule = strings.ToLower(c.Schedule)
-	if c.Algorithm == "" {
-		c.Algorithm = AlgorithmAdam
+	c.Name = strings.ToLower(c.Name)
+	c.Scheduler = strings.ToLower(c.Scheduler)
+	if c.Name == "" {
+		c.Name = AlgorithmAdam
 	}
-	if c.Schedule == "" {
-		c.Schedule = ScheduleNone
+	if c.Scheduler == "" {
+		c.Scheduler = ScheduleNone
 	}
 	if c.LR == 0 {
 		c.LR = 1e-3
-		if c.Algorithm == AlgorithmSGD {
+		if c.Name == AlgorithmSGD {
 			c.LR = 1e-2
 		}
 	}
@@ -100,7 +105,7 @@ func (c OptimizerConfig) WithDefaults() OptimizerConfig {
 	if c.Eps == 0 {
 		c.Eps = 1e-8
 	}
-	if c.WeightDecay == 0 && c.Algorithm == AlgorithmAdamW {
+	if c.WeightDecay == 0 && c.Name == AlgorithmAdamW {
 		c.WeightDecay = 1e-2
 	}
 	return c
@@ -111,10 +116,10 @@ func (c OptimizerConfig) Validate() error {
 	c = c.WithDefaults()
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 	switch {
-	case !slices.Contains([]string{AlgorithmAdam, AlgorithmAdamW, AlgorithmSGD, AlgorithmNone}, c.Algorithm):
-		return fmt.Errorf("%w: unknown optimizer %q; want adam, adamw, sgd or none", ErrArgument, c.Algorithm)
-	case !slices.Contains([]string{ScheduleNone, ScheduleLinear}, c.Schedule):
-		return fmt.Errorf("%w: unknown scheduler %q; want linear or none", ErrArgument, c.Schedule)
+	case !slices.Contains([]string{AlgorithmAdam, AlgorithmAdamW, AlgorithmSGD, AlgorithmNone}, c.Name):
+		return fmt.Errorf("%w: unknown optimizer %q; want adam, adamw, sgd or none", ErrArgument, c.Name)
+	case !slices.Contains([]string{ScheduleNone, ScheduleLinear}, c.Scheduler):
+		return fmt.Errorf("%w: unknown scheduler %q; want linear or none", ErrArgument, c.Scheduler)
 	case !(c.LR > 0) || !finite(c.LR):
 		return fmt.Errorf("%w: learning rate %v is not positive", ErrArgument, c.LR)
 	case !(c.Beta1 > 0 && c.Beta1 < 1), !(c.Beta2 > 0 && c.Beta2 < 1):
@@ -127,9 +132,9 @@ func (c OptimizerConfig) Validate() error {
 		return fmt.Errorf("%w: momentum %v not in [0, 1)", ErrArgument, c.Momentum)
 	case !(c.ClipGradNorm >= 0) || !finite(c.ClipGradNorm):
 		return fmt.Errorf("%w: clip grad norm %v is negative", ErrArgument, c.ClipGradNorm)
-	case c.WarmupSteps < 0, c.TrainingSteps < 0:
-		return fmt.Errorf("%w: warmup steps %d or training steps %d is negative", ErrArgument, c.WarmupSteps, c.TrainingSteps)
-	case c.Schedule == ScheduleLinear && c.TrainingSteps == 0:
+	case c.NumWarmupSteps < 0, c.NumTrainingSteps < 0:
+		return fmt.Errorf("%w: warmup steps %d or training steps %d is negative", ErrArgument, c.NumWarmupSteps, c.NumTrainingSteps)
+	case c.Scheduler == ScheduleLinear && c.NumTrainingSteps == 0:
 		return fmt.Errorf("%w: the linear schedule needs the number of training steps", ErrArgument)
 	}
 	return nil
@@ -142,13 +147,13 @@ func (c OptimizerConfig) Validate() error {
 // optimizer.step(), the first step uses factor 0 when there is a warmup.
 func (c OptimizerConfig) LRAt(steps int64) float64 {
 	c = c.WithDefaults()
-	if c.Schedule != ScheduleLinear {
+	if c.Scheduler != ScheduleLinear {
 		return c.LR
 	}
-	if steps < c.WarmupSteps {
-		return c.LR * float64(steps) / float64(max(1, c.WarmupSteps))
+	if steps < c.NumWarmupSteps {
+		return c.LR * float64(steps) / float64(max(1, c.NumWarmupSteps))
 	}
-	return c.LR * max(0, float64(c.TrainingSteps-steps)/float64(max(1, c.TrainingSteps-c.WarmupSteps)))
+	return c.LR * max(0, float64(c.NumTrainingSteps-steps)/float64(max(1, c.NumTrainingSteps-c.NumWarmupSteps)))
 }
 
 // optimizer implements every algorithm of OptimizerConfig.
@@ -166,14 +171,14 @@ type optimizer struct {
 func NewOptimizer(cfg OptimizerConfig) Optimizer {
 	o := &optimizer{cfg: cfg.WithDefaults()}
 	if err := cfg.Validate(); err != nil {
-		o.err = fmt.Errorf("%s: %w", o.cfg.Algorithm, err)
+		o.err = fmt.Errorf("%s: %w", o.cfg.Name, err)
 	}
 	return o
 }
 
 // NewSGD returns plain SGD: p −= lr·g.
 func NewSGD(lr float64) Optimizer {
-	o := &optimizer{cfg: OptimizerConfig{Algorithm: AlgorithmSGD, LR: lr}.WithDefaults()}
+	o := &optimizer{cfg: OptimizerConfig{Name: AlgorithmSGD, LR: lr}.WithDefaults()}
 	if !(lr > 0) {
 		o.err = fmt.Errorf("%w: sgd: learning rate %v is not positive", ErrArgument, lr)
 	}
@@ -192,7 +197,7 @@ type AdamConfig struct {
 // the square root of the bias-corrected second moment. A config outside
 // torch's accepted ranges makes every Step fail with ErrArgument.
 func NewAdam(cfg AdamConfig) Optimizer {
-	return NewOptimizer(OptimizerConfig{Algorithm: AlgorithmAdam, LR: cfg.LR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
+	return NewOptimizer(OptimizerConfig{Name: AlgorithmAdam, LR: cfg.LR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
 }
 
 // checkStep validates the arguments of a Step.
@@ -220,9 +225,9 @@ func checkStep(params, grads []*Tensor) error {
 // slotCount is how many buffers per param the algorithm keeps.
 func (o *optimizer) slotCount() int {
 	switch {
-	case o.cfg.Algorithm == AlgorithmAdam, o.cfg.Algorithm == AlgorithmAdamW:
+	case o.cfg.Name == AlgorithmAdam, o.cfg.Name == AlgorithmAdamW:
 		return 2
-	case o.cfg.Algorithm == AlgorithmSGD && o.cfg.Momentum > 0:
+	case o.cfg.Name == AlgorithmSGD && o.cfg.Momentum > 0:
 		return 1
 	}
 	return 0
@@ -293,7 +298,7 @@ func (o *optimizer) Step(params, grads []*Tensor) error {
 	if o.err != nil {
 		return o.err
 	}
-	name := o.cfg.Algorithm
+	name := o.cfg.Name
 	if err := checkStep(params, grads); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -339,7 +344,7 @@ func (o *optimizer) Step(params, grads []*Tensor) error {
 
 // slotNames are torch's state_dict names of the buffers in o.m and o.v.
 func (o *optimizer) slotNames() (m, v string) {
-	if o.cfg.Algorithm == AlgorithmSGD {
+	if o.cfg.Name == AlgorithmSGD {
 		return "momentum_buffer", ""
 	}
 	return "exp_avg", "exp_avg_sq"
@@ -359,7 +364,7 @@ func (o *optimizer) State() (OptimizerState, error) {
 		for i, t := range s.ts {
 			var err error
 			if vals[i], err = t.dev.Float32s(t); err != nil {
-				return OptimizerState{}, fmt.Errorf("%s: exporting %s %d: %w", o.cfg.Algorithm, s.name, i, err)
+				return OptimizerState{}, fmt.Errorf("%s: exporting %s %d: %w", o.cfg.Name, s.name, i, err)
 			}
 		}
 		st.Slots[s.name] = vals
@@ -368,7 +373,7 @@ func (o *optimizer) State() (OptimizerState, error) {
 }
 
 func (o *optimizer) SetState(params []*Tensor, st OptimizerState) error {
-	name := o.cfg.Algorithm
+	name := o.cfg.Name
 	if st.Steps < 0 {
 		return fmt.Errorf("%w: %s: state has %d steps", ErrArgument, name, st.Steps)
 	}

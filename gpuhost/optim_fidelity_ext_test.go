@@ -21,10 +21,10 @@ type refOptim struct {
 // written out again rather than calling LRAt.
 func (r *refOptim) lr() float64 {
 	c, s := r.cfg, float64(r.steps)
-	if c.Schedule != gpuhost.ScheduleLinear {
+	if c.Scheduler != gpuhost.ScheduleLinear {
 		return c.LR
 	}
-	w, n := float64(c.WarmupSteps), float64(c.TrainingSteps)
+	w, n := float64(c.NumWarmupSteps), float64(c.NumTrainingSteps)
 	if s < w {
 		return c.LR * s / math.Max(1, w)
 	}
@@ -56,7 +56,7 @@ func (r *refOptim) step(p, g [][]float64) {
 	for i := range p {
 		for j := range p[i] {
 			gr := g[i][j] * scale
-			switch c.Algorithm {
+			switch c.Name {
 			case gpuhost.AlgorithmSGD:
 				gr += c.WeightDecay * p[i][j]
 				if c.Momentum > 0 {
@@ -65,7 +65,7 @@ func (r *refOptim) step(p, g [][]float64) {
 				}
 				p[i][j] -= lr * gr
 			case gpuhost.AlgorithmAdam, gpuhost.AlgorithmAdamW:
-				if c.Algorithm == gpuhost.AlgorithmAdamW {
+				if c.Name == gpuhost.AlgorithmAdamW {
 					p[i][j] *= 1 - lr*c.WeightDecay
 				} else {
 					gr += c.WeightDecay * p[i][j]
@@ -87,15 +87,15 @@ func TestOptimizerFidelity(t *testing.T) {
 		name string
 		cfg  gpuhost.OptimizerConfig
 	}{
-		{name: "adam", cfg: gpuhost.OptimizerConfig{Algorithm: "adam", LR: 0.01}},
-		{name: "adam-l2", cfg: gpuhost.OptimizerConfig{Algorithm: "adam", LR: 0.01, WeightDecay: 0.1}},
-		{name: "adamw", cfg: gpuhost.OptimizerConfig{Algorithm: "adamw", LR: 0.01, WeightDecay: 0.1, Beta1: 0.8, Beta2: 0.99}},
-		{name: "sgd", cfg: gpuhost.OptimizerConfig{Algorithm: "sgd", LR: 0.01}},
-		{name: "sgd-momentum", cfg: gpuhost.OptimizerConfig{Algorithm: "sgd", LR: 0.01, Momentum: 0.9, WeightDecay: 0.01}},
-		{name: "adam-clip", cfg: gpuhost.OptimizerConfig{Algorithm: "adam", LR: 0.01, ClipGradNorm: 0.5}},
-		{name: "sgd-clip", cfg: gpuhost.OptimizerConfig{Algorithm: "sgd", LR: 0.05, Momentum: 0.5, ClipGradNorm: 0.5}},
-		{name: "adamw-linear", cfg: gpuhost.OptimizerConfig{Algorithm: "adamw", LR: 0.01, Schedule: "linear", WarmupSteps: 10, TrainingSteps: 80}},
-		{name: "sgd-linear", cfg: gpuhost.OptimizerConfig{Algorithm: "sgd", LR: 0.01, Momentum: 0.9, Schedule: "linear", WarmupSteps: 20, TrainingSteps: 120}},
+		{name: "adam", cfg: gpuhost.OptimizerConfig{Name: "adam", LR: 0.01}},
+		{name: "adam-l2", cfg: gpuhost.OptimizerConfig{Name: "adam", LR: 0.01, WeightDecay: 0.1}},
+		{name: "adamw", cfg: gpuhost.OptimizerConfig{Name: "adamw", LR: 0.01, WeightDecay: 0.1, Beta1: 0.8, Beta2: 0.99}},
+		{name: "sgd", cfg: gpuhost.OptimizerConfig{Name: "sgd", LR: 0.01}},
+		{name: "sgd-momentum", cfg: gpuhost.OptimizerConfig{Name: "sgd", LR: 0.01, Momentum: 0.9, WeightDecay: 0.01}},
+		{name: "adam-clip", cfg: gpuhost.OptimizerConfig{Name: "adam", LR: 0.01, ClipGradNorm: 0.5}},
+		{name: "sgd-clip", cfg: gpuhost.OptimizerConfig{Name: "sgd", LR: 0.05, Momentum: 0.5, ClipGradNorm: 0.5}},
+		{name: "adamw-linear", cfg: gpuhost.OptimizerConfig{Name: "adamw", LR: 0.01, Scheduler: "linear", NumWarmupSteps: 10, NumTrainingSteps: 80}},
+		{name: "sgd-linear", cfg: gpuhost.OptimizerConfig{Name: "sgd", LR: 0.01, Momentum: 0.9, Scheduler: "linear", NumWarmupSteps: 20, NumTrainingSteps: 120}},
 	}
 	for _, d := range devices() {
 		for _, tt := range tests {
@@ -145,15 +145,15 @@ func TestOptimizerFidelity(t *testing.T) {
 func TestOptimizerStateRoundTrip(t *testing.T) {
 	t.Parallel()
 	cfgs := []gpuhost.OptimizerConfig{
-		{Algorithm: "adam", LR: 0.01, Schedule: "linear", WarmupSteps: 30, TrainingSteps: 100},
-		{Algorithm: "adamw"},
-		{Algorithm: "sgd", Momentum: 0.9, Schedule: "linear", WarmupSteps: 50, TrainingSteps: 100},
-		{Algorithm: "sgd"},
-		{Algorithm: "none"},
+		{Name: "adam", LR: 0.01, Scheduler: "linear", NumWarmupSteps: 30, NumTrainingSteps: 100},
+		{Name: "adamw"},
+		{Name: "sgd", Momentum: 0.9, Scheduler: "linear", NumWarmupSteps: 50, NumTrainingSteps: 100},
+		{Name: "sgd"},
+		{Name: "none"},
 	}
 	for _, d := range devices() {
 		for _, cfg := range cfgs {
-			t.Run(d.name+"/"+cfg.Algorithm+"-"+cfg.Schedule, func(t *testing.T) {
+			t.Run(d.name+"/"+cfg.Name+"-"+cfg.Scheduler, func(t *testing.T) {
 				t.Parallel()
 				rng := rand.New(rand.NewPCG(9, 9))
 				shape := []int{3, 5}
@@ -197,7 +197,7 @@ func TestOptimizerStateRoundTrip(t *testing.T) {
 						t.Fatalf("resumed run: p[%d] = %v, uninterrupted %v", i, gb[i], ga[i])
 					}
 				}
-				if cfg.Algorithm != "none" && ga[0] == float32(p0[0]) {
+				if cfg.Name != "none" && ga[0] == float32(p0[0]) {
 					t.Fatal("the parameters did not move")
 				}
 			})
@@ -218,9 +218,9 @@ func TestOptimizerSetStateRefusals(t *testing.T) {
 	}{
 		{name: "negative-steps", cfg: gpuhost.OptimizerConfig{}, st: gpuhost.OptimizerState{Steps: -1}, want: gpuhost.ErrArgument},
 		{name: "missing-slot", cfg: gpuhost.OptimizerConfig{}, st: gpuhost.OptimizerState{Steps: 1, Slots: map[string][][]float32{"exp_avg": four}}, want: gpuhost.ErrArgument},
-		{name: "foreign-slot", cfg: gpuhost.OptimizerConfig{Algorithm: "sgd"}, st: gpuhost.OptimizerState{Steps: 1, Slots: map[string][][]float32{"exp_avg": four}}, want: gpuhost.ErrArgument},
-		{name: "wrong-size", cfg: gpuhost.OptimizerConfig{Algorithm: "sgd", Momentum: 0.9}, st: gpuhost.OptimizerState{Steps: 1, Slots: map[string][][]float32{"momentum_buffer": {{1, 2, 3}}}}, want: gpuhost.ErrShape},
-		{name: "wrong-count", cfg: gpuhost.OptimizerConfig{Algorithm: "sgd", Momentum: 0.9}, st: gpuhost.OptimizerState{Steps: 1, Slots: map[string][][]float32{"momentum_buffer": {four[0], four[0]}}}, want: gpuhost.ErrArgument},
+		{name: "foreign-slot", cfg: gpuhost.OptimizerConfig{Name: "sgd"}, st: gpuhost.OptimizerState{Steps: 1, Slots: map[string][][]float32{"exp_avg": four}}, want: gpuhost.ErrArgument},
+		{name: "wrong-size", cfg: gpuhost.OptimizerConfig{Name: "sgd", Momentum: 0.9}, st: gpuhost.OptimizerState{Steps: 1, Slots: map[string][][]float32{"momentum_buffer": {{1, 2, 3}}}}, want: gpuhost.ErrShape},
+		{name: "wrong-count", cfg: gpuhost.OptimizerConfig{Name: "sgd", Momentum: 0.9}, st: gpuhost.OptimizerState{Steps: 1, Slots: map[string][][]float32{"momentum_buffer": {four[0], four[0]}}}, want: gpuhost.ErrArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,14 +239,14 @@ func TestOptimizerConfigValidate(t *testing.T) {
 		ok   bool
 	}{
 		{name: "defaults", ok: true},
-		{name: "adamw-linear", cfg: gpuhost.OptimizerConfig{Algorithm: "AdamW", Schedule: "linear", TrainingSteps: 10}, ok: true},
-		{name: "unknown", cfg: gpuhost.OptimizerConfig{Algorithm: "lamb"}},
-		{name: "unknown-schedule", cfg: gpuhost.OptimizerConfig{Schedule: "cosine"}},
-		{name: "linear-without-steps", cfg: gpuhost.OptimizerConfig{Schedule: "linear"}},
-		{name: "momentum-one", cfg: gpuhost.OptimizerConfig{Algorithm: "sgd", Momentum: 1}},
+		{name: "adamw-linear", cfg: gpuhost.OptimizerConfig{Name: "AdamW", Scheduler: "linear", NumTrainingSteps: 10}, ok: true},
+		{name: "unknown", cfg: gpuhost.OptimizerConfig{Name: "lamb"}},
+		{name: "unknown-schedule", cfg: gpuhost.OptimizerConfig{Scheduler: "cosine"}},
+		{name: "linear-without-steps", cfg: gpuhost.OptimizerConfig{Scheduler: "linear"}},
+		{name: "momentum-one", cfg: gpuhost.OptimizerConfig{Name: "sgd", Momentum: 1}},
 		{name: "negative-clip", cfg: gpuhost.OptimizerConfig{ClipGradNorm: -1}},
 		{name: "nan-lr", cfg: gpuhost.OptimizerConfig{LR: math.NaN()}},
-		{name: "negative-warmup", cfg: gpuhost.OptimizerConfig{WarmupSteps: -1}},
+		{name: "negative-warmup", cfg: gpuhost.OptimizerConfig{NumWarmupSteps: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

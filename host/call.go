@@ -15,7 +15,10 @@ import (
 func (s *Server) Device() gpuhost.Device {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.dev
+	if len(s.lanes) == 0 {
+		return nil
+	}
+	return s.lanes[0].dev
 }
 
 // Forward runs a forward request on expert uid within this process: the

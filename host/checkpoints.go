@@ -118,7 +118,7 @@ func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string
 		}
 		st.Slots[slot][i] = t.Data
 	}
-	opt, err := e.optCfg.build()
+	opt, err := buildOptimizer(e.optCfg)
 	if err != nil {
 		return err
 	}
@@ -341,7 +341,7 @@ func (p *taskPool) run(ctx context.Context, fn func()) error {
 
 // optimizerJSON records the optimizer settings in checkpoints' metadata.
 func optimizerJSON(o OptimizerConfig) string {
-	b, _ := json.Marshal(o.device())
+	b, _ := json.Marshal(o.WithDefaults())
 	return string(b)
 }
 

@@ -286,7 +286,7 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if ec.Optimizer != nil {
 		optCfg = *ec.Optimizer
 	}
-	opt, err := optCfg.build()
+	opt, err := buildOptimizer(optCfg)
 	if err != nil {
 		return nil, false, err
 	}

@@ -125,20 +125,26 @@ func closeDevices(devs []gpuhost.Device) error {
 	return errors.Join(errs...)
 }
 
-// makeLanes gives each device a worker and a task pool; the first device
-// gets the server's own worker.
-func (s *Server) makeLanes(devs []gpuhost.Device) []*lane {
+// makeLanes gives each device a worker and a task pool.
+func makeLanes(devs []gpuhost.Device) []*lane {
 	lanes := make([]*lane, len(devs))
 	for i, d := range devs {
-		w := s.worker
-		if i > 0 {
-			w = sched.NewWorker()
-		}
+		w := sched.NewWorker()
 		tp := &taskPool{notify: w.Notify}
 		w.Add(tp)
 		lanes[i] = &lane{dev: d, worker: w, tasks: tp}
 	}
 	return lanes
+}
+
+// devicesLocked returns each lane's device, the first device first. Call
+// with s.mu held.
+func (s *Server) devicesLocked() []gpuhost.Device {
+	devs := make([]gpuhost.Device, len(s.lanes))
+	for i, ln := range s.lanes {
+		devs[i] = ln.dev
+	}
+	return devs
 }
 
 // pickLane returns the lane for a new expert: the one with the fewest
@@ -175,14 +181,10 @@ func (s *Server) laneOf(e *expert) *lane {
 	panic(fmt.Sprintf("BUG: expert %q is on device %s, which no lane has", e.uid, e.Device().Name()))
 }
 
-// workers returns each lane's worker, or the server's own before the
-// lanes are made.
+// workers returns each lane's worker: none before the lanes are made.
 func (s *Server) workers() []*sched.Worker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.lanes) == 0 {
-		return []*sched.Worker{s.worker}
-	}
 	ws := make([]*sched.Worker, len(s.lanes))
 	for i, ln := range s.lanes {
 		ws[i] = ln.worker

@@ -4,8 +4,13 @@
 // in the background with [Server.Start], and stops it with
 // [Server.Shutdown]. `moehost serve` is one such program.
 //
-// The sub-packages are the rooms of the server (sandbox, rpc); they do not
-// import each other, and this package wires them together.
+// The sub-packages are the rooms of the server: the public host/rpc
+// (Connect), host/checkpoint and host/tenant, and under host/internal the
+// sandbox (wazero), the batch pools, the device workers (sched), the DHT
+// and the dashboard. They do not import each other, and this package wires
+// them together. Each room keeps its own sentinel errors; errorCodes, in
+// errors.go, is the one table from them to Connect codes, which every
+// service of the server uses.
 package host
 
 import (
@@ -25,12 +30,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/moehost/moehost/gpuhost"
-
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/internal/hivemind"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/internal/sched"
 	"github.com/moehost/moehost/host/internal/ui"
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/tenant"
@@ -59,15 +61,12 @@ type Server struct {
 	log *slog.Logger
 
 	metrics *metrics
-	worker  *sched.Worker // the first device's batch worker
 
 	mu       sync.Mutex
 	started  bool
-	dev      gpuhost.Device // the first device
-	lanes    []*lane        // one per device, the first on dev and worker
+	lanes    []*lane // one per device: the one place the server keeps its devices and their workers
 	experts  map[string]*expert
 	sorted   []rpc.Expert
-	devices  []gpuhost.Device
 	ln       net.Listener
 	addr     string // ln's address, kept after Shutdown
 	httpSrv  *http.Server
@@ -123,7 +122,6 @@ func New(opts ...Option) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.logger,
 		metrics: newMetrics(),
-		worker:  sched.NewWorker(),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
 	}, nil
@@ -211,16 +209,10 @@ func (s *Server) start(ctx context.Context) error {
 	if _, err := s.openCheckpoints(); err != nil {
 		return err
 	}
-	devs, err := s.newDevices()
-	if err != nil {
+	if err := s.newDevices(); err != nil {
 		return err
 	}
-	dev := devs[0]
 	l.store = store
-	lanes := s.makeLanes(devs)
-	s.mu.Lock()
-	s.dev, s.lanes = dev, lanes
-	s.mu.Unlock()
 	var mods, configs []string // for the startup log line
 	if err := s.openTenants(ctx); err != nil {
 		return err
@@ -260,7 +252,7 @@ func (s *Server) start(ctx context.Context) error {
 		"experts", uidsString(slices.Sorted(maps.Keys(experts))),
 		"modules", strings.Join(mods, "; "),
 		"config", strings.Join(configs, "; "),
-		"device", deviceNames(devs),
+		"device", deviceNames(s.devicesLocked()),
 		"data_dir", s.cfg.dataDir,
 	}
 	s.mu.Unlock()
@@ -406,7 +398,7 @@ func (s *Server) release(ctx context.Context) error {
 	}
 	errs = append(errs, s.closeDHT(ctx), s.closeHivemind(ctx))
 	s.mu.Lock()
-	devs, closed := s.devices, s.devicesClosed
+	devs, closed := s.devicesLocked(), s.devicesClosed
 	s.devicesClosed = true
 	s.mu.Unlock()
 	if !closed {

@@ -119,7 +119,7 @@ type DeviceMemory struct {
 // empty before Start.
 func (s *Server) MemoryStats() []DeviceMemory {
 	s.mu.Lock()
-	devs := s.devices
+	devs := s.devicesLocked()
 	s.mu.Unlock()
 	out := make([]DeviceMemory, len(devs))
 	for i, d := range devs {
@@ -134,25 +134,25 @@ func (s *Server) MemoryStats() []DeviceMemory {
 func (s *Server) MemoryLimit() int64 { return s.cfg.memoryLimitBytes() }
 
 // newDevices opens the server's devices (WithDevice) under its memory
-// limit, sets the Go runtime's soft limit to the same number, and exports
-// the devices' memory to /metrics.
-func (s *Server) newDevices() ([]gpuhost.Device, error) {
+// limit, gives each its lane, sets the Go runtime's soft limit to the same
+// number, and exports the devices' memory to /metrics.
+func (s *Server) newDevices() error {
 	limit := s.cfg.memoryLimitBytes()
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}
 	devs, err := s.openDevices(limit)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.mu.Lock()
-	s.devices = append(s.devices, devs...)
+	s.lanes = makeLanes(devs)
 	s.mu.Unlock()
 	if err := s.metrics.reg.Register(newMemCollector(s.MemoryStats)); err != nil {
-		return nil, fmt.Errorf("registering memory metrics: %w", err)
+		return fmt.Errorf("registering memory metrics: %w", err)
 	}
 	s.log.Info("memory limit", "bytes", limit)
-	return devs, nil
+	return nil
 }
 
 // kernelThreads returns the threads the CPU device's kernels use: as many

@@ -206,47 +206,22 @@ func (m ModuleSource) load(store *modules.Store) ([]byte, error) {
 
 // OptimizerConfig selects the optimizer applied after each backward batch,
 // with the options of hivemind's run_server. Zero fields take torch's
-// defaults for the algorithm.
-type OptimizerConfig struct {
-	// Name is "adam" (default), "adamw", "sgd" or "none".
-	Name string
-	// LR is the base learning rate; 0 means the optimizer's default
-	// (adam and adamw 1e-3, sgd 1e-2).
-	LR float64
-	// Momentum is SGD's momentum. Default 0.
-	Momentum float64
-	// WeightDecay is L2 on the gradient (adam, sgd) or decoupled
-	// (adamw). Default 0; adamw 1e-2.
-	WeightDecay float64
-	// ClipGradNorm, when positive, caps the global L2 norm of each
-	// step's gradients.
-	ClipGradNorm float64
-	// Scheduler is "none" (default) or "linear" (warmup, then linear
-	// decay to 0 at NumTrainingSteps).
-	Scheduler string
-	// NumWarmupSteps and NumTrainingSteps shape the linear schedule.
-	NumWarmupSteps, NumTrainingSteps int64
-}
+// defaults for the algorithm. It is gpuhost's, the one config of the
+// kernels, the server and the wire.
+type OptimizerConfig = gpuhost.OptimizerConfig
 
-// device returns the kernels' form of o.
-func (o OptimizerConfig) device() gpuhost.OptimizerConfig {
-	return gpuhost.OptimizerConfig{
-		Algorithm: o.Name, LR: o.LR, Momentum: o.Momentum, WeightDecay: o.WeightDecay,
-		ClipGradNorm: o.ClipGradNorm, Schedule: o.Scheduler,
-		WarmupSteps: o.NumWarmupSteps, TrainingSteps: o.NumTrainingSteps,
-	}.WithDefaults()
-}
-
-func (o OptimizerConfig) build() (gpuhost.Optimizer, error) {
-	if err := o.validate(); err != nil {
+// buildOptimizer checks o and makes its optimizer.
+func buildOptimizer(o OptimizerConfig) (gpuhost.Optimizer, error) {
+	if err := validateOptimizer(o); err != nil {
 		return nil, err
 	}
-	return gpuhost.NewOptimizer(o.device()), nil
+	return gpuhost.NewOptimizer(o.WithDefaults()), nil
 }
 
-// validate reports a bad setting without the kernels' error prefix.
-func (o OptimizerConfig) validate() error {
-	if err := o.device().Validate(); err != nil {
+// validateOptimizer reports a bad setting without the kernels' error
+// prefix.
+func validateOptimizer(o OptimizerConfig) error {
+	if err := o.Validate(); err != nil {
 		return fmt.Errorf("optimizer: %s", strings.TrimPrefix(err.Error(), gpuhost.ErrArgument.Error()+": "))
 	}
 	return nil
@@ -268,7 +243,7 @@ func (c *config) validate() error {
 	if err := c.validateDevice(); err != nil {
 		return err
 	}
-	if err := c.optimizer.validate(); err != nil {
+	if err := validateOptimizer(c.optimizer); err != nil {
 		return fmt.Errorf("moehost: %w", err)
 	}
 	if c.updatePeriod <= 0 {
@@ -319,7 +294,7 @@ func (e ExpertConfig) validate(withCheckpoints bool) error {
 		}
 	}
 	if e.Optimizer != nil {
-		if err := e.Optimizer.validate(); err != nil {
+		if err := validateOptimizer(*e.Optimizer); err != nil {
 			return fmt.Errorf("expert %q: %w", e.UID, err)
 		}
 	}

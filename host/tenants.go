@@ -417,19 +417,7 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 	}
 	var batching *BatchLimits
 	if d.Batching != (rpc.BatchLimits{}) {
-		b := s.cfg.batching
-		if d.Batching.MaxBatchSize > 0 {
-			b.MaxBatchSize = d.Batching.MaxBatchSize
-		}
-		if d.Batching.MinBatchSize > 0 {
-			b.MinBatchSize = d.Batching.MinBatchSize
-		}
-		if d.Batching.MaxWait > 0 {
-			b.MaxWait = d.Batching.MaxWait
-		}
-		if d.Batching.QueueSize > 0 {
-			b.QueueSize = d.Batching.QueueSize
-		}
+		b := d.Batching.Or(s.cfg.batching)
 		batching = &b
 	}
 	var opt *OptimizerConfig

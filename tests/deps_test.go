@@ -21,17 +21,18 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"sdk/expert", []string{"abi"}},
 		{"modules", []string{"abi", "internal/atomicfile"}},
 		{"sdk/swarm", []string{"gen/"}},
-		{"sdk/client", []string{"abi", "gen/", "sdk/swarm"}},
+		{"sdk/wire", []string{"abi", "gen/"}},
+		{"sdk/client", []string{"abi", "gen/", "sdk/swarm", "sdk/wire"}},
 		{"host/internal/batch", nil},
 		{"host/internal/sched", nil},
 		{"host/internal/sandbox", []string{"abi", "gpuhost", "modules"}},
-		{"host/rpc", []string{"abi", "gpuhost", "gen/"}},
+		{"host/rpc", []string{"abi", "gpuhost", "gen/", "sdk/wire"}},
 		{"host/checkpoint", []string{"internal/atomicfile"}},
 		{"host/internal/dht", []string{"gen/", "internal/atomicfile", "sdk/swarm"}},
 		{"host/internal/hivemind", []string{"abi", "gen/", "internal/atomicfile"}},
 		{"host/internal/ui", nil},
 		{"host/tenant", []string{"abi", "internal/atomicfile", "modules"}},
-		{"host", []string{"abi", "gpuhost", "gen/", "host/", "internal/", "modules", "sdk/swarm"}},
+		{"host", []string{"abi", "gpuhost", "gen/", "host/", "internal/", "modules", "sdk/swarm", "sdk/wire"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {

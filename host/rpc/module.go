@@ -20,6 +20,8 @@ import (
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/internal/batching"
 )
 
 // Modules is the module registry and the live expert set as ModuleService
@@ -97,26 +99,13 @@ type Deployment struct {
 	Forward, Backward Access
 }
 
-// OptimizerConfig mirrors host.OptimizerConfig field for field, so that
-// host converts it with a type conversion.
-type OptimizerConfig struct {
-	Name                             string
-	LR                               float64
-	Momentum                         float64
-	WeightDecay                      float64
-	ClipGradNorm                     float64
-	Scheduler                        string
-	NumWarmupSteps, NumTrainingSteps int64
-}
+// OptimizerConfig is gpuhost's, the one optimizer config of the kernels,
+// the server and the wire.
+type OptimizerConfig = gpuhost.OptimizerConfig
 
-// BatchLimits mirrors batch.Limits field for field, so that host converts
-// it with a type conversion.
-type BatchLimits struct {
-	MaxBatchSize int
-	MinBatchSize int
-	MaxWait      time.Duration
-	QueueSize    int
-}
+// BatchLimits is internal/batching's, the one set of batch limits of the
+// pools, the server and the wire.
+type BatchLimits = batching.Limits
 
 // ExpertLimits bound one expert's calls; zero fields take the tenant's
 // caps. They are the per-expert subset of sandbox.Limits.

@@ -14,6 +14,7 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 type service struct {
@@ -218,32 +219,28 @@ func fromWire(dev gpuhost.Device, w WireTensor) (*gpuhost.Tensor, error) {
 	if !half.Is(w.DType) {
 		return dev.FromBytes(w.DType, w.Shape, w.Data)
 	}
-	f := make([]float32, len(w.Data)/2)
-	if err := half.Decode(w.DType, f, w.Data); err != nil {
+	f, err := wire.Decode(w.DType, w.Data)
+	if err != nil {
 		return nil, err
 	}
 	return dev.FromFloat32(w.Shape, f)
 }
 
 // encodeAll copies tensors into wire tensors, narrowing float32 ones to
-// wire (float16 or bfloat16) unless it is float32.
-func encodeAll(dev gpuhost.Device, ts []*gpuhost.Tensor, wire abi.DType) ([]*moehostv1.Tensor, error) {
+// dt (float16 or bfloat16) unless it is float32.
+func encodeAll(dev gpuhost.Device, ts []*gpuhost.Tensor, dt abi.DType) ([]*moehostv1.Tensor, error) {
 	out := make([]*moehostv1.Tensor, len(ts))
 	for i, t := range ts {
 		shape := make([]int64, len(t.Shape()))
 		for j, d := range t.Shape() {
 			shape[j] = int64(d)
 		}
-		if t.DType() == abi.DTypeFloat32 && half.Is(wire) {
+		if t.DType() == abi.DTypeFloat32 && half.Is(dt) {
 			f, err := dev.Float32s(t)
 			if err != nil {
 				return nil, errorf(connect.CodeInternal, "reading output %d: %w", i, err)
 			}
-			data := make([]byte, 2*len(f))
-			if err := half.Encode(wire, data, f); err != nil {
-				return nil, errorf(connect.CodeInternal, "output %d: %w", i, err)
-			}
-			out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(wire), Shape: shape, Data: data}
+			out[i] = wire.Tensor(shape, f, dt)
 			continue
 		}
 		data := make([]byte, t.ByteSize())

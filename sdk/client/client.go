@@ -11,9 +11,7 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -25,6 +23,7 @@ import (
 	"github.com/moehost/moehost/abi/half"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // Option configures a Client.
@@ -256,11 +255,7 @@ func Float32(shape []int64, values []float32) Tensor {
 	if n != int64(len(values)) {
 		panic(fmt.Sprintf("client.Float32: %d values for shape %v", len(values), shape))
 	}
-	data := make([]byte, 4*len(values))
-	for i, v := range values {
-		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
-	}
-	return Tensor{DType: abi.DTypeFloat32, Shape: shape, Data: data}
+	return Tensor{DType: abi.DTypeFloat32, Shape: shape, Data: wire.Encode(abi.DTypeFloat32, values)}
 }
 
 // Float32s returns the values of a float32 tensor.
@@ -268,26 +263,20 @@ func (t Tensor) Float32s() ([]float32, error) {
 	if t.DType != abi.DTypeFloat32 || len(t.Data)%4 != 0 {
 		return nil, fmt.Errorf("tensor is %v with %d bytes, not float32", t.DType, len(t.Data))
 	}
-	out := make([]float32, len(t.Data)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
-	}
-	return out, nil
+	return wire.Decode(abi.DTypeFloat32, t.Data)
 }
 
 // toWire converts tensors to wire tensors, narrowing float32 ones to wire
 // when it is a 16-bit float.
-func toWire(ts []Tensor, wire abi.DType) []*moehostv1.Tensor {
+func toWire(ts []Tensor, dt abi.DType) []*moehostv1.Tensor {
 	out := make([]*moehostv1.Tensor, len(ts))
 	for i, t := range ts {
 		out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(t.DType), Shape: t.Shape, Data: t.Data}
-		if t.DType != abi.DTypeFloat32 || !half.Is(wire) || len(t.Data)%4 != 0 {
+		if t.DType != abi.DTypeFloat32 || !half.Is(dt) || len(t.Data)%4 != 0 {
 			continue // the server reports what is wrong with a bad tensor
 		}
 		f, _ := t.Float32s()
-		data := make([]byte, 2*len(f))
-		_ = half.Encode(wire, data, f) // cannot fail: the sizes match
-		out[i].Dtype, out[i].Data = moehostv1.DType(wire), data
+		out[i] = wire.Tensor(t.Shape, f, dt)
 	}
 	return out
 }
@@ -300,14 +289,11 @@ func fromWire(pbs []*moehostv1.Tensor) ([]Tensor, error) {
 	for i, pb := range pbs {
 		t := Tensor{DType: abi.DType(pb.GetDtype()), Shape: pb.GetShape(), Data: pb.GetData()}
 		if half.Is(t.DType) {
-			f := make([]float32, len(t.Data)/2)
-			if err := half.Decode(t.DType, f, t.Data); err != nil {
+			f, err := wire.Decode(t.DType, t.Data)
+			if err != nil {
 				return nil, fmt.Errorf("result %d: %w", i, err)
 			}
-			t = Tensor{DType: abi.DTypeFloat32, Shape: t.Shape, Data: make([]byte, 4*len(f))}
-			for j, v := range f {
-				binary.LittleEndian.PutUint32(t.Data[4*j:], math.Float32bits(v))
-			}
+			t = Tensor{DType: abi.DTypeFloat32, Shape: t.Shape, Data: wire.Encode(abi.DTypeFloat32, f)}
 		}
 		out[i] = t
 	}

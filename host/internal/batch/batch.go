@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/moehost/moehost/internal/batching"
 )
 
 // Errors returned by Submit.
@@ -26,47 +28,10 @@ var (
 	ErrClosed = errors.New("pool closed")
 )
 
-// Limits configure a pool. Zero fields take the defaults.
-type Limits struct {
-	// MaxBatchSize is the most rows in one batch. Default 1024.
-	MaxBatchSize int
-	// MinBatchSize is the fewest rows that are flushed before MaxWait.
-	// Default 1: a free device takes whatever is queued, and batches
-	// grow while it is busy.
-	MinBatchSize int
-	// MaxWait is the longest a request waits for the batch to fill
-	// before it is flushed with whatever the pool holds. Default 10ms.
-	MaxWait time.Duration
-	// QueueSize is the most pending pieces (requests, or parts of split
-	// requests) the pool holds. Default 1024.
-	QueueSize int
-}
-
-// WithDefaults returns l with zero fields set to their defaults.
-func (l Limits) WithDefaults() Limits {
-	if l.MaxBatchSize <= 0 {
-		l.MaxBatchSize = 1024
-	}
-	if l.MinBatchSize <= 0 {
-		l.MinBatchSize = 1
-	}
-	if l.MaxWait <= 0 {
-		l.MaxWait = 10 * time.Millisecond
-	}
-	if l.QueueSize <= 0 {
-		l.QueueSize = 1024
-	}
-	return l
-}
-
-// Validate reports limits that contradict each other.
-func (l Limits) Validate() error {
-	l = l.WithDefaults()
-	if l.MinBatchSize > l.MaxBatchSize {
-		return fmt.Errorf("min batch size %d is larger than max batch size %d", l.MinBatchSize, l.MaxBatchSize)
-	}
-	return nil
-}
+// Limits configure a pool. Zero fields take the defaults. They are
+// internal/batching's, the one set of batch limits that the server's
+// options and the wire share.
+type Limits = batching.Limits
 
 // Ops tells a pool how to handle its payloads: T is a request, R its
 // result, both with a leading batch dimension.

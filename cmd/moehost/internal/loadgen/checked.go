@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -13,8 +12,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // Checked is a load whose every response is checked: its dtype and
@@ -182,21 +183,18 @@ func checkTensor(ts []*moehostv1.Tensor, rows, h int) ([]float32, error) {
 	if t.GetDtype() != moehostv1.DType_DTYPE_FLOAT32 || len(t.GetShape()) != 2 || t.GetShape()[0] != int64(rows) || t.GetShape()[1] != int64(h) || len(t.GetData()) != 4*rows*h {
 		return nil, fmt.Errorf("answer is %v%v with %d bytes, want float32[%d %d]", t.GetDtype(), t.GetShape(), len(t.GetData()), rows, h)
 	}
-	out := make([]float32, rows*h)
-	for i := range out {
-		v := math.Float32frombits(binary.LittleEndian.Uint32(t.GetData()[4*i:]))
+	out, err := wire.Values(t)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range out {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return nil, errors.New("answer has a value that is not finite")
 		}
-		out[i] = v
 	}
 	return out, nil
 }
 
 func f32Tensor(rows, h int, v []float32) *moehostv1.Tensor {
-	data := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
-	}
-	return &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: []int64{int64(rows), int64(h)}, Data: data}
+	return wire.Tensor([]int64{int64(rows), int64(h)}, v, abi.DTypeFloat32)
 }

@@ -4,9 +4,7 @@ package loadgen
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -17,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/moehost/moehost/abi"
-	"github.com/moehost/moehost/abi/half"
+	"github.com/moehost/moehost/sdk/wire"
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
@@ -139,16 +137,7 @@ func randomTensor(rng *rand.Rand, rows, hidden int, dt abi.DType) *moehostv1.Ten
 	for i := range f {
 		f[i] = float32(rng.NormFloat64())
 	}
-	if half.Is(dt) {
-		data := make([]byte, 2*len(f))
-		_ = half.Encode(dt, data, f) // cannot fail: the sizes match
-		return &moehostv1.Tensor{Dtype: moehostv1.DType(dt), Shape: shape, Data: data}
-	}
-	data := make([]byte, 4*len(f))
-	for i, v := range f {
-		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
-	}
-	return &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: shape, Data: data}
+	return wire.Tensor(shape, f, dt)
 }
 
 // Row formats a result as a table row.
