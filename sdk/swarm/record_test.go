@@ -151,8 +151,11 @@ func TestPrefixes(t *testing.T) {
 		{"ffn.3.14", []string{"ffn.", "ffn.3."}, []int32{3, 14}},
 		{"ffn.0", []string{"ffn."}, []int32{0}},
 		{"expert_a", nil, nil},
-		{"ffn.x.1", nil, nil},
-		{"ffn.1.x", []string{"ffn."}, []int32{1}},
+		{"ffn.x.1", []string{"ffn.x."}, []int32{1}},
+		{"alice.ffn.0", []string{"alice.ffn."}, []int32{0}},
+		{"me.linear.1.2", []string{"me.linear.", "me.linear.1."}, []int32{1, 2}},
+		{"ffn.1.x", nil, nil},
+		{"1.2", nil, nil},
 		{"ffn.01", nil, nil},
 		{"ffn.99999999999", nil, nil},
 	}
@@ -184,4 +187,16 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted a record without a peer or a valid name: %+v", r)
 		}
 	})
+}
+
+func TestCheckUID(t *testing.T) {
+	t.Parallel()
+	for uid, ok := range map[string]bool{
+		"ffn.0": true, "alice.ffn.3": true, "me.linear.1.2": true, "expert_a": true, "bob.picky": true, "ffn.-1": true,
+		"ffn.1.x": false, "ffn.01": false, "ffn.99999999999": false, "0.1": false, "ffn.": false, "": false, "a..b": false,
+	} {
+		if err := swarm.CheckUID(uid); (err == nil) != ok {
+			t.Errorf("CheckUID(%q) = %v, want ok=%v", uid, err, ok)
+		}
+	}
 }
