@@ -27,6 +27,10 @@ type Scored struct {
 // MaxBeamK bounds BeamSearch's k.
 const MaxBeamK = 1024
 
+// MaxGridSize bounds the coordinates of one grid dimension that a beam
+// search scores.
+const MaxGridSize = 1 << 16
+
 // Prefixes returns the grid prefixes under which uid is announced, with
 // the coordinate that follows each. A uid is a name of one or more
 // non-numeric parts followed by zero or more grid coordinates

@@ -64,6 +64,11 @@ type Config struct {
 	// Default 10 minutes.
 	ProvideValidity time.Duration
 
+	// StoreBytes bounds what the node stores in the DHT (records and
+	// provider entries, its own and others'); PeerBytes bounds one other
+	// peer's share. Defaults DefaultStoreBytes and DefaultPeerBytes.
+	StoreBytes, PeerBytes int64
+
 	// Test hooks: a validator other than Validator, and a datastore the
 	// test can read.
 	validator record.Validator
@@ -72,10 +77,15 @@ type Config struct {
 
 // Node is a libp2p host running a Kademlia DHT in moehost's namespace.
 type Node struct {
-	id  *Identity
-	h   host.Host
-	dht *dht.IpfsDHT
+	id    *Identity
+	h     host.Host
+	dht   *dht.IpfsDHT
+	store *store // nil with a test's datastore
+	done  chan struct{}
 }
+
+// sweepEvery is how often a node frees the records that expired.
+const sweepEvery = 5 * time.Second
 
 // NewNode starts a node and connects it to its initial peers. It fails if
 // none of several initial peers can be reached; with one unreachable
@@ -135,14 +145,28 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 		dht.ProviderManagerOpts(records.ProvideValidity(validity)),
 		dht.MaxRecordAge(MaxTTL),
 	}
+	var st *store
 	if cfg.datastore != nil {
 		opts = append(opts, dht.Datastore(cfg.datastore))
+	} else {
+		limit, peerLimit := cfg.StoreBytes, cfg.PeerBytes
+		if limit <= 0 {
+			limit = DefaultStoreBytes
+		}
+		if peerLimit <= 0 {
+			peerLimit = DefaultPeerBytes
+		}
+		st = newStore(id.PeerID(), limit, peerLimit)
+		opts = append(opts, dht.Datastore(st))
 	}
 	d, err := dht.New(h, opts...)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("starting DHT: %w", err), h.Close())
 	}
-	n := &Node{id: id, h: h, dht: d}
+	n := &Node{id: id, h: h, dht: d, store: st, done: make(chan struct{})}
+	if st != nil {
+		go n.sweepLoop()
+	}
 	if err := n.connect(ctx, peers); err != nil {
 		return nil, errors.Join(err, n.Close())
 	}
@@ -237,7 +261,30 @@ func (n *Node) Connect(ctx context.Context, addrs ...string) error {
 
 // Close stops the DHT and the libp2p host.
 func (n *Node) Close() error {
+	close(n.done)
 	return errors.Join(n.dht.Close(), n.h.Close())
+}
+
+// sweepLoop frees expired records until Close.
+func (n *Node) sweepLoop() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+			n.store.sweep()
+		}
+	}
+}
+
+// StoreStats describes what the node stores in the DHT.
+func (n *Node) StoreStats() StoreStats {
+	if n.store == nil {
+		return StoreStats{}
+	}
+	return n.store.Stats()
 }
 
 // contentID is the DHT content ID that servers of name provide.

@@ -80,8 +80,8 @@ func (d discovery) BeamSearch(ctx context.Context, req *connect.Request[moehostv
 	}
 	scores := make([][]float64, len(req.Msg.GetGridScores()))
 	for i, sc := range req.Msg.GetGridScores() {
-		if len(sc.GetValues()) > swarm.MaxChildren {
-			return nil, fmt.Errorf("%w: dimension %d has %d scores, more than %d", ErrBadQuery, i, len(sc.GetValues()), swarm.MaxChildren)
+		if len(sc.GetValues()) > swarm.MaxGridSize {
+			return nil, fmt.Errorf("%w: dimension %d has %d scores, more than %d", ErrBadQuery, i, len(sc.GetValues()), swarm.MaxGridSize)
 		}
 		scores[i] = sc.GetValues()
 	}
