@@ -153,13 +153,21 @@ func (s *Server) closeDHT(ctx context.Context) error {
 	return d.Close(ctx)
 }
 
-// stopAnnouncing is the first step of shutdown: the records then expire.
+// withdrawTimeout bounds the withdrawal of the records at shutdown; a
+// record whose withdrawal did not reach a peer expires there.
+const withdrawTimeout = 2 * time.Second
+
+// stopAnnouncing is the first step of shutdown: it stops announcing and
+// withdraws the records, so that clients stop finding the server now
+// rather than at the records' expiry.
 func (s *Server) stopAnnouncing() {
 	s.mu.Lock()
 	d := s.dht
 	s.mu.Unlock()
 	if d != nil {
-		d.StopAnnouncing()
+		ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
+		defer cancel()
+		_ = d.Withdraw(ctx) // logged; what did not get out expires
 	}
 }
 

@@ -76,6 +76,16 @@ type Record struct {
 	Children []int32
 }
 
+// Live reports whether the record announces something: a uid's record
+// with a URL, or a prefix's with a child. A server withdraws a name by
+// announcing it empty (see Node.Withdraw).
+func (r Record) Live() bool {
+	if IsPrefix(r.Name) {
+		return len(r.Children) > 0
+	}
+	return len(r.URLs) > 0
+}
+
 // Key returns the DHT key of a record: "/moehost/<peerID>/<name>".
 func Key(peerID, name string) string { return "/" + Namespace + "/" + peerID + "/" + name }
 
@@ -198,8 +208,6 @@ func Decode(key string, value []byte, now time.Time) (Record, error) {
 		return bad("digest of %d bytes, more than %d", len(body.GetDigest()), MaxDigestLen)
 	case len(body.GetChildren()) > MaxChildren:
 		return bad("%d children, more than %d", len(body.GetChildren()), MaxChildren)
-	case !IsPrefix(name) && len(body.GetUrls()) == 0:
-		return bad("uid %q has no url", name)
 	case math.IsNaN(body.GetSamplesPerSecond()) || body.GetSamplesPerSecond() < 0 || body.GetQueueDepth() < 0:
 		return bad("negative or NaN load")
 	}

@@ -70,7 +70,7 @@ func TestDecode(t *testing.T) {
 		{"too long-lived", victimKey, sign(victim, with(func(r *swarm.Record) { r.Expires = now.Add(48 * time.Hour) })), "more than"},
 		{"not protobuf", victimKey, []byte("\xff\xff\xff"), "decoding"},
 		{"empty", victimKey, nil, "public key"},
-		{"uid without url", victimKey, sign(victim, with(func(r *swarm.Record) { r.URLs = nil })), "no url"},
+		{"digest too long", victimKey, sign(victim, with(func(r *swarm.Record) { r.Digest = strings.Repeat("a", 1<<20) })), "bytes, more than"},
 		{"non-http url", victimKey, sign(victim, with(func(r *swarm.Record) { r.URLs = []string{"file:///etc/passwd"} })), "http(s)"},
 		{"negative load", victimKey, sign(victim, with(func(r *swarm.Record) { r.QueueDepth = -1 })), "load"},
 		{"negative child", swarm.Key(victim.PeerID(), "ffn."), sign(victim, with(func(r *swarm.Record) { r.Name, r.Children = "ffn.", []int32{-1} })), "negative child"},
@@ -138,6 +138,25 @@ func TestIdentityRoundTrip(t *testing.T) {
 	}
 	if _, err := swarm.ParseIdentity([]byte("nope")); err == nil {
 		t.Error("ParseIdentity accepted junk")
+	}
+}
+
+// TestWithdrawal: a record without URLs (a uid's) or children (a
+// prefix's) is valid but not live, and wins Select against the record it
+// withdraws, which expires 1 ms earlier.
+func TestWithdrawal(t *testing.T) {
+	t.Parallel()
+	id, _ := swarm.NewIdentity()
+	now := time.Now()
+	key := swarm.Key(id.PeerID(), "ffn.0")
+	live, _ := id.Sign(swarm.Record{Name: "ffn.0", URLs: []string{"http://x"}, Expires: now.Add(time.Minute)})
+	gone, _ := id.Sign(swarm.Record{Name: "ffn.0", Expires: now.Add(time.Minute + time.Millisecond)})
+	r, err := swarm.Decode(key, gone, now)
+	if err != nil || r.Live() {
+		t.Fatalf("withdrawal decoded as %+v, %v; want valid, not live", r, err)
+	}
+	if i, err := (swarm.Validator{}).Select(key, [][]byte{live, gone}); err != nil || i != 1 {
+		t.Errorf("Select = %d, %v; want the withdrawal", i, err)
 	}
 }
 

@@ -205,7 +205,16 @@ func (s *Service) loop(ctx context.Context, stopped chan struct{}) {
 // Failures are logged and counted; it returns swarm.ErrNoPeers if the node
 // had nobody to announce to, or the first other error.
 func (s *Service) AnnounceOnce(ctx context.Context) error {
+	before := s.Names()
 	recs := s.records(time.Now())
+	// Names announced last round and not now (an undeployed expert, an
+	// emptied prefix) are withdrawn rather than left to expire.
+	now := s.Names()
+	if gone := slices.DeleteFunc(before, func(n string) bool { _, ok := slices.BinarySearch(now, n); return ok }); len(gone) > 0 {
+		if err := s.node.Withdraw(ctx, gone); err != nil {
+			s.log.Debug("dht withdraw incomplete", "names", len(gone), "err", err)
+		}
+	}
 	begin := time.Now()
 	var (
 		mu    sync.Mutex
@@ -318,6 +327,18 @@ func (s *Service) StopAnnouncing() {
 		cancel()
 		<-stopped
 	}
+}
+
+// Withdraw stops announcing and replaces every record of the last round
+// with a withdrawal (see swarm.Node.Withdraw), so that lookups drop this
+// server at once instead of at the records' expiry. A graceful shutdown
+// calls it first.
+func (s *Service) Withdraw(ctx context.Context) error {
+	s.StopAnnouncing()
+	names := s.Names()
+	err := s.node.Withdraw(ctx, names)
+	s.log.Info("dht records withdrawn", "records", len(names), "err", err)
+	return err
 }
 
 // Close stops announcing and closes the node.
