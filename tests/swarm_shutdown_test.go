@@ -45,4 +45,3 @@ func TestSwarmShutdownWithdraws(t *testing.T) {
 	took := waitFor(t, expiry/2, "a stopped server's records withdrawn", find(fmt.Sprint(map[string][]string{"ffn.1": {b.url}, "ffn.2": {b.url}})))
 	t.Logf("gone from discovery %v after SIGTERM (records expire after %v)", took.Round(time.Millisecond), expiry)
 }
-
