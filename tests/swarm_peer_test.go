@@ -92,6 +92,23 @@ func (o *outsider) send(ctx context.Context, addr string, msg *dhtpb.Message) (*
 	return &res, nil
 }
 
+// notify sends a Kademlia message that gets no answer (ADD_PROVIDER).
+func (o *outsider) notify(ctx context.Context, addr string, msg *dhtpb.Message) error {
+	ai, err := peer.AddrInfoFromString(addr)
+	if err != nil {
+		return err
+	}
+	if err := o.h.Connect(ctx, *ai); err != nil {
+		return err
+	}
+	s, err := o.h.NewStream(ctx, ai.ID, kadProtocol)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return pbio.NewDelimitedWriter(s).WriteMsg(msg)
+}
+
 // put sends a signed record of the outsider's straight to the peer at addr.
 func (o *outsider) put(ctx context.Context, addr string, r swarm.Record) error {
 	v, err := o.id.Sign(r)

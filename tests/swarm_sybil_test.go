@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-msgio/pbio"
+	mh "github.com/multiformats/go-multihash"
 
 	"github.com/moehost/moehost/sdk/client"
 	"github.com/moehost/moehost/sdk/swarm"
@@ -115,5 +117,27 @@ func TestSwarmSybilEclipse(t *testing.T) {
 	}
 	if misses > 0 {
 		t.Errorf("A was hidden from discovery through B in %d of 24 rounds over 12 s", misses)
+	}
+
+	// The attacker also serves ffn.0 (allowed: many hosts may serve one
+	// uid), with A's digest. Pinning A's host key keeps it out.
+	attacker := sybils[0]
+	if err := attacker.put(ctx, b.addrs[0], swarm.Record{Name: "ffn.0", URLs: []string{"http://127.0.0.1:9"}, Expires: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	cid, _ := mh.Sum([]byte("moehost:ffn.0"), mh.SHA2_256, -1)
+	prov := dhtpb.NewMessage(dhtpb.Message_ADD_PROVIDER, cid, 0)
+	prov.ProviderPeers = dhtpb.RawPeerInfosToPBPeers([]peer.AddrInfo{{ID: attacker.h.ID(), Addrs: attacker.h.Addrs()}})
+	attacker.notify(ctx, b.addrs[0], prov)
+	discover := func(args ...string) string {
+		out, _ := exec.Command(moehostBinary(t), append([]string{"discover", "--server", b.url}, args...)...).Output()
+		return string(out)
+	}
+	waitFor(t, 10*time.Second, "the attacker's record found", func() (bool, string) {
+		out := discover("ffn.0")
+		return strings.Contains(out, "http://127.0.0.1:9\t"), out
+	})
+	if out := discover("--trust", apeer, "ffn.0"); out != "ffn.0\t"+a.url+"\t"+apeer+"\n" {
+		t.Errorf("discover --trust A printed %q, want A's endpoint only", out)
 	}
 }

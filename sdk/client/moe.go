@@ -40,6 +40,10 @@ type MoEConfig struct {
 	// BanBase after one failure, doubling per failure in a row, up to
 	// BanMax. Defaults 1s and 1m.
 	BanBase, BanMax time.Duration
+	// TrustedPeers, if not empty, pins the servers the mixture calls: only
+	// endpoints whose record was signed by one of these peer IDs (host
+	// keys) are used. Default: any server the directory finds.
+	TrustedPeers []string
 }
 
 // ErrKMinNotMet is returned when fewer than KMin (or BackwardKMin) experts
@@ -214,7 +218,7 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 		urls[i] = m.pick(ch.Endpoints)
 		go func() {
 			if urls[i] == "" {
-				results <- result{i: i, err: fmt.Errorf("expert %s: every endpoint is banned or none is known", ch.UID)}
+				results <- result{i: i, err: fmt.Errorf("expert %s: every endpoint is banned or untrusted, or none is known", ch.UID)}
 				return
 			}
 			begin := time.Now()
@@ -422,6 +426,9 @@ func (m *MixtureOfExperts) pick(eps []Endpoint) string {
 	}
 	for i, e := range eps {
 		if b, ok := m.bans[e.URL]; ok && now.Before(b.until) {
+			continue
+		}
+		if len(m.cfg.TrustedPeers) > 0 && !slices.Contains(m.cfg.TrustedPeers, e.PeerID) {
 			continue
 		}
 		if best < 0 || better(i, best) {

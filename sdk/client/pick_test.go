@@ -85,4 +85,21 @@ func TestMixturePrefersMeasuredOverClaimedLoad(t *testing.T) {
 	if n := slowCalls.Load(); n > 1 {
 		t.Errorf("the slow endpoint that claims no load got %d of %d calls; want at most the one that measured it", n, calls)
 	}
+
+	// Pinned host keys: the endpoint signed by another key is never called.
+	slowCalls.Store(0)
+	dir.eps[0].PeerID, dir.eps[1].PeerID = "12D3KooWstranger", "12D3KooWhonest"
+	pinned, err := client.NewMixtureOfExperts(dir, client.MoEConfig{Prefix: "pick", K: 1, TrustedPeers: []string{"12D3KooWhonest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	for range 3 {
+		if _, err := pinned.Forward(ctx, x, [][][]float64{{{1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := slowCalls.Load(); n != 0 {
+		t.Errorf("an endpoint of an untrusted peer got %d calls", n)
+	}
 }

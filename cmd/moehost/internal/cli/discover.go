@@ -18,6 +18,7 @@ func discoverCmd(stdout, stderr io.Writer) *cobra.Command {
 		initialPeers []string
 		server       string
 		timeout      time.Duration
+		trust        []string
 	)
 	cmd := &cobra.Command{
 		Use:   "discover UID_OR_PREFIX...",
@@ -27,7 +28,9 @@ func discoverCmd(stdout, stderr io.Writer) *cobra.Command {
 
 It joins the swarm through --initial-peers (a server's dht-addrs file lists
 its multiaddrs), or asks the DiscoveryService of the server at --server.
-It exits 1 when nothing is found.`,
+--trust pins the host keys to believe: only endpoints whose record is
+signed by one of these peer IDs are printed. It exits 1 when nothing is
+found.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if (len(initialPeers) == 0) == (server == "") {
@@ -52,7 +55,20 @@ It exits 1 when nothing is found.`,
 			if err != nil {
 				return err
 			}
+			if len(trust) > 0 {
+				for uid, eps := range found {
+					eps = slices.DeleteFunc(eps, func(e client.Endpoint) bool { return !slices.Contains(trust, e.PeerID) })
+					if len(eps) == 0 {
+						delete(found, uid)
+					} else {
+						found[uid] = eps
+					}
+				}
+			}
 			if len(found) == 0 {
+				if len(trust) > 0 {
+					return fmt.Errorf("no live endpoint of %v signed by a trusted peer", names)
+				}
 				return fmt.Errorf("no live endpoint of %v", names)
 			}
 			for _, uid := range mapKeys(found) {
@@ -67,6 +83,7 @@ It exits 1 when nothing is found.`,
 	f.StringSliceVar(&initialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join through, comma-separated")
 	f.StringVar(&server, "server", "", "base URL of a server whose DiscoveryService to ask instead of joining the swarm")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "give up after this long")
+	f.StringSliceVar(&trust, "trust", nil, "peer IDs (host keys) whose records to believe, comma-separated; default any")
 	return cmd
 }
 
