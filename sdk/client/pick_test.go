@@ -25,6 +25,12 @@ func (d fixedDirectory) Discover(context.Context, []string) (map[string][]client
 	return map[string][]client.Endpoint{d.uid: d.eps}, nil
 }
 
+func (d fixedDirectory) DiscoverPages(ctx context.Context, names []string, yield func(map[string][]client.Endpoint) bool) error {
+	found, _ := d.Discover(ctx, names)
+	yield(found)
+	return nil
+}
+
 func (d fixedDirectory) BeamSearch(context.Context, string, [][]float64, int) ([]client.Choice, error) {
 	return []client.Choice{{UID: d.uid, Endpoints: d.eps}}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -104,6 +105,35 @@ func coordinate(s string) (int32, bool) {
 // numeric reports whether s is all digits.
 func numeric(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// MergeChildren merges the children that several hosts list under one
+// prefix: round i takes the i-th child of every host's list (sorted, as
+// announcers list them), and the rounds follow each other without
+// repeats, so that hosts listing many children nobody hosts cannot push
+// the others' back past a page. Each round is sorted, so the result does
+// not depend on the order of the lists.
+func MergeChildren(lists [][]int32) []int32 {
+	seen := map[int32]bool{}
+	var out []int32
+	for i := 0; ; i++ {
+		more := false
+		start := len(out)
+		for _, l := range lists {
+			if i >= len(l) {
+				continue
+			}
+			more = true
+			if !seen[l[i]] {
+				seen[l[i]] = true
+				out = append(out, l[i])
+			}
+		}
+		slices.Sort(out[start:])
+		if !more {
+			return out
+		}
+	}
 }
 
 // BeamSearch returns the k existing experts of the grid prefix.i.j… with

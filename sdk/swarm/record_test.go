@@ -2,6 +2,7 @@ package swarm_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +217,17 @@ func TestCheckUID(t *testing.T) {
 	} {
 		if err := swarm.CheckUID(uid); (err == nil) != ok {
 			t.Errorf("CheckUID(%q) = %v, want ok=%v", uid, err, ok)
+		}
+	}
+}
+
+func TestMergeChildren(t *testing.T) {
+	t.Parallel()
+	a, b, flood := []int32{0, 1}, []int32{1, 2}, []int32{100, 101, 102, 103}
+	for _, lists := range [][][]int32{{a, b, flood}, {flood, b, a}} {
+		got := swarm.MergeChildren(lists)
+		if want := []int32{0, 1, 100, 2, 101, 102, 103}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("MergeChildren(%v) = %v, want %v", lists, got, want)
 		}
 	}
 }
