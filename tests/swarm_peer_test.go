@@ -27,6 +27,15 @@ import (
 	"github.com/moehost/moehost/sdk/swarm"
 )
 
+// adversarial scales the swarm tests' attacks up (more strangers, more
+// rounds): `make test-swarm-adversarial` sets MOEHOST_ADVERSARIAL=1.
+func adversarial(quick, long int) int {
+	if os.Getenv("MOEHOST_ADVERSARIAL") != "" {
+		return long
+	}
+	return quick
+}
+
 // kadProtocol is moehost's Kademlia protocol, which outside peers speak.
 const kadProtocol = protocol.ID(swarm.ProtocolPrefix + "/kad/1.0.0")
 
@@ -165,7 +174,7 @@ func rssBytes(t *testing.T, pid int) int64 {
 // TestSwarmStoreBounded floods a real `moehost serve` with records from
 // outside peers: a record with a 1 MB digest is refused; a valid record is
 // no longer served past its signed expiry; and a flood of valid records
-// from 100 strangers leaves the server's DHT store within its bound (1 MiB
+// from 100 strangers (1,000 in make test-swarm-adversarial) leaves the server's DHT store within its bound (1 MiB
 // here) with its own records kept.
 func TestSwarmStoreBounded(t *testing.T) {
 	t.Parallel()
@@ -205,7 +214,7 @@ func TestSwarmStoreBounded(t *testing.T) {
 		urls[i] = "http://127.0.0.1:1/" + strings.Repeat("x", swarm.MaxURLLen-20)
 	}
 	put := 0
-	for range 100 {
+	for range adversarial(100, 1000) {
 		s := newOutsider(t, nil)
 		for i := range 32 {
 			if err := s.put(ctx, addr, swarm.Record{Name: fmt.Sprintf("ffn.%d", i), URLs: urls, Expires: time.Now().Add(time.Hour)}); err != nil {

@@ -25,7 +25,7 @@ func TestSwarmPrefixFlood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cid, _ := mh.Sum([]byte("moehost:ffn."), mh.SHA2_256, -1)
-	for i := range 10 {
+	for i := range adversarial(10, 64) {
 		o := newOutsider(t, nil)
 		kids := make([]int32, swarm.MaxChildren)
 		for j := range kids {
