@@ -190,10 +190,10 @@ class RemoteMixtureOfExperts(nn.Module):
         """Asks the discovery server for each sample's k_best experts, best
         first, and picks a server for each (the least loaded)."""
         scores = [s.detach().double().cpu() for s in grid_scores]
-        # Ask for more than k_best while servers are banned, so that the
-        # next best experts replace theirs.
+        # Ask for more than k_best while servers are banned (or some are
+        # untrusted), so that the next best experts replace theirs.
         extra = sum(1 for a in self._bans if self.banned(a))
-        k = min(self.k_best + max(extra, 0) * self.k_best, 1024)
+        k = min(self.k_best * (1 + extra) * (4 if self.trusted_peers is not None else 1), 1024)
         futures = [
             self._discovery.BeamSearch.future(
                 discovery_pb2.BeamSearchRequest(

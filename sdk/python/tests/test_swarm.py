@@ -49,7 +49,7 @@ class SwarmTest(unittest.TestCase):
                    "--initial-peers", a.dht_addrs[0])
         try:
             moe = moehost.RemoteMixtureOfExperts(in_features=HIDDEN, grid_size=(4,), uid_prefix="ffn.",
-                                                 discovery=a.addr, k_best=2, k_min=2)
+                                                 discovery=a.addr, k_best=2, k_min=2, ban_base=30.0)
             gate(moe, [0.0, 0.0, 5.0, 5.0])  # b's experts first
             deadline = 30
             while True:
