@@ -165,6 +165,10 @@ python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-too
 	./scripts/install-python-deps.sh
 	PYTHON=$(PYTHON) ./scripts/gen-python-stubs.sh
 
+.PHONY: test-swarm-adversarial
+test-swarm-adversarial: ## The swarm under longer attacks from outside peers against moehost serve: 1,000 strangers flooding the DHT store, 2 minutes of a sybil eclipse, 64 peers flooding a grid prefix
+	MOEHOST_ADVERSARIAL=1 $(GO) test -count=1 -timeout 20m -run '^TestSwarm(StoreBounded|SybilEclipse|PrefixFlood)$$' -v ./tests/
+
 .PHONY: test-python
 test-python: python-stubs ## Test sdk/python against a live `moehost serve` (installs python3-torch, -grpcio, -grpc-tools, -numpy via apt if missing)
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost

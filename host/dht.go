@@ -29,6 +29,11 @@ type DHTConfig struct {
 	// records. Default "http://" plus the bound address; required when
 	// the server listens on an unspecified address (0.0.0.0, ::).
 	Announce []string
+	// StoreBytes bounds what the node stores in the DHT, its own records
+	// and others' (strangers' are evicted first, oldest first); PeerBytes
+	// bounds one other peer's share. Defaults swarm.DefaultStoreBytes
+	// (64 MiB) and swarm.DefaultPeerBytes (4 MiB).
+	StoreBytes, PeerBytes int64
 }
 
 // WithDHT runs a DHT node in the server: it joins the swarm, announces
@@ -124,6 +129,7 @@ func (s *Server) startDHT(ctx context.Context) ([]rpc.Service, error) {
 	d, err := dht.New(ctx, dht.Config{
 		DataDir: s.cfg.dataDir, Listen: c.Listen, InitialPeers: c.InitialPeers, URLs: c.Announce,
 		UpdatePeriod: period, Logger: s.log, Registerer: s.metrics.reg,
+		StoreBytes: c.StoreBytes, PeerBytes: c.PeerBytes,
 	}, (*table)(s))
 	if err != nil {
 		return nil, err
@@ -147,13 +153,21 @@ func (s *Server) closeDHT(ctx context.Context) error {
 	return d.Close(ctx)
 }
 
-// stopAnnouncing is the first step of shutdown: the records then expire.
+// withdrawTimeout bounds the withdrawal of the records at shutdown; a
+// record whose withdrawal did not reach a peer expires there.
+const withdrawTimeout = 2 * time.Second
+
+// stopAnnouncing is the first step of shutdown: it stops announcing and
+// withdraws the records, so that clients stop finding the server now
+// rather than at the records' expiry.
 func (s *Server) stopAnnouncing() {
 	s.mu.Lock()
 	d := s.dht
 	s.mu.Unlock()
 	if d != nil {
-		d.StopAnnouncing()
+		ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
+		defer cancel()
+		_ = d.Withdraw(ctx) // logged; what did not get out expires
 	}
 }
 

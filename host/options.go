@@ -280,6 +280,11 @@ func (e ExpertConfig) validate(withCheckpoints bool) error {
 	if err := CheckUID(e.UID); err != nil {
 		return fmt.Errorf("expert %q: %w", e.UID, err)
 	}
+	// A uid the swarm could not find is refused here rather than served
+	// unreachable (see swarm.CheckUID for the grammar).
+	if err := swarm.CheckUID(e.UID); err != nil {
+		return err
+	}
 	if e.Module.empty() {
 		return fmt.Errorf("expert %q has no module", e.UID)
 	}

@@ -45,9 +45,14 @@ type Choice struct {
 // (a server's DiscoveryService).
 type Directory interface {
 	// Discover returns the live endpoints of each uid; a prefix ("ffn."
-	// or "ffn.3.") stands for every uid under it. Names with no live
-	// endpoint are absent.
+	// or "ffn.3.") stands for every uid under it, up to MaxDiscover uids
+	// (then it returns what it found with ErrTruncated). Names with no
+	// live endpoint are absent.
 	Discover(ctx context.Context, names []string) (map[string][]Endpoint, error)
+	// DiscoverPages is Discover one page at a time: yield gets the uids
+	// found by each round of lookups (at most PageSize names each) as
+	// soon as it ends, until it returns false or nothing remains.
+	DiscoverPages(ctx context.Context, names []string, yield func(map[string][]Endpoint) bool) error
 	// BeamSearch returns the k existing experts of the grid prefix.i.j…
 	// with the highest sum of per-dimension scores, best first.
 	BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int) ([]Choice, error)
@@ -163,6 +168,11 @@ func (s *Swarm) find(ctx context.Context, names []string) (map[string][]swarm.Re
 
 // Discover implements Directory.
 func (s *Swarm) Discover(ctx context.Context, names []string) (map[string][]Endpoint, error) {
+	return collect(ctx, s, names)
+}
+
+// DiscoverPages implements Directory.
+func (s *Swarm) DiscoverPages(ctx context.Context, names []string, yield func(map[string][]Endpoint) bool) error {
 	return expand(ctx, names, func(ctx context.Context, names []string) (map[string][]Endpoint, map[string][]int32, error) {
 		found, err := s.find(ctx, names)
 		if err != nil {
@@ -171,15 +181,17 @@ func (s *Swarm) Discover(ctx context.Context, names []string) (map[string][]Endp
 		eps, kids := map[string][]Endpoint{}, map[string][]int32{}
 		for n, recs := range found {
 			if swarm.IsPrefix(n) {
-				for _, r := range recs {
-					kids[n] = append(kids[n], r.Children...)
+				lists := make([][]int32, len(recs))
+				for i, r := range recs {
+					lists[i] = r.Children
 				}
+				kids[n] = swarm.MergeChildren(lists)
 			} else if len(recs) > 0 {
 				eps[n] = endpointsOf(recs)
 			}
 		}
 		return eps, kids, nil
-	})
+	}, yield)
 }
 
 // BeamSearch implements Directory.
@@ -205,45 +217,85 @@ func endpointsOf(recs []swarm.Record) []Endpoint {
 	return out
 }
 
-// maxExpand bounds the uids a prefix may expand to in Discover.
-const maxExpand = 1 << 16
+// Bounds of discovery by prefix.
+const (
+	// PageSize is how many names one round of lookups resolves.
+	PageSize = 256
+	// MaxDiscover is how many uids Discover returns at most.
+	MaxDiscover = 4096
+	// maxVisit bounds the names (uids and prefixes) one DiscoverPages
+	// looks up, so that records listing children nobody hosts cannot keep
+	// it going.
+	maxVisit = 1 << 16
+)
 
-// expand resolves uids and prefixes: a prefix's children are tried as
-// uids and as deeper prefixes until only uids remain.
-func expand(ctx context.Context, names []string, lookup func(context.Context, []string) (map[string][]Endpoint, map[string][]int32, error)) (map[string][]Endpoint, error) {
+// ErrTruncated is returned, with what was found, by a Discover that
+// stopped at MaxDiscover uids or at its bound on lookups.
+var ErrTruncated = errors.New("client: discovery stopped early; more may exist (use DiscoverPages)")
+
+// collect gathers DiscoverPages' pages, up to MaxDiscover uids.
+func collect(ctx context.Context, d Directory, names []string) (map[string][]Endpoint, error) {
 	out := map[string][]Endpoint{}
+	truncated := false
+	err := d.DiscoverPages(ctx, names, func(page map[string][]Endpoint) bool {
+		for uid, eps := range page {
+			if len(out) == MaxDiscover {
+				truncated = true
+				return false
+			}
+			out[uid] = eps
+		}
+		return true
+	})
+	if err == nil && truncated {
+		err = ErrTruncated
+	}
+	return out, err
+}
+
+// expand resolves uids and prefixes a page at a time: a prefix's
+// children, in the order the lookup gives them (interleaved across the
+// hosts that list them, see swarm.MergeChildren), are tried as uids and
+// as deeper prefixes in later pages; each page's uids go to yield.
+func expand(ctx context.Context, names []string, lookup func(context.Context, []string) (map[string][]Endpoint, map[string][]int32, error), yield func(map[string][]Endpoint) bool) error {
 	seen := map[string]bool{}
-	todo := slices.Clone(names)
-	for len(todo) > 0 {
-		var batch []string
-		for _, n := range todo {
-			if !seen[n] {
-				seen[n] = true
-				batch = append(batch, n)
-			}
-		}
-		todo = nil
-		if len(seen) > maxExpand {
-			return nil, fmt.Errorf("client: prefixes expand to more than %d names", maxExpand)
-		}
-		if len(batch) == 0 {
-			break
-		}
-		eps, kids, err := lookup(ctx, batch)
-		if err != nil {
-			return nil, err
-		}
-		for n, e := range eps {
-			out[n] = e
-		}
-		for p, cs := range kids {
-			for _, c := range cs {
-				child := p + strconv.Itoa(int(c))
-				todo = append(todo, child, child+".")
-			}
+	var todo []string
+	add := func(n string) {
+		if !seen[n] {
+			seen[n] = true
+			todo = append(todo, n)
 		}
 	}
-	return out, nil
+	for _, n := range names {
+		add(n)
+	}
+	for len(todo) > 0 {
+		batch := todo[:min(PageSize, len(todo))]
+		todo = todo[len(batch):]
+		eps, kids, err := lookup(ctx, batch)
+		if err != nil {
+			return err
+		}
+		// Children in the order of the batch's prefixes, so that pages are
+		// deterministic.
+		for _, p := range batch {
+			for _, c := range kids[p] {
+				if len(seen) >= maxVisit {
+					break
+				}
+				child := p + strconv.Itoa(int(c))
+				add(child)
+				add(child + ".")
+			}
+		}
+		if len(eps) > 0 && !yield(eps) {
+			return nil
+		}
+		if len(seen) >= maxVisit && len(todo) == 0 {
+			return fmt.Errorf("%w: looked up %d names", ErrTruncated, len(seen))
+		}
+	}
+	return nil
 }
 
 // DiscoveryClient finds experts through one server's DiscoveryService,
@@ -269,9 +321,14 @@ func (d *DiscoveryClient) Close() {
 
 // Discover implements Directory.
 func (d *DiscoveryClient) Discover(ctx context.Context, names []string) (map[string][]Endpoint, error) {
+	return collect(ctx, d, names)
+}
+
+// DiscoverPages implements Directory.
+func (d *DiscoveryClient) DiscoverPages(ctx context.Context, names []string, yield func(map[string][]Endpoint) bool) error {
 	return expand(ctx, names, func(ctx context.Context, names []string) (map[string][]Endpoint, map[string][]int32, error) {
 		eps, kids := map[string][]Endpoint{}, map[string][]int32{}
-		for chunk := range slices.Chunk(names, 1024) {
+		for chunk := range slices.Chunk(names, PageSize) {
 			res, err := d.svc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{Names: chunk}))
 			if err != nil {
 				return nil, nil, err
@@ -285,7 +342,7 @@ func (d *DiscoveryClient) Discover(ctx context.Context, names []string) (map[str
 			}
 		}
 		return eps, kids, nil
-	})
+	}, yield)
 }
 
 // BeamSearch implements Directory.

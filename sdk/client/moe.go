@@ -40,6 +40,10 @@ type MoEConfig struct {
 	// BanBase after one failure, doubling per failure in a row, up to
 	// BanMax. Defaults 1s and 1m.
 	BanBase, BanMax time.Duration
+	// TrustedPeers, if not empty, pins the servers the mixture calls: only
+	// endpoints whose record was signed by one of these peer IDs (host
+	// keys) are used. Default: any server the directory finds.
+	TrustedPeers []string
 }
 
 // ErrKMinNotMet is returned when fewer than KMin (or BackwardKMin) experts
@@ -59,12 +63,24 @@ type MixtureOfExperts struct {
 	mu      sync.Mutex
 	clients map[string]*Client // by endpoint URL
 	bans    map[string]ban
+	seen    map[string]measured // by endpoint URL
 }
 
 type ban struct {
 	until   time.Time
 	backoff time.Duration
 }
+
+// measured is what the mixture saw of one endpoint: the moving average
+// of its answers' latency and its failures in a row.
+type measured struct {
+	latency  time.Duration // exponential moving average of answered calls
+	answered bool
+	failures int // in a row
+}
+
+// latencyWeight is the weight of a new sample in the moving average.
+const latencyWeight = 0.3
 
 // NewMixtureOfExperts returns a mixture over the grid cfg.Prefix found
 // through dir; opts configure the clients of the experts' servers.
@@ -98,7 +114,7 @@ func NewMixtureOfExperts(dir Directory, cfg MoEConfig, opts ...Option) (*Mixture
 	case cfg.ForwardTimeout < 0 || cfg.TimeoutAfterKMin < 0 || cfg.BackwardTimeout < 0:
 		return nil, errors.New("client: negative timeout")
 	}
-	return &MixtureOfExperts{dir: dir, cfg: cfg, opts: opts, clients: map[string]*Client{}, bans: map[string]ban{}}, nil
+	return &MixtureOfExperts{dir: dir, cfg: cfg, opts: opts, clients: map[string]*Client{}, bans: map[string]ban{}, seen: map[string]measured{}}, nil
 }
 
 // Close closes the clients of the experts' servers.
@@ -191,9 +207,10 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 	ctx, cancelRest := context.WithCancel(ctx)
 	defer cancelRest()
 	type result struct {
-		i   int
-		out []float32
-		err error
+		i    int
+		out  []float32
+		err  error
+		took time.Duration
 	}
 	results := make(chan result, len(choices))
 	urls := make([]string, len(choices))
@@ -201,10 +218,12 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 		urls[i] = m.pick(ch.Endpoints)
 		go func() {
 			if urls[i] == "" {
-				results <- result{i: i, err: fmt.Errorf("expert %s: every endpoint is banned or none is known", ch.UID)}
+				results <- result{i: i, err: fmt.Errorf("expert %s: every endpoint is banned or untrusted, or none is known", ch.UID)}
 				return
 			}
+			begin := time.Now()
 			outs, err := m.client(urls[i]).Expert(ch.UID).Forward(ctx, x)
+			took := time.Since(begin)
 			if err == nil && len(outs) != 1 {
 				err = fmt.Errorf("expert %s returned %d outputs, want 1", ch.UID, len(outs))
 			}
@@ -212,7 +231,7 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 			if err == nil {
 				vals, err = outs[0].Float32s()
 			}
-			results <- result{i: i, out: vals, err: err}
+			results <- result{i: i, out: vals, err: err, took: took}
 		}()
 	}
 	got := map[int][]float32{}
@@ -233,7 +252,7 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 			}
 			continue
 		}
-		m.succeed(urls[r.i])
+		m.succeed(urls[r.i], r.took)
 		got[r.i] = r.out
 		if len(got) == m.cfg.KMin && afterKMin == nil {
 			afterKMin = time.After(m.cfg.TimeoutAfterKMin)
@@ -339,7 +358,9 @@ func (m *MixtureOfExperts) backwardSample(ctx context.Context, st *sampleState, 
 			for t := range dyv {
 				scaled[t] = float32(w[j]) * dyv[t]
 			}
+			begin := time.Now()
 			outs, err := m.client(c.url).Expert(c.uid).Backward(ctx, []Tensor{st.input}, []Tensor{Float32(dy.Shape, scaled)})
+			took := time.Since(begin)
 			if err == nil && len(outs) != 1 {
 				err = fmt.Errorf("expert %s returned %d gradients, want 1", c.uid, len(outs))
 			}
@@ -351,7 +372,7 @@ func (m *MixtureOfExperts) backwardSample(ctx context.Context, st *sampleState, 
 				m.fail(c.url)
 				return
 			}
-			m.succeed(c.url)
+			m.succeed(c.url, took)
 		})
 	}
 	wg.Wait()
@@ -378,17 +399,39 @@ func (m *MixtureOfExperts) backwardSample(ctx context.Context, st *sampleState, 
 	return sum, nil
 }
 
-// pick returns the least loaded endpoint that is not banned, or "".
+// pick returns the endpoint to call, or "" if every one is banned. What
+// the mixture measured decides, not what a record claims (a record may
+// announce any load): an endpoint never called is tried first, so that
+// one call measures it, and among those the lowest announced queue depth
+// breaks the tie; then the endpoint with the fewest failures in a row and
+// the lowest moving-average latency wins.
 func (m *MixtureOfExperts) pick(eps []Endpoint) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
 	best := -1
+	better := func(i, j int) bool {
+		a, b := m.seen[eps[i].URL], m.seen[eps[j].URL]
+		untriedA, untriedB := !a.answered && a.failures == 0, !b.answered && b.failures == 0
+		switch {
+		case untriedA != untriedB:
+			return untriedA
+		case untriedA:
+			return eps[i].QueueDepth < eps[j].QueueDepth
+		case a.failures != b.failures:
+			return a.failures < b.failures
+		default:
+			return a.latency < b.latency
+		}
+	}
 	for i, e := range eps {
 		if b, ok := m.bans[e.URL]; ok && now.Before(b.until) {
 			continue
 		}
-		if best < 0 || e.QueueDepth < eps[best].QueueDepth {
+		if len(m.cfg.TrustedPeers) > 0 && !slices.Contains(m.cfg.TrustedPeers, e.PeerID) {
+			continue
+		}
+		if best < 0 || better(i, best) {
 			best = i
 		}
 	}
@@ -406,12 +449,24 @@ func (m *MixtureOfExperts) fail(url string) {
 	b.backoff = min(max(2*b.backoff, m.cfg.BanBase), m.cfg.BanMax)
 	b.until = time.Now().Add(b.backoff)
 	m.bans[url] = b
+	s := m.seen[url]
+	s.failures++
+	m.seen[url] = s
 }
 
-func (m *MixtureOfExperts) succeed(url string) {
+// succeed lifts url's ban and adds took to its latency average.
+func (m *MixtureOfExperts) succeed(url string, took time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.bans, url)
+	s := m.seen[url]
+	if s.answered {
+		s.latency = time.Duration(latencyWeight*float64(took) + (1-latencyWeight)*float64(s.latency))
+	} else {
+		s.latency, s.answered = took, true
+	}
+	s.failures = 0
+	m.seen[url] = s
 }
 
 // Banned reports whether url is being avoided after failures.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -27,21 +28,112 @@ type Scored struct {
 // MaxBeamK bounds BeamSearch's k.
 const MaxBeamK = 1024
 
+// MaxGridSize bounds the coordinates of one grid dimension that a beam
+// search scores.
+const MaxGridSize = 1 << 16
+
 // Prefixes returns the grid prefixes under which uid is announced, with
-// the coordinate that follows each: "ffn.3.14" gives ("ffn.", 3) and
-// ("ffn.3.", 14). The chain stops at the first coordinate that is not a
-// non-negative int32, so "expert_a" has none.
+// the coordinate that follows each. A uid is a name of one or more
+// non-numeric parts followed by zero or more grid coordinates
+// (non-negative int32s written without leading zeros); see CheckUID.
+// "ffn.3.14" gives ("ffn.", 3) and ("ffn.3.", 14); the tenant grid uid
+// "alice.ffn.2" gives ("alice.ffn.", 2); "expert_a" has none, and so has
+// every uid that CheckUID refuses.
 func Prefixes(uid string) (prefixes []string, children []int32) {
 	parts := strings.Split(uid, ".")
-	for i := 1; i < len(parts); i++ {
-		c, err := strconv.ParseInt(parts[i], 10, 32)
-		if err != nil || c < 0 || strconv.FormatInt(c, 10) != parts[i] {
-			break
-		}
+	first, ok := gridStart(parts)
+	if !ok {
+		return nil, nil
+	}
+	for i := first; i < len(parts); i++ {
+		c, _ := coordinate(parts[i])
 		prefixes = append(prefixes, strings.Join(parts[:i], ".")+".")
-		children = append(children, int32(c))
+		children = append(children, c)
 	}
 	return prefixes, children
+}
+
+// CheckUID reports why uid could not be found in the swarm: it is not a
+// valid name, or its coordinates are mixed with names ("ffn.0.x": the
+// prefix "ffn.0." would list no child "x"), or a coordinate is written
+// so that a lookup of the number would miss it ("ffn.01"). Servers refuse
+// such uids at deploy.
+func CheckUID(uid string) error {
+	if !ValidName(uid) || IsPrefix(uid) {
+		return fmt.Errorf("uid %.80q is not dot-separated parts of letters, digits, \"_\" and \"-\" (at most %d bytes)", uid, MaxNameLen)
+	}
+	if _, ok := gridStart(strings.Split(uid, ".")); !ok {
+		return fmt.Errorf("uid %q is not discoverable: want name parts that are not numbers (e.g. \"alice.ffn\"), then grid coordinates that are non-negative 32-bit integers without leading zeros (e.g. \"alice.ffn.3.14\")", uid)
+	}
+	return nil
+}
+
+// gridStart returns the index of the first coordinate of a uid split at
+// its dots (len(parts) if it has none); ok is false if the parts are not
+// names then coordinates.
+func gridStart(parts []string) (int, bool) {
+	first := len(parts)
+	for i, p := range parts {
+		if _, isCoord := coordinate(p); isCoord {
+			if i == 0 {
+				return 0, false // a grid needs a name
+			}
+			first = i
+			break
+		}
+		if numeric(p) {
+			return 0, false // a number that is not a coordinate: "01"
+		}
+	}
+	for _, p := range parts[first:] {
+		if _, isCoord := coordinate(p); !isCoord {
+			return 0, false
+		}
+	}
+	return first, true
+}
+
+// coordinate parses a canonical non-negative int32.
+func coordinate(s string) (int32, bool) {
+	c, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || c < 0 || strconv.FormatInt(c, 10) != s {
+		return 0, false
+	}
+	return int32(c), true
+}
+
+// numeric reports whether s is all digits.
+func numeric(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// MergeChildren merges the children that several hosts list under one
+// prefix: round i takes the i-th child of every host's list (sorted, as
+// announcers list them), and the rounds follow each other without
+// repeats, so that hosts listing many children nobody hosts cannot push
+// the others' back past a page. Each round is sorted, so the result does
+// not depend on the order of the lists.
+func MergeChildren(lists [][]int32) []int32 {
+	seen := map[int32]bool{}
+	var out []int32
+	for i := 0; ; i++ {
+		more := false
+		start := len(out)
+		for _, l := range lists {
+			if i >= len(l) {
+				continue
+			}
+			more = true
+			if !seen[l[i]] {
+				seen[l[i]] = true
+				out = append(out, l[i])
+			}
+		}
+		slices.Sort(out[start:])
+		if !more {
+			return out
+		}
+	}
 }
 
 // BeamSearch returns the k existing experts of the grid prefix.i.j… with

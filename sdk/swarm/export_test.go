@@ -1,6 +1,8 @@
 package swarm
 
 import (
+	"time"
+
 	"context"
 
 	ds "github.com/ipfs/go-datastore"
@@ -37,3 +39,14 @@ func (n *Node) PutRaw(ctx context.Context, key string, value []byte) error {
 func SignAs(i *Identity, r Record) ([]byte, error) { return i.sign(r) }
 
 var _ record.Validator = acceptAll{}
+
+// NewStore returns the bounded DHT store of a node with peer ID self.
+func NewStore(self string, limit, peerLimit int64) ds.Batching {
+	return newStore(self, limit, peerLimit)
+}
+
+// StatsOf returns the stats of a store made by NewStore.
+func StatsOf(s ds.Batching) StoreStats { return s.(*store).Stats() }
+
+// SetStoreClock sets the clock of a store made by NewStore.
+func SetStoreClock(s ds.Batching, now func() time.Time) { s.(*store).now = now }

@@ -23,11 +23,18 @@ const Namespace = "moehost"
 // Bounds on what a record may hold, so that a peer storing a record from a
 // stranger pays for a small, bounded thing.
 const (
-	MaxNameLen    = 256
-	MaxURLs       = 8
-	MaxURLLen     = 512
-	MaxChildren   = 1 << 16
-	MaxRecordSize = 1 << 20
+	MaxNameLen = 256
+	MaxURLs    = 8
+	MaxURLLen  = 512
+	// MaxDigestLen fits "sha256:" and 64 hex digits (a 32-byte digest).
+	MaxDigestLen = 7 + 64
+	// MaxChildren bounds the coordinates one prefix record lists: a grid
+	// dimension of more than MaxChildren experts on one server is
+	// announced in part (see host/internal/dht).
+	MaxChildren = 1024
+	// MaxRecordSize bounds a signed value: a record with every field at
+	// its bound takes about 10 KB.
+	MaxRecordSize = 16 << 10
 	// MaxTTL is the longest a record may be valid for, so that nobody can
 	// keep a dead server in the swarm by announcing it "forever".
 	MaxTTL = 24 * time.Hour
@@ -67,6 +74,16 @@ type Record struct {
 	SamplesPerSecond float64
 	// Children are the coordinates the server hosts right under a prefix.
 	Children []int32
+}
+
+// Live reports whether the record announces something: a uid's record
+// with a URL, or a prefix's with a child. A server withdraws a name by
+// announcing it empty (see Node.Withdraw).
+func (r Record) Live() bool {
+	if IsPrefix(r.Name) {
+		return len(r.Children) > 0
+	}
+	return len(r.URLs) > 0
 }
 
 // Key returns the DHT key of a record: "/moehost/<peerID>/<name>".
@@ -187,10 +204,10 @@ func Decode(key string, value []byte, now time.Time) (Record, error) {
 		return bad("record names %q, but its key names %q", body.GetName(), name)
 	case len(body.GetUrls()) > MaxURLs:
 		return bad("%d urls, more than %d", len(body.GetUrls()), MaxURLs)
+	case len(body.GetDigest()) > MaxDigestLen:
+		return bad("digest of %d bytes, more than %d", len(body.GetDigest()), MaxDigestLen)
 	case len(body.GetChildren()) > MaxChildren:
 		return bad("%d children, more than %d", len(body.GetChildren()), MaxChildren)
-	case !IsPrefix(name) && len(body.GetUrls()) == 0:
-		return bad("uid %q has no url", name)
 	case math.IsNaN(body.GetSamplesPerSecond()) || body.GetSamplesPerSecond() < 0 || body.GetQueueDepth() < 0:
 		return bad("negative or NaN load")
 	}

@@ -2,6 +2,7 @@ package swarm_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestDecode(t *testing.T) {
 		{"too long-lived", victimKey, sign(victim, with(func(r *swarm.Record) { r.Expires = now.Add(48 * time.Hour) })), "more than"},
 		{"not protobuf", victimKey, []byte("\xff\xff\xff"), "decoding"},
 		{"empty", victimKey, nil, "public key"},
-		{"uid without url", victimKey, sign(victim, with(func(r *swarm.Record) { r.URLs = nil })), "no url"},
+		{"digest too long", victimKey, sign(victim, with(func(r *swarm.Record) { r.Digest = strings.Repeat("a", 1<<20) })), "bytes, more than"},
 		{"non-http url", victimKey, sign(victim, with(func(r *swarm.Record) { r.URLs = []string{"file:///etc/passwd"} })), "http(s)"},
 		{"negative load", victimKey, sign(victim, with(func(r *swarm.Record) { r.QueueDepth = -1 })), "load"},
 		{"negative child", swarm.Key(victim.PeerID(), "ffn."), sign(victim, with(func(r *swarm.Record) { r.Name, r.Children = "ffn.", []int32{-1} })), "negative child"},
@@ -141,6 +142,25 @@ func TestIdentityRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWithdrawal: a record without URLs (a uid's) or children (a
+// prefix's) is valid but not live, and wins Select against the record it
+// withdraws, which expires 1 ms earlier.
+func TestWithdrawal(t *testing.T) {
+	t.Parallel()
+	id, _ := swarm.NewIdentity()
+	now := time.Now()
+	key := swarm.Key(id.PeerID(), "ffn.0")
+	live, _ := id.Sign(swarm.Record{Name: "ffn.0", URLs: []string{"http://x"}, Expires: now.Add(time.Minute)})
+	gone, _ := id.Sign(swarm.Record{Name: "ffn.0", Expires: now.Add(time.Minute + time.Millisecond)})
+	r, err := swarm.Decode(key, gone, now)
+	if err != nil || r.Live() {
+		t.Fatalf("withdrawal decoded as %+v, %v; want valid, not live", r, err)
+	}
+	if i, err := (swarm.Validator{}).Select(key, [][]byte{live, gone}); err != nil || i != 1 {
+		t.Errorf("Select = %d, %v; want the withdrawal", i, err)
+	}
+}
+
 func TestPrefixes(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -151,8 +171,11 @@ func TestPrefixes(t *testing.T) {
 		{"ffn.3.14", []string{"ffn.", "ffn.3."}, []int32{3, 14}},
 		{"ffn.0", []string{"ffn."}, []int32{0}},
 		{"expert_a", nil, nil},
-		{"ffn.x.1", nil, nil},
-		{"ffn.1.x", []string{"ffn."}, []int32{1}},
+		{"ffn.x.1", []string{"ffn.x."}, []int32{1}},
+		{"alice.ffn.0", []string{"alice.ffn."}, []int32{0}},
+		{"me.linear.1.2", []string{"me.linear.", "me.linear.1."}, []int32{1, 2}},
+		{"ffn.1.x", nil, nil},
+		{"1.2", nil, nil},
 		{"ffn.01", nil, nil},
 		{"ffn.99999999999", nil, nil},
 	}
@@ -184,4 +207,27 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted a record without a peer or a valid name: %+v", r)
 		}
 	})
+}
+
+func TestCheckUID(t *testing.T) {
+	t.Parallel()
+	for uid, ok := range map[string]bool{
+		"ffn.0": true, "alice.ffn.3": true, "me.linear.1.2": true, "expert_a": true, "bob.picky": true, "ffn.-1": true,
+		"ffn.1.x": false, "ffn.01": false, "ffn.99999999999": false, "0.1": false, "ffn.": false, "": false, "a..b": false,
+	} {
+		if err := swarm.CheckUID(uid); (err == nil) != ok {
+			t.Errorf("CheckUID(%q) = %v, want ok=%v", uid, err, ok)
+		}
+	}
+}
+
+func TestMergeChildren(t *testing.T) {
+	t.Parallel()
+	a, b, flood := []int32{0, 1}, []int32{1, 2}, []int32{100, 101, 102, 103}
+	for _, lists := range [][][]int32{{a, b, flood}, {flood, b, a}} {
+		got := swarm.MergeChildren(lists)
+		if want := []int32{0, 1, 100, 2, 101, 102, 103}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("MergeChildren(%v) = %v, want %v", lists, got, want)
+		}
+	}
 }

@@ -27,10 +27,12 @@ import (
 	"github.com/libp2p/go-libp2p-kad-dht/records"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	"github.com/libp2p/go-msgio"
 	ma "github.com/multiformats/go-multiaddr"
 	mh "github.com/multiformats/go-multihash"
 )
@@ -64,6 +66,11 @@ type Config struct {
 	// Default 10 minutes.
 	ProvideValidity time.Duration
 
+	// StoreBytes bounds what the node stores in the DHT (records and
+	// provider entries, its own and others'); PeerBytes bounds one other
+	// peer's share. Defaults DefaultStoreBytes and DefaultPeerBytes.
+	StoreBytes, PeerBytes int64
+
 	// Test hooks: a validator other than Validator, and a datastore the
 	// test can read.
 	validator record.Validator
@@ -72,10 +79,28 @@ type Config struct {
 
 // Node is a libp2p host running a Kademlia DHT in moehost's namespace.
 type Node struct {
-	id  *Identity
-	h   host.Host
-	dht *dht.IpfsDHT
+	id    *Identity
+	h     host.Host
+	dht   *dht.IpfsDHT
+	store *store // nil with a test's datastore
+	done  chan struct{}
+
+	mu  sync.Mutex
+	own map[string][]byte // name → our latest signed value, served on RecordProtocol
 }
+
+// RecordProtocol is the libp2p protocol on which a node answers, for one
+// name, its own latest signed record: a client that learned a provider
+// asks it directly, so that peers close to the record's DHT key (a sybil
+// eclipse) cannot hide it. Request: a varint-length-prefixed name;
+// answer: a varint-length-prefixed signed value, empty if none.
+const RecordProtocol = "/moehost/record/1.0.0"
+
+// fetchTimeout bounds one direct record fetch.
+const fetchTimeout = 3 * time.Second
+
+// sweepEvery is how often a node frees the records that expired.
+const sweepEvery = 5 * time.Second
 
 // NewNode starts a node and connects it to its initial peers. It fails if
 // none of several initial peers can be reached; with one unreachable
@@ -135,14 +160,29 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 		dht.ProviderManagerOpts(records.ProvideValidity(validity)),
 		dht.MaxRecordAge(MaxTTL),
 	}
+	var st *store
 	if cfg.datastore != nil {
 		opts = append(opts, dht.Datastore(cfg.datastore))
+	} else {
+		limit, peerLimit := cfg.StoreBytes, cfg.PeerBytes
+		if limit <= 0 {
+			limit = DefaultStoreBytes
+		}
+		if peerLimit <= 0 {
+			peerLimit = DefaultPeerBytes
+		}
+		st = newStore(id.PeerID(), limit, peerLimit)
+		opts = append(opts, dht.Datastore(st))
 	}
 	d, err := dht.New(h, opts...)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("starting DHT: %w", err), h.Close())
 	}
-	n := &Node{id: id, h: h, dht: d}
+	n := &Node{id: id, h: h, dht: d, store: st, done: make(chan struct{}), own: map[string][]byte{}}
+	h.SetStreamHandler(RecordProtocol, n.serveRecord)
+	if st != nil {
+		go n.sweepLoop()
+	}
 	if err := n.connect(ctx, peers); err != nil {
 		return nil, errors.Join(err, n.Close())
 	}
@@ -237,7 +277,30 @@ func (n *Node) Connect(ctx context.Context, addrs ...string) error {
 
 // Close stops the DHT and the libp2p host.
 func (n *Node) Close() error {
+	close(n.done)
 	return errors.Join(n.dht.Close(), n.h.Close())
+}
+
+// sweepLoop frees expired records until Close.
+func (n *Node) sweepLoop() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+			n.store.sweep()
+		}
+	}
+}
+
+// StoreStats describes what the node stores in the DHT.
+func (n *Node) StoreStats() StoreStats {
+	if n.store == nil {
+		return StoreStats{}
+	}
+	return n.store.Stats()
 }
 
 // contentID is the DHT content ID that servers of name provide.
@@ -263,6 +326,9 @@ func (n *Node) Announce(ctx context.Context, r Record) error {
 	if _, err := Decode(Key(n.PeerID(), r.Name), value, time.Now()); err != nil {
 		return err
 	}
+	n.mu.Lock()
+	n.own[r.Name] = value
+	n.mu.Unlock()
 	alone := n.dht.RoutingTable().Size() == 0
 	putErr := n.dht.PutValue(ctx, Key(n.PeerID(), r.Name), value)
 	provErr := n.dht.Provide(ctx, contentID(r.Name), !alone)
@@ -273,6 +339,42 @@ func (n *Node) Announce(ctx context.Context, r Record) error {
 		return fmt.Errorf("announcing %q: %w", r.Name, err)
 	}
 	return nil
+}
+
+// Withdraw replaces our records of names with empty ones (no URL, no
+// child) that outlive them by a millisecond, so that peers holding a
+// record select the withdrawal instead and lookups drop the name at once
+// rather than at its expiry. A graceful shutdown calls it.
+func (n *Node) Withdraw(ctx context.Context, names []string) error {
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, name := range names {
+		key := Key(n.PeerID(), name)
+		n.mu.Lock()
+		old := n.own[name]
+		n.mu.Unlock()
+		r, err := Decode(key, old, time.Now())
+		if err != nil || !r.Live() {
+			continue // nothing live to withdraw
+		}
+		value, err := n.id.Sign(Record{Name: name, Expires: r.Expires.Add(time.Millisecond)})
+		if err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.own[name] = value
+		n.mu.Unlock()
+		wg.Go(func() {
+			if err := n.dht.PutValue(ctx, key, value); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("withdrawing %q: %w", name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Find returns every live record of name, one per announcing peer, sorted
@@ -291,13 +393,9 @@ func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
 			n.h.Peerstore().AddAddrs(ai.ID, ai.Addrs, time.Minute)
 		}
 		wg.Go(func() {
-			v, err := n.dht.GetValue(ctx, Key(ai.ID.String(), name), dht.Quorum(1))
-			if err != nil {
-				return // expired, never stored, or unreachable: not live
-			}
-			r, err := Decode(Key(ai.ID.String(), name), v, time.Now())
-			if err != nil {
-				return
+			r, ok := n.recordOf(ctx, ai.ID, name)
+			if !ok || !r.Live() {
+				return // expired, withdrawn, never stored or unreachable
 			}
 			mu.Lock()
 			out = append(out, r)
@@ -310,6 +408,73 @@ func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
 	return out, nil
+}
+
+// recordOf returns provider p's record of name: asked of p itself over
+// RecordProtocol, or, if p cannot be reached, read from the DHT. A value
+// that fails validation is ignored, never taken as the provider's answer.
+func (n *Node) recordOf(ctx context.Context, p peer.ID, name string) (Record, bool) {
+	key := Key(p.String(), name)
+	var v []byte
+	if p == n.h.ID() {
+		n.mu.Lock()
+		v = n.own[name]
+		n.mu.Unlock()
+	} else {
+		fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+		v, _ = n.fetch(fctx, p, name)
+		cancel()
+	}
+	if len(v) > 0 {
+		if r, err := Decode(key, v, time.Now()); err == nil {
+			return r, true
+		}
+	}
+	v, err := n.dht.GetValue(ctx, key, dht.Quorum(1))
+	if err != nil {
+		return Record{}, false
+	}
+	r, err := Decode(key, v, time.Now())
+	return r, err == nil
+}
+
+// fetch asks peer p for its own record of name over RecordProtocol.
+func (n *Node) fetch(ctx context.Context, p peer.ID, name string) ([]byte, error) {
+	s, err := n.h.NewStream(ctx, p, RecordProtocol)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = s.SetDeadline(d)
+	}
+	if err := msgio.NewVarintWriter(s).WriteMsg([]byte(name)); err != nil {
+		_ = s.Reset()
+		return nil, err
+	}
+	v, err := msgio.NewVarintReaderSize(s, MaxRecordSize).ReadMsg()
+	if err != nil {
+		_ = s.Reset()
+		return nil, err
+	}
+	return v, nil
+}
+
+// serveRecord answers one RecordProtocol request.
+func (n *Node) serveRecord(s network.Stream) {
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(fetchTimeout))
+	name, err := msgio.NewVarintReaderSize(s, MaxNameLen).ReadMsg()
+	if err != nil {
+		_ = s.Reset()
+		return
+	}
+	n.mu.Lock()
+	v := n.own[string(name)]
+	n.mu.Unlock()
+	if err := msgio.NewVarintWriter(s).WriteMsg(v); err != nil {
+		_ = s.Reset()
+	}
 }
 
 // FindMany looks names up in parallel.

@@ -40,7 +40,7 @@ func BenchmarkDHT(b *testing.B) {
 	for i := range 1000 {
 		experts = append(experts, dht.Expert{UID: fmt.Sprintf("ffn.%d.%d", i/32, i%32), Digest: "sha256:00"})
 	}
-	svc, err := dht.New(ctx, dht.Config{DataDir: b.TempDir(), URLs: []string{"http://127.0.0.1:1"}, InitialPeers: nodes[7].Addrs(), UpdatePeriod: time.Minute}, experts)
+	svc, err := dht.New(ctx, dht.Config{DataDir: b.TempDir(), URLs: []string{"http://127.0.0.1:1"}, InitialPeers: nodes[7].Addrs(), UpdatePeriod: 10 * time.Minute}, experts)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -70,6 +70,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the DHT metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// StoreBytes and PeerBytes bound the node's DHT store: see
+	// swarm.Config.
+	StoreBytes, PeerBytes int64
 }
 
 // Service is the server's DHT node and announcer.
@@ -106,12 +109,13 @@ func New(ctx context.Context, cfg Config, experts Experts) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	node, err := swarm.NewNode(ctx, swarm.Config{Identity: id, Listen: cfg.Listen, InitialPeers: cfg.InitialPeers})
+	node, err := swarm.NewNode(ctx, swarm.Config{Identity: id, Listen: cfg.Listen, InitialPeers: cfg.InitialPeers,
+		StoreBytes: cfg.StoreBytes, PeerBytes: cfg.PeerBytes})
 	if err != nil {
 		return nil, fmt.Errorf("dht: %w", err)
 	}
 	s := &Service{cfg: cfg, log: log, experts: experts, node: node}
-	s.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(len(node.Peers())) })
+	s.metrics = newMetrics(cfg.Registerer, func() float64 { return float64(len(node.Peers())) }, node.StoreStats)
 	addrs := node.Addrs()
 	if err := atomicfile.Write(filepath.Join(cfg.DataDir, AddrsFile), []byte(strings.Join(addrs, "\n")+"\n")); err != nil {
 		return nil, errors.Join(fmt.Errorf("dht: writing %s: %w", AddrsFile, err), s.Close(ctx))
@@ -201,7 +205,16 @@ func (s *Service) loop(ctx context.Context, stopped chan struct{}) {
 // Failures are logged and counted; it returns swarm.ErrNoPeers if the node
 // had nobody to announce to, or the first other error.
 func (s *Service) AnnounceOnce(ctx context.Context) error {
+	before := s.Names()
 	recs := s.records(time.Now())
+	// Names announced last round and not now (an undeployed expert, an
+	// emptied prefix) are withdrawn rather than left to expire.
+	now := s.Names()
+	if gone := slices.DeleteFunc(before, func(n string) bool { _, ok := slices.BinarySearch(now, n); return ok }); len(gone) > 0 {
+		if err := s.node.Withdraw(ctx, gone); err != nil {
+			s.log.Debug("dht withdraw incomplete", "names", len(gone), "err", err)
+		}
+	}
 	begin := time.Now()
 	var (
 		mu    sync.Mutex
@@ -279,6 +292,11 @@ func (s *Service) records(now time.Time) []swarm.Record {
 			cs = append(cs, c)
 		}
 		slices.Sort(cs)
+		if len(cs) > swarm.MaxChildren {
+			s.log.Warn("dht: a grid prefix has more children than one record lists; the rest are found by uid only",
+				"prefix", p, "children", len(cs), "listed", swarm.MaxChildren)
+			cs = cs[:swarm.MaxChildren]
+		}
 		recs = append(recs, swarm.Record{Name: p, Expires: expires, Children: cs})
 	}
 	names := make([]string, len(recs))
@@ -309,6 +327,18 @@ func (s *Service) StopAnnouncing() {
 		cancel()
 		<-stopped
 	}
+}
+
+// Withdraw stops announcing and replaces every record of the last round
+// with a withdrawal (see swarm.Node.Withdraw), so that lookups drop this
+// server at once instead of at the records' expiry. A graceful shutdown
+// calls it first.
+func (s *Service) Withdraw(ctx context.Context) error {
+	s.StopAnnouncing()
+	names := s.Names()
+	err := s.node.Withdraw(ctx, names)
+	s.log.Info("dht records withdrawn", "records", len(names), "err", err)
+	return err
 }
 
 // Close stops announcing and closes the node.
@@ -350,7 +380,7 @@ type metrics struct {
 	lookupSeconds   prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer, peers func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, peers func() float64, store func() swarm.StoreStats) *metrics {
 	m := &metrics{
 		reg: reg,
 		announced: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -377,7 +407,28 @@ func newMetrics(reg prometheus.Registerer, peers func() float64) *metrics {
 	m.cs = []prometheus.Collector{m.announced, m.announceSeconds, m.roundSeconds, m.lookups, m.lookupSeconds,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "moehost", Subsystem: "dht", Name: "peers", Help: "Peers in the DHT routing table.",
-		}, peers)}
+		}, peers),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "store_bytes",
+			Help: "Bytes the DHT store holds (records and provider entries, with per-entry overhead).",
+		}, func() float64 { return float64(store().Bytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "store_limit_bytes",
+			Help: "The DHT store's bound.",
+		}, func() float64 { return float64(store().Limit) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "store_records",
+			Help: "Value records in the DHT store.",
+		}, func() float64 { return float64(store().Records) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "store_evicted_total",
+			Help: "Strangers' entries evicted from the full DHT store.",
+		}, func() float64 { return float64(store().Evicted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "moehost", Subsystem: "dht", Name: "store_refused_total",
+			Help: "Puts refused by the DHT store (a peer over its share, or a store full of our own records).",
+		}, func() float64 { return float64(store().Refused) }),
+	}
 	if reg != nil {
 		for _, c := range m.cs {
 			reg.MustRegister(c)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 
 	"connectrpc.com/connect"
 
@@ -80,8 +79,8 @@ func (d discovery) BeamSearch(ctx context.Context, req *connect.Request[moehostv
 	}
 	scores := make([][]float64, len(req.Msg.GetGridScores()))
 	for i, sc := range req.Msg.GetGridScores() {
-		if len(sc.GetValues()) > swarm.MaxChildren {
-			return nil, fmt.Errorf("%w: dimension %d has %d scores, more than %d", ErrBadQuery, i, len(sc.GetValues()), swarm.MaxChildren)
+		if len(sc.GetValues()) > swarm.MaxGridSize {
+			return nil, fmt.Errorf("%w: dimension %d has %d scores, more than %d", ErrBadQuery, i, len(sc.GetValues()), swarm.MaxGridSize)
 		}
 		scores[i] = sc.GetValues()
 	}
@@ -116,13 +115,15 @@ func Endpoints(recs []swarm.Record) []*moehostv1.Endpoint {
 	return out
 }
 
+// children merges the children that the prefix's records list, one host
+// at a time (swarm.MergeChildren), so that a client expanding them a page
+// at a time reaches every honest host's children early.
 func children(recs []swarm.Record) []int32 {
-	var out []int32
-	for _, r := range recs {
-		out = append(out, r.Children...)
+	lists := make([][]int32, len(recs))
+	for i, r := range recs {
+		lists[i] = r.Children
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return swarm.MergeChildren(lists)
 }
 
 var _ moehostv1connect.DiscoveryServiceHandler = discovery{}

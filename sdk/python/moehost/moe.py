@@ -79,6 +79,15 @@ class RemoteMixtureOfExperts(nn.Module):
     of the responders must answer the backward, within
     ``backward_timeout``. Otherwise the call raises KMinNotMetError.
     Experts take and return one float tensor.
+
+    A server that fails a call is avoided for ``ban_base`` seconds,
+    doubling per failure in a row up to ``ban_max`` (as the Go client
+    does): its experts are skipped and the next best take their place.
+    Among an expert's servers, one never called is tried first (the least
+    loaded by its record's claim), then the one that failed least and
+    answered fastest; a record's claimed load never outranks what was
+    measured. ``trusted_peers``, if given, keeps only the servers whose
+    DHT peer id (the key that signed their record) is in it.
     """
 
     def __init__(
@@ -96,6 +105,9 @@ class RemoteMixtureOfExperts(nn.Module):
         backward_timeout: Optional[float] = None,
         wire_dtype: torch.dtype = torch.float32,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        ban_base: float = 1.0,
+        ban_max: float = 60.0,
+        trusted_peers: Optional[Sequence[str]] = None,
     ):
         super().__init__()
         if not grid_size or any(g <= 0 for g in grid_size):
@@ -120,6 +132,42 @@ class RemoteMixtureOfExperts(nn.Module):
         self._discovery = discovery_pb2_grpc.DiscoveryServiceStub(grpc.insecure_channel(discovery, options=self._options))
         self._stubs: Dict[str, expert_pb2_grpc.ExpertServiceStub] = {}
         self._dummy = nn.Parameter(torch.empty(0), requires_grad=True)
+        self.ban_base, self.ban_max = ban_base, ban_max
+        self.trusted_peers = frozenset(trusted_peers) if trusted_peers is not None else None
+        self._bans: Dict[str, Tuple[float, float]] = {}  # addr -> (until, backoff)
+        self._seen: Dict[str, Tuple[float, int]] = {}  # addr -> (latency average, failures in a row)
+
+    def banned(self, addr: str) -> bool:
+        """Whether the server at addr ("host:port") is being avoided."""
+        ban = self._bans.get(addr)
+        return ban is not None and time.monotonic() < ban[0]
+
+    def _fail(self, addr: str):
+        _, backoff = self._bans.get(addr, (0.0, 0.0))
+        backoff = min(max(2 * backoff, self.ban_base), self.ban_max)
+        self._bans[addr] = (time.monotonic() + backoff, backoff)
+        lat, fails = self._seen.get(addr, (0.0, 0))
+        self._seen[addr] = (lat, fails + 1)
+
+    def _succeed(self, addr: str, took: float):
+        self._bans.pop(addr, None)
+        lat, _ = self._seen.get(addr, (None, 0))
+        self._seen[addr] = (took if lat is None or lat == 0.0 else 0.3 * took + 0.7 * lat, 0)
+
+    def _pick(self, endpoints) -> Optional[str]:
+        """The address to call among an expert's endpoints, or None."""
+        best, best_key = None, None
+        for ep in endpoints:
+            if self.trusted_peers is not None and ep.peer_id not in self.trusted_peers:
+                continue
+            addr = _addr_of(ep.url)
+            if self.banned(addr):
+                continue
+            seen = self._seen.get(addr)
+            key = (1, ep.queue_depth, 0.0) if seen is None else (2, seen[1], seen[0])
+            if best_key is None or key < best_key:
+                best, best_key = addr, key
+        return best
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:
@@ -142,12 +190,16 @@ class RemoteMixtureOfExperts(nn.Module):
         """Asks the discovery server for each sample's k_best experts, best
         first, and picks a server for each (the least loaded)."""
         scores = [s.detach().double().cpu() for s in grid_scores]
+        # Ask for more than k_best while servers are banned (or some are
+        # untrusted), so that the next best experts replace theirs.
+        extra = sum(1 for a in self._bans if self.banned(a))
+        k = min(self.k_best * (1 + extra) * (4 if self.trusted_peers is not None else 1), 1024)
         futures = [
             self._discovery.BeamSearch.future(
                 discovery_pb2.BeamSearchRequest(
                     prefix=self.uid_prefix,
                     grid_scores=[discovery_pb2.Scores(values=s[b].tolist()) for s in scores],
-                    k=self.k_best,
+                    k=k,
                 ),
                 timeout=self.forward_timeout,
             )
@@ -157,15 +209,20 @@ class RemoteMixtureOfExperts(nn.Module):
         for fut in futures:
             row = []
             for e in fut.result().experts:
-                if not e.endpoints:
+                if len(row) == self.k_best:
+                    break
+                addr = self._pick(e.endpoints)
+                if addr is None:
                     continue
-                ep = min(e.endpoints, key=lambda p: p.queue_depth)
                 coords = tuple(int(c) for c in e.uid[len(self.uid_prefix) + 1:].split("."))
                 if len(coords) != len(self.grid_size):
                     raise ValueError(f"moehost: expert {e.uid} has {len(coords)} coordinates, the grid {len(self.grid_size)}")
-                row.append(_Choice(e.uid, coords, _addr_of(ep.url)))
+                row.append(_Choice(e.uid, coords, addr))
             if len(row) < self.k_min:
-                raise KMinNotMetError(f"moehost: the DHT knows {len(row)} experts under {self.uid_prefix!r}, k_min is {self.k_min}")
+                raise KMinNotMetError(
+                    f"moehost: the DHT knows {len(row)} experts under {self.uid_prefix!r} with a server "
+                    f"not banned{' and trusted' if self.trusted_peers is not None else ''}, k_min is {self.k_min}"
+                )
             chosen.append(row)
         return chosen
 
@@ -183,7 +240,7 @@ class RemoteMixtureOfExperts(nn.Module):
             for j, c in enumerate(row):
                 req = expert_pb2.ForwardRequest(uid=c.uid, inputs=[xb], output_dtype=self._wire)
                 calls.append((b, j, self._stub(c.addr).Forward.future(req, timeout=self.forward_timeout)))
-        got = _gather(calls, len(chosen), self.k_min, self.timeout_after_k_min, chosen, "forward")
+        got = _gather(calls, len(chosen), self.k_min, self.timeout_after_k_min, chosen, "forward", self)
         first = next(iter(got.values()))
         k = max(len(row) for row in chosen)
         outputs = torch.zeros(len(chosen), k, *first.shape[1:], device=x.device)
@@ -207,18 +264,20 @@ class RemoteMixtureOfExperts(nn.Module):
                     grad_input_dtype=self._wire,
                 )
                 calls.append((b, j, self._stub(c.addr).Backward.future(req, timeout=self.backward_timeout)))
-        got = _gather(calls, len(chosen), self.backward_k_min, None, chosen, "backward")
+        got = _gather(calls, len(chosen), self.backward_k_min, None, chosen, "backward", self)
         grad_x = torch.zeros_like(x, dtype=torch.float32)
         for (b, _), g in got.items():
             grad_x[b] += g[0].to(x.device)
         return grad_x
 
 
-def _gather(calls, samples, k_min, after_k_min, chosen, what):
+def _gather(calls, samples, k_min, after_k_min, chosen, what, moe=None):
     """Waits for (sample, slot, grpc future) calls; once a sample has k_min
     answers, its other calls get after_k_min more seconds (None: no
-    limit) and are then cancelled. Returns {(sample, slot): tensor};
+    limit) and are then cancelled. A failed call bans its server in moe,
+    an answered one measures it. Returns {(sample, slot): tensor};
     raises KMinNotMetError if a sample has fewer than k_min."""
+    begin = time.monotonic()
     done: "queue.Queue[int]" = queue.Queue()
     for i, (_, _, fut) in enumerate(calls):
         fut.add_done_callback(lambda _f, i=i: done.put(i))
@@ -252,7 +311,11 @@ def _gather(calls, samples, k_min, after_k_min, chosen, what):
             continue
         except grpc.RpcError as e:
             failures[b].append(f"{chosen[b][j].uid} at {chosen[b][j].addr}: {e.code().name}: {e.details()}")
+            if moe is not None:
+                moe._fail(chosen[b][j].addr)
             continue
+        if moe is not None:
+            moe._succeed(chosen[b][j].addr, time.monotonic() - begin)
         outs = list(res.outputs if what == "forward" else res.grad_inputs)
         if len(outs) != 1:
             failures[b].append(f"{chosen[b][j].uid} returned {len(outs)} tensors, want 1")

@@ -42,6 +42,12 @@ class Server:
         # Keep draining the log so that the server never blocks on it.
         threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
 
+    @property
+    def dht_addrs(self):
+        """Its DHT multiaddrs, from the dht-addrs file of its data dir."""
+        with open(os.path.join(self._tmp.name, "dht-addrs")) as f:
+            return f.read().split()
+
     def stop(self):
         self.proc.terminate()
         try:

@@ -39,8 +39,15 @@ export async function startServer(args = []) {
     addr,
     peerId: dht?.[1] ?? "",
     dhtAddrs: dht ? dht[2].split(",") : [],
+    kill(signal) {
+      proc.kill(signal);
+    },
     async stop() {
       proc.removeAllListeners("exit");
+      if (proc.exitCode !== null || proc.signalCode !== null) {
+        rmSync(dataDir, { recursive: true, force: true });
+        return;
+      }
       const exited = new Promise((r) => proc.once("exit", r));
       proc.kill("SIGTERM");
       await exited;

@@ -173,6 +173,8 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringSliceVar(&dhtCfg.InitialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join, comma-separated; default none (a one-node swarm)")
 	f.StringSliceVar(&dhtCfg.Listen, "dht-listen", nil, "libp2p multiaddrs for the DHT node; default a free TCP port on the --listen host")
 	f.StringSliceVar(&dhtCfg.Announce, "announce", nil, `public base URL(s) of this server put in its DHT records; default "http://" plus the bound address (required with an unspecified --listen host)`)
+	f.Int64Var(&dhtCfg.StoreBytes, "dht-store-bytes", 0, "bound on what the DHT node stores, its records and others' (default 64 MiB); strangers' records are evicted oldest first")
+	f.Int64Var(&dhtCfg.PeerBytes, "dht-peer-bytes", 0, "bound on what one other peer may store in this DHT node (default 4 MiB)")
 	hm.register(f)
 	f.BoolVar(&noDHT, "no-dht", false, "run no DHT node: the server is reachable by address only")
 	f.StringVar(&tenantsFile, "tenants", "", "tenants file (moehost tenant add): serve ModuleService so that its tenants upload modules and deploy experts under their prefixes; reread on SIGHUP. Default: none, only the experts given here are served")

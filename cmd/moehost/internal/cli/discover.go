@@ -18,6 +18,8 @@ func discoverCmd(stdout, stderr io.Writer) *cobra.Command {
 		initialPeers []string
 		server       string
 		timeout      time.Duration
+		trust        []string
+		limit        int
 	)
 	cmd := &cobra.Command{
 		Use:   "discover UID_OR_PREFIX...",
@@ -25,9 +27,13 @@ func discoverCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `Find experts in the DHT swarm by uid ("ffn.3.14") or grid prefix ("ffn.",
 "ffn.3."), and print one line per live endpoint: UID<TAB>ENDPOINT<TAB>PEERID.
 
-It joins the swarm through --initial-peers (a server's dht-addrs file lists
-its multiaddrs), or asks the DiscoveryService of the server at --server.
-It exits 1 when nothing is found.`,
+A prefix is resolved a page of lookups at a time, and each page is
+printed as it comes, up to --limit uids. It joins the swarm through
+--initial-peers (a server's dht-addrs file lists its multiaddrs), or asks
+the DiscoveryService of the server at --server.
+--trust pins the host keys to believe: only endpoints whose record is
+signed by one of these peer IDs are printed. It exits 1 when nothing is
+found.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if (len(initialPeers) == 0) == (server == "") {
@@ -48,17 +54,43 @@ It exits 1 when nothing is found.`,
 				defer s.Close()
 				dir = s
 			}
-			found, err := dir.Discover(ctx, names)
-			if err != nil {
+			// Pages are printed as they come, so that a prefix with many
+			// children (or records listing children nobody hosts) shows
+			// what it found before the timeout or the limit.
+			printed := 0
+			err := dir.DiscoverPages(ctx, names, func(page map[string][]client.Endpoint) bool {
+				for _, uid := range mapKeys(page) {
+					eps := page[uid]
+					if len(trust) > 0 {
+						eps = slices.DeleteFunc(eps, func(e client.Endpoint) bool { return !slices.Contains(trust, e.PeerID) })
+					}
+					if len(eps) == 0 {
+						continue
+					}
+					if printed == limit {
+						return false
+					}
+					printed++
+					for _, e := range eps {
+						fmt.Fprintf(stdout, "%s\t%s\t%s\n", uid, e.URL, e.PeerID)
+					}
+				}
+				return true
+			})
+			if err != nil && printed == 0 {
 				return err
 			}
-			if len(found) == 0 {
+			if err != nil {
+				fmt.Fprintf(stderr, "moehost: discover stopped after %d uids: %v\n", printed, err)
+			}
+			if printed == 0 {
+				if len(trust) > 0 {
+					return fmt.Errorf("no live endpoint of %v signed by a trusted peer", names)
+				}
 				return fmt.Errorf("no live endpoint of %v", names)
 			}
-			for _, uid := range mapKeys(found) {
-				for _, e := range found[uid] {
-					fmt.Fprintf(stdout, "%s\t%s\t%s\n", uid, e.URL, e.PeerID)
-				}
+			if printed == limit {
+				fmt.Fprintf(stderr, "moehost: stopped at --limit %d uids\n", limit)
 			}
 			return nil
 		},
@@ -67,6 +99,8 @@ It exits 1 when nothing is found.`,
 	f.StringSliceVar(&initialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join through, comma-separated")
 	f.StringVar(&server, "server", "", "base URL of a server whose DiscoveryService to ask instead of joining the swarm")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "give up after this long")
+	f.IntVar(&limit, "limit", 4096, "print at most this many uids")
+	f.StringSliceVar(&trust, "trust", nil, "peer IDs (host keys) whose records to believe, comma-separated; default any")
 	return cmd
 }
 

@@ -1,0 +1,111 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/sdk/client"
+)
+
+// fixedDirectory finds one uid at fixed endpoints.
+type fixedDirectory struct {
+	uid string
+	eps []client.Endpoint
+}
+
+func (d fixedDirectory) Discover(context.Context, []string) (map[string][]client.Endpoint, error) {
+	return map[string][]client.Endpoint{d.uid: d.eps}, nil
+}
+
+func (d fixedDirectory) DiscoverPages(ctx context.Context, names []string, yield func(map[string][]client.Endpoint) bool) error {
+	found, _ := d.Discover(ctx, names)
+	yield(found)
+	return nil
+}
+
+func (d fixedDirectory) BeamSearch(context.Context, string, [][]float64, int) ([]client.Choice, error) {
+	return []client.Choice{{UID: d.uid, Endpoints: d.eps}}, nil
+}
+
+// TestMixturePrefersMeasuredOverClaimedLoad gives the mixture two
+// endpoints of one expert on a real server: one direct, announcing a
+// queue depth of 100, and one through a proxy that adds 200 ms, announcing
+// 0 (a record may claim anything). After one call to each, the mixture
+// calls the endpoint it measured faster, whatever the records claim.
+func TestMixturePrefersMeasuredOverClaimedLoad(t *testing.T) {
+	t.Parallel()
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
+		host.WithExperts(host.ExpertConfig{UID: "pick.0", Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	direct := "http://" + srv.Addr()
+	backend, _ := url.Parse(direct)
+	var slowCalls atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(backend)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slowCalls.Add(1)
+		time.Sleep(200 * time.Millisecond)
+		proxy.ServeHTTP(w, r)
+	}), Protocols: new(http.Protocols)}
+	ps.Protocols.SetHTTP1(true)
+	ps.Protocols.SetUnencryptedHTTP2(true)
+	go ps.Serve(ln)
+	t.Cleanup(func() { ps.Close() })
+	slow := "http://" + ln.Addr().String()
+
+	dir := fixedDirectory{uid: "pick.0", eps: []client.Endpoint{
+		{URL: slow, QueueDepth: 0},
+		{URL: direct, QueueDepth: 100},
+	}}
+	moe, err := client.NewMixtureOfExperts(dir, client.MoEConfig{Prefix: "pick", K: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer moe.Close()
+	x := client.Float32([]int64{1, hidden}, []float32{1, 2, 3, 4})
+	const calls = 8
+	for range calls {
+		if _, err := moe.Forward(ctx, x, [][][]float64{{{1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := slowCalls.Load(); n > 1 {
+		t.Errorf("the slow endpoint that claims no load got %d of %d calls; want at most the one that measured it", n, calls)
+	}
+
+	// Pinned host keys: the endpoint signed by another key is never called.
+	slowCalls.Store(0)
+	dir.eps[0].PeerID, dir.eps[1].PeerID = "12D3KooWstranger", "12D3KooWhonest"
+	pinned, err := client.NewMixtureOfExperts(dir, client.MoEConfig{Prefix: "pick", K: 1, TrustedPeers: []string{"12D3KooWhonest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	for range 3 {
+		if _, err := pinned.Forward(ctx, x, [][][]float64{{{1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := slowCalls.Load(); n != 0 {
+		t.Errorf("an endpoint of an untrusted peer got %d calls", n)
+	}
+}

@@ -1,0 +1,94 @@
+package swarm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	ds "github.com/ipfs/go-datastore"
+	recpb "github.com/libp2p/go-libp2p-record/pb"
+	"github.com/multiformats/go-base32"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/moehost/moehost/sdk/swarm"
+)
+
+// storedRecord is a DHT datastore entry of a signed record, as the DHT's
+// value store writes it.
+func storedRecord(t testing.TB, id *swarm.Identity, name string, expires time.Time) (ds.Key, []byte) {
+	t.Helper()
+	v, err := id.Sign(swarm.Record{Name: name, URLs: []string{"http://127.0.0.1:1"}, Digest: "sha256:00", Expires: expires})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := swarm.Key(id.PeerID(), name)
+	b, err := proto.Marshal(&recpb.Record{Key: []byte(key), Value: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds.NewKey("/moehost/" + base32.RawStdEncoding.EncodeToString([]byte(key))), b
+}
+
+// TestStoreBoundedUnderFlood floods a store bounded to 64 KiB with valid
+// records of 200 strangers: it never passes the bound, evicts the oldest
+// strangers first, keeps every record of its own, refuses a stranger past
+// its share, and drops records at their signed expiry.
+func TestStoreBoundedUnderFlood(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	self, _ := swarm.NewIdentity()
+	const limit, peerLimit = 64 << 10, 4 << 10
+	st := swarm.NewStore(self.PeerID(), limit, peerLimit)
+	now := time.Now()
+	swarm.SetStoreClock(st, func() time.Time { return now })
+	var own []ds.Key
+	for i := range 20 {
+		k, v := storedRecord(t, self, fmt.Sprintf("ffn.%d", i), now.Add(time.Hour))
+		if err := st.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+		own = append(own, k)
+	}
+	var first ds.Key
+	for p := range 200 {
+		id, _ := swarm.NewIdentity()
+		for i := 0; ; i++ {
+			k, v := storedRecord(t, id, fmt.Sprintf("ffn.%d", i), now.Add(time.Hour))
+			if p == 0 && i == 0 {
+				first = k
+			}
+			err := st.Put(ctx, k, v)
+			if errors.Is(err, swarm.ErrPeerQuota) {
+				if i == 0 {
+					t.Fatal("a stranger's first record refused")
+				}
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := swarm.StatsOf(st); s.Bytes > limit {
+				t.Fatalf("store holds %d bytes, bound %d", s.Bytes, limit)
+			}
+		}
+	}
+	s := swarm.StatsOf(st)
+	t.Logf("after the flood: %+v", s)
+	if s.Evicted == 0 || s.Refused < 200 {
+		t.Errorf("stats %+v: want evictions and one refusal per stranger", s)
+	}
+	for _, k := range own {
+		if ok, _ := st.Has(ctx, k); !ok {
+			t.Fatalf("own record %s evicted by strangers", k)
+		}
+	}
+	if ok, _ := st.Has(ctx, first); ok {
+		t.Error("the oldest stranger's record survived the flood")
+	}
+	now = now.Add(2 * time.Hour)
+	if _, err := st.Get(ctx, own[0]); !errors.Is(err, ds.ErrNotFound) {
+		t.Errorf("Get of a record past its signed expiry = %v, want ErrNotFound", err)
+	}
+}
