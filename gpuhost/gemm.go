@@ -230,6 +230,10 @@ func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a
 		bufs.stop = nil
 		d.putBufs(bufs)
 	}()
+	if d.path != pathGo && !ta && tb && m <= dotMaxM {
+		gemmDotSerial(m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+		return
+	}
 	switch d.path {
 	case pathAVX2:
 		gemmSerialAsm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)

@@ -41,3 +41,9 @@ func packBTrans16(groups int, src *float32, ldb int, dst *float32)
 //
 //go:noescape
 func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int)
+
+// gemmDot3x4 sets out[4i+j] to the dot product of xi and wj over k values,
+// k a multiple of 8. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)

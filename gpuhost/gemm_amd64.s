@@ -698,6 +698,83 @@ store:
 	VZEROUPPER
 	RET
 
+// func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)
+//
+// out[4i+j] = Σ_{p<k} xi[p]·wj[p] for k a multiple of 8. Needs AVX2 and
+// FMA. Y0–Y11 accumulate (row i, column j in Y4i+j), Y12–Y14 hold 8
+// values of x0–x2, Y15 8 values of one row of W.
+TEXT ·gemmDot3x4(SB), NOSPLIT, $0-72
+	MOVQ k+0(FP), CX
+	MOVQ x0+8(FP), AX
+	MOVQ x1+16(FP), BX
+	MOVQ x2+24(FP), DX
+	MOVQ w0+32(FP), SI
+	MOVQ w1+40(FP), DI
+	MOVQ w2+48(FP), R8
+	MOVQ w3+56(FP), R9
+	MOVQ out+64(FP), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHRQ $3, CX
+	JZ dsum
+	XORQ R11, R11
+
+dloop:
+	VMOVUPS (AX)(R11*4), Y12
+	VMOVUPS (BX)(R11*4), Y13
+	VMOVUPS (DX)(R11*4), Y14
+	VMOVUPS (SI)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y8
+	VMOVUPS (DI)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VFMADD231PS Y15, Y14, Y9
+	VMOVUPS (R8)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VFMADD231PS Y15, Y14, Y10
+	VMOVUPS (R9)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ $8, R11
+	DECQ CX
+	JNZ dloop
+
+dsum:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, 0(R10)
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VMOVUPS X4, 16(R10)
+	VHADDPS Y9, Y8, Y8
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVUPS X8, 32(R10)
+	VZEROUPPER
+	RET
+
 // func packBTrans16(groups int, src *float32, ldb int, dst *float32)
 //
 // For g < groups and k < 8, row r < 16 of src (stride ldb floats) goes

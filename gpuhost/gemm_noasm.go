@@ -29,3 +29,8 @@ func packBTrans16(groups int, src *float32, ldb int, dst *float32) {
 func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int) {
 	panic("BUG: gpuhost: assembly GEMM packing called in a build without it")
 }
+
+// gemmDot3x4 exists so that gemm_dot.go compiles; see gemmKernel6x16.
+func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32) {
+	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}

@@ -51,6 +51,8 @@ func main() {
 		k.write(p)
 		p("")
 	}
+	dot(p)
+	p("")
 	transpose(p)
 	p("")
 	copyRows(p)
@@ -191,6 +193,58 @@ func log2(n int) int {
 		s++
 	}
 	return s
+}
+
+// dot writes gemmDot3x4, the kernel of x·Wᵀ for a few rows of x: 12 dot
+// products of 3 rows of x with 4 rows of W, read where they lie. Packing
+// W (a transpose) costs more than the arithmetic when x has few rows.
+func dot(p func(string, ...any)) {
+	p("// func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)")
+	p("//")
+	p("// out[4i+j] = Σ_{p<k} xi[p]·wj[p] for k a multiple of 8. Needs AVX2 and")
+	p("// FMA. Y0–Y11 accumulate (row i, column j in Y4i+j), Y12–Y14 hold 8")
+	p("// values of x0–x2, Y15 8 values of one row of W.")
+	p("TEXT ·gemmDot3x4(SB), NOSPLIT, $0-72")
+	p("\tMOVQ k+0(FP), CX")
+	regs := []string{"AX", "BX", "DX", "SI", "DI", "R8", "R9"}
+	names := []string{"x0", "x1", "x2", "w0", "w1", "w2", "w3"}
+	for i, n := range names {
+		p("\tMOVQ %s+%d(FP), %s", n, 8+8*i, regs[i])
+	}
+	p("\tMOVQ out+64(FP), R10")
+	for r := range 12 {
+		p("\tVXORPS Y%d, Y%d, Y%d", r, r, r)
+	}
+	p("\tSHRQ $3, CX")
+	p("\tJZ dsum")
+	p("\tXORQ R11, R11")
+	p("")
+	p("dloop:")
+	for i := range 3 {
+		p("\tVMOVUPS (%s)(R11*4), Y%d", regs[i], 12+i)
+	}
+	for j := range 4 {
+		p("\tVMOVUPS (%s)(R11*4), Y15", regs[3+j])
+		for i := range 3 {
+			p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+j)
+		}
+	}
+	p("\tADDQ $8, R11")
+	p("\tDECQ CX")
+	p("\tJNZ dloop")
+	p("")
+	p("dsum:")
+	for i := range 3 {
+		a := 4 * i
+		p("\tVHADDPS Y%d, Y%d, Y%d", a+1, a, a)
+		p("\tVHADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
+		p("\tVHADDPS Y%d, Y%d, Y%d", a+2, a, a)
+		p("\tVEXTRACTF128 $1, Y%d, X%d", a, a+1)
+		p("\tVADDPS X%d, X%d, X%d", a+1, a, a)
+		p("\tVMOVUPS X%d, %d(R10)", a, 16*i)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
 }
 
 // transpose writes packBTrans16, which packs 16 rows of B (each a column
