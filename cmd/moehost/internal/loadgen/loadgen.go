@@ -206,6 +206,11 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseStatCPU(pid, b)
+}
+
+// parseStatCPU returns utime+stime of a /proc/pid/stat line.
+func parseStatCPU(pid int, b []byte) (time.Duration, error) {
 	// The command name (field 2) may hold spaces; fields resume after
 	// its closing parenthesis, at field 3.
 	i := bytes.LastIndexByte(b, ')')
