@@ -103,13 +103,12 @@ func cpuCount(path string) int {
 }
 
 // gemmBlocking sizes a micro-kernel's blocks from the caches: a KC×NR
-// panel of B fills half of L1, an MC×KC block of A a quarter of L2 (it
-// shares L2 with the B panels being packed, another quarter, and the C
-// tiles), and a KC×NC block of B half of the core's L3 share (BLIS's
-// analytical model, Low et al. 2016, with round fractions rather than
-// per-CPU constants). On a Zen 3 core (32 KiB L1d, 512 KiB L2) that is
-// KC 256, MC 126: half of L2 measured no better under load and worse at
-// k = 4096.
+// panel of B fills half of L1, an MC×KC block of A a third of L2 (it
+// shares L2 with the B panels being packed, a quarter, and the C tiles),
+// and a KC×NC block of B half of the core's L3 share (BLIS's analytical
+// model, Low et al. 2016, with round fractions rather than per-CPU
+// constants). On a Zen 3 core (32 KiB L1d, 512 KiB L2) that is KC 256,
+// MC 168; BLIS's own choices are 144 there and 168 for Haswell's 256 KiB.
 type gemmBlocking struct{ kc, mc, nc, fuseNC int }
 
 func blockingFor(c cacheSizes, mr, nr int) gemmBlocking {
@@ -117,7 +116,7 @@ func blockingFor(c cacheSizes, mr, nr int) gemmBlocking {
 	kc := roundDown(c.l1/2/(4*nr), 16, 64, 512)
 	return gemmBlocking{
 		kc: kc,
-		mc: roundDown(c.l2/4/(4*kc), mr, mr, 64*mr),
+		mc: roundDown(c.l2/3/(4*kc), mr, mr, 64*mr),
 		nc: roundDown(c.l3/2/(4*kc), nr, 16*nr, 8192),
 		// The first A block packs B this many columns at a time, a
 		// quarter of L2, so that they are still there when used.
