@@ -98,7 +98,8 @@ var verifiedAVX512 = sync.OnceValue(func() bool {
 // cover full and edge tiles, more than one k block, both transposes,
 // accumulation and the bias epilogue.
 func checkAgainstGo(dev *cpuDevice) error {
-	const m, n, k = 31, 53, 300
+	// m above dotMaxM, so that x·Wᵀ runs on the kernel too.
+	const m, n, k = dotMaxM + 13, 53, 300
 	a, b, c0 := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
 	// A cheap deterministic fill in [-1, 1): no math/rand in the library.
 	x := uint32(12345)

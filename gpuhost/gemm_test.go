@@ -115,6 +115,8 @@ func TestGemmMatchesNaive(t *testing.T) {
 		)
 	}
 	shapes = append(shapes,
+		shape{dotMaxM - 1, 21, 40}, // the dot path's largest m, and past it
+		shape{dotMaxM + 1, 33, 9},
 		shape{7, goNC + 5, 9},
 		shape{200, 2, 33},
 		shape{128, 64, 128},
