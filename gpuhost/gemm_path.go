@@ -131,14 +131,3 @@ func checkAgainstGo(dev *cpuDevice) error {
 	}
 	return nil
 }
-
-// pathBlocking returns p's blocking, for benchmark tables.
-func pathBlocking(p gemmPath) gemmBlocking {
-	switch p {
-	case pathAVX2:
-		return avx2Kernel().gemmBlocking
-	case pathAVX512:
-		return avx512Kernel().gemmBlocking
-	}
-	return gemmBlocking{kc: goKC, mc: goMC, nc: goNC}
-}

@@ -131,3 +131,14 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// pathBlocking returns p's blocking, for benchmark tables.
+func pathBlocking(p gemmPath) gemmBlocking {
+	switch p {
+	case pathAVX2:
+		return avx2Kernel().gemmBlocking
+	case pathAVX512:
+		return avx512Kernel().gemmBlocking
+	}
+	return gemmBlocking{kc: goKC, mc: goMC, nc: goNC}
+}
