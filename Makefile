@@ -111,8 +111,10 @@ test-python-interop: ## Load an ffn checkpoint into PyTorch's FeedforwardBlock (
 	MOEHOST_PYTHON=$(PYTHON) $(GO) test -count=1 -run '^TestPythonInterop$$' -v ./tests/
 
 .PHONY: bench
-bench: examples ## Serving load test (batching vs none, float32 vs float16 vs bfloat16 on the wire, 64 clients), the Go benchmarks, density (1,024 ffn experts, shared vs one instance each) and the DHT (32 nodes: lookup p50/p99, announcing 1,000 experts)
+bench: examples ## Serving load test (batching vs none, float32 vs float16 vs bfloat16 on the wire, 64 clients), 32 clients × 1 row against a `moehost serve` child (requests/s, server CPU-µs per request), the Go benchmarks, density (1,024 ffn experts, shared vs one instance each) and the DHT (32 nodes: lookup p50/p99, announcing 1,000 experts)
 	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s --dtype float32,float16,bfloat16
+	$(GO) build -o $(BIN)/moehost ./cmd/moehost
+	$(BIN)/moehost bench --child --clients 32 --min-rows 1 --max-rows 1 --duration 10s --data-dir $(CURDIR)/.tmp/bench-1row
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 	$(GO) test -run '^TestDensity$$' -v -timeout 30m ./host/ -args -density
 	$(GO) test -run '^$$' -bench DHT -benchtime 3x ./host/internal/dht/

@@ -20,8 +20,10 @@ type cpuDevice struct {
 	// minWork is the GEMM size (m·n·k) per extra goroutine; tests lower
 	// it to exercise the split paths on small matrices.
 	minWork int
-	// asm selects the AVX2/FMA GEMM kernel; it is gemmHaveAsm, and tests
-	// clear it to cover the portable kernel.
+	// path is the GEMM kernel (defaultPath; tests set each one).
+	path gemmPath
+	// asm selects the AVX2 elementwise kernels (gelu, layer_norm, Adam…):
+	// gemmHaveAsm, unless MOEHOST_GEMM=go asks for the portable code.
 	asm bool
 	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
 	sgemm  func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
@@ -40,7 +42,8 @@ func NewCPU(threads int, opts ...DeviceOption) Device {
 	for _, o := range opts {
 		o.applyDevice(&cfg)
 	}
-	d := &cpuDevice{threads: threads, minWork: gemmMinWork, asm: gemmHaveAsm}
+	p := defaultPath()
+	d := &cpuDevice{threads: threads, minWork: gemmMinWork, path: p, asm: gemmHaveAsm && p != pathGo}
 	d.mem.ceiling = cfg.ceiling
 	d.mem.exact = cfg.exactPool || os.Getenv(benchenv.ExactPool) == "1"
 	return d

@@ -337,9 +337,20 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 	step := float32(c.lr / c.bc1)
 	bc2s := float32(math.Sqrt(c.bc2))
 	eps := float32(c.eps)
+	var lanes *adamLanes
+	if d.asm && !c.decoupled {
+		lanes = new(adamLanes)
+		for i, v := range []float32{scale, wd, w1, b2, w2, step, bc2s, eps} {
+			lanes[i] = [8]float32{v, v, v, v, v, v, v, v}
+		}
+	}
 	return d.parallelFor(nil, len(pp), grainCheap/4, func(lo, hi int) {
 		ps, gs, ms, vs := pp[lo:hi], gg[lo:hi], mm[lo:hi], vv[lo:hi]
 		gs, ms, vs = gs[:len(ps)], ms[:len(ps)], vs[:len(ps)]
+		if lanes != nil {
+			done := adamVec(ps, gs, ms, vs, lanes, wd != 0)
+			ps, gs, ms, vs = ps[done:], gs[done:], ms[done:], vs[done:]
+		}
 		for i, pv := range ps {
 			gv := gs[i]
 			if scale != 1 {
@@ -360,6 +371,10 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 		}
 	})
 }
+
+// adamLanes are adamStep's float32 coefficients, each in 8 lanes for the
+// AVX2 kernel: scale, wd, 1−β1, β2, 1−β2, lr/bc1, √bc2, eps.
+type adamLanes [8][8]float32
 
 // sumSquares implements kernels.sumSquares.
 func (d *cpuDevice) sumSquares(x *Tensor) (float64, error) {

@@ -543,7 +543,7 @@ func (d *cpuDevice) bmm(ta, tb bool, batch, m, n, k int, a *Tensor, na int, b *T
 			first := !acc
 			for i := j; i < batch && !stopped(c.stop); i += nc {
 				ai, bi := i%na, i%nb
-				d.gemmStop(c.stop, ta, tb, m, n, k, x[ai*sa:(ai+1)*sa], y[bi*sb:(bi+1)*sb], cj, !first)
+				d.gemmStop(c.stop, ta, tb, m, n, k, x[ai*sa:(ai+1)*sa], y[bi*sb:(bi+1)*sb], cj, !first, nil)
 				first = false
 			}
 		}
@@ -563,7 +563,7 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 	return d.parallelFor(out.stop, a.b*a.h, max(1, gemmMinWork/max(1, work)), func(lo, hi int) {
 		for bh := lo; bh < hi && !stopped(out.stop); bh++ {
 			p := pp[bh*sp : (bh+1)*sp]
-			d.gemmStop(out.stop, false, true, a.tq, a.tk, a.d, qq[bh*sq:(bh+1)*sq], kk[bh*sk:(bh+1)*sk], p, false)
+			d.gemmStop(out.stop, false, true, a.tq, a.tk, a.d, qq[bh*sq:(bh+1)*sq], kk[bh*sk:(bh+1)*sk], p, false, nil)
 			var mrow []byte
 			if mb != nil {
 				b := bh / a.h
@@ -604,7 +604,7 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 					row[j] = float32(float64(row[j]) * inv)
 				}
 			}
-			d.gemmStop(out.stop, false, false, a.tq, a.dv, a.tk, p, vv[bh*sv:(bh+1)*sv], oo[bh*so:(bh+1)*so], false)
+			d.gemmStop(out.stop, false, false, a.tq, a.dv, a.tk, p, vv[bh*sv:(bh+1)*sv], oo[bh*so:(bh+1)*so], false, nil)
 		}
 	})
 }
@@ -622,12 +622,12 @@ func (d *cpuDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor, 
 		for bh := lo; bh < hi && !stopped(stop); bh++ {
 			p, gb := pp[bh*sp:(bh+1)*sp], g[bh*so:(bh+1)*so]
 			if gv != nil {
-				d.gemmStop(stop, true, false, a.tk, a.dv, a.tq, p, gb, gv.f32()[bh*sv:(bh+1)*sv], false)
+				d.gemmStop(stop, true, false, a.tk, a.dv, a.tq, p, gb, gv.f32()[bh*sv:(bh+1)*sv], false, nil)
 			}
 			if gq == nil && gk == nil {
 				continue
 			}
-			d.gemmStop(stop, false, true, a.tq, a.tk, a.dv, gb, vv[bh*sv:(bh+1)*sv], ds, false)
+			d.gemmStop(stop, false, true, a.tq, a.tk, a.dv, gb, vv[bh*sv:(bh+1)*sv], ds, false, nil)
 			for i := range a.tq {
 				if stopped(stop) {
 					return
@@ -642,10 +642,10 @@ func (d *cpuDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor, 
 				}
 			}
 			if gq != nil {
-				d.gemmStop(stop, false, false, a.tq, a.d, a.tk, ds, kk[bh*sk:(bh+1)*sk], gq.f32()[bh*sq:(bh+1)*sq], false)
+				d.gemmStop(stop, false, false, a.tq, a.d, a.tk, ds, kk[bh*sk:(bh+1)*sk], gq.f32()[bh*sq:(bh+1)*sq], false, nil)
 			}
 			if gk != nil {
-				d.gemmStop(stop, true, false, a.tk, a.d, a.tq, ds, qq[bh*sq:(bh+1)*sq], gk.f32()[bh*sk:(bh+1)*sk], false)
+				d.gemmStop(stop, true, false, a.tk, a.d, a.tq, ds, qq[bh*sq:(bh+1)*sq], gk.f32()[bh*sk:(bh+1)*sk], false, nil)
 			}
 		}
 	})

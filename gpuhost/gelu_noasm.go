@@ -7,3 +7,6 @@ func geluForwardVec(y, x []float32) int { return 0 }
 
 // geluBackwardVec has no vector kernel in this build: it does nothing.
 func geluBackwardVec(gx, x, gy []float32) int { return 0 }
+
+// adamVec has no vector kernel in this build: it does nothing.
+func adamVec(p, g, m, v []float32, k *adamLanes, wd bool) int { return 0 }

@@ -95,8 +95,19 @@ func (d *cpuDevice) putBufs(g *gemmBufs) {
 // gemm implements kernels.gemm. It gives up early with errStopped once
 // c's stop is closed.
 func (d *cpuDevice) gemm(ta, tb bool, m, n, k int, a, b, c *Tensor, acc bool) error {
-	d.gemmStop(c.stop, ta, tb, m, n, k, a.f32(), b.f32(), c.f32(), acc)
+	d.gemmStop(c.stop, ta, tb, m, n, k, a.f32(), b.f32(), c.f32(), acc, nil)
 	if stopped(c.stop) {
+		return errStopped
+	}
+	return nil
+}
+
+// linear computes y = x·wᵀ + bias (x m×k, w n×k, bias n values) with the
+// bias added in the GEMM's epilogue, while each tile is still in
+// registers, rather than in a second pass over y.
+func (d *cpuDevice) linear(m, n, k int, x, w, bias, y *Tensor) error {
+	d.gemmStop(y.stop, false, true, m, n, k, x.f32(), w.f32(), y.f32(), false, bias.f32())
+	if stopped(y.stop) {
 		return errStopped
 	}
 	return nil
@@ -105,24 +116,48 @@ func (d *cpuDevice) gemm(ta, tb bool, m, n, k int, a, b, c *Tensor, acc bool) er
 // gemmF32 computes c (+)= op(a)·op(b) on slices, splitting the larger of m
 // and n across the device's threads.
 func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc bool) {
-	d.gemmStop(nil, ta, tb, m, n, k, a, b, c, acc)
+	d.gemmStop(nil, ta, tb, m, n, k, a, b, c, acc, nil)
 }
 
-// gemmStop is gemmF32 that leaves c half-written once stop is closed.
-func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool) {
+// gemmStop is gemmF32 that leaves c half-written once stop is closed, and
+// adds bias (n values, or nil) to every row of c.
+func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool, bias []float32) {
 	if m <= 0 || n <= 0 {
 		return
 	}
-	if k <= 0 {
-		if !acc {
+	if k <= 0 || d.sgemm != nil || d.path == pathGo || m*n*k <= gemmTinyWork {
+		// Paths without a bias epilogue: a second pass.
+		switch {
+		case k <= 0 && !acc:
 			clear(c[:m*n])
+		case k <= 0:
+		case d.sgemm != nil:
+			d.sgemm(d.threads, ta, tb, m, n, k, a, b, c, acc)
+		default:
+			d.gemmSplit(stop, ta, tb, m, n, k, a, b, c, acc, nil)
+		}
+		if bias != nil && !stopped(stop) {
+			addRows(c[:m*n], bias[:n])
 		}
 		return
 	}
-	if d.sgemm != nil {
-		d.sgemm(d.threads, ta, tb, m, n, k, a, b, c, acc)
-		return
+	d.gemmSplit(stop, ta, tb, m, n, k, a, b, c, acc, bias)
+}
+
+// addRows adds bias to each row of c.
+func addRows(c, bias []float32) {
+	for len(c) >= len(bias) {
+		row := c[:len(bias)]
+		for j, v := range bias {
+			row[j] += v
+		}
+		c = c[len(bias):]
 	}
+}
+
+// gemmSplit splits the larger of m and n across the device's threads; the
+// assembly paths add bias in their epilogue.
+func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool, bias []float32) {
 	lda, ldb := k, n
 	if ta {
 		lda = m
@@ -135,8 +170,11 @@ func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, 
 		return
 	}
 	mr, nr := goMR, goNR
-	if d.asm {
+	switch d.path {
+	case pathAVX2:
 		mr, nr = asmMR, asmNR
+	case pathAVX512:
+		mr, nr = zmmMR, zmmNR
 	}
 	workers := min(d.threads, max(1, m*n*k/max(d.minWork, 1)))
 	splitN := n >= m
@@ -146,7 +184,7 @@ func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, 
 	}
 	workers = min(workers, units)
 	if workers <= 1 {
-		d.gemmSerial(stop, ta, tb, m, n, k, a, lda, b, ldb, c, n, acc)
+		d.gemmSerial(stop, ta, tb, m, n, k, a, lda, b, ldb, c, n, acc, bias)
 		return
 	}
 	var wg sync.WaitGroup
@@ -160,14 +198,18 @@ func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, 
 				if tb {
 					bo = lo * ldb
 				}
-				d.gemmSerial(stop, ta, tb, m, hi-lo, k, a, lda, b[bo:], ldb, c[lo:], n, acc)
+				var bb []float32
+				if bias != nil {
+					bb = bias[lo:hi]
+				}
+				d.gemmSerial(stop, ta, tb, m, hi-lo, k, a, lda, b[bo:], ldb, c[lo:], n, acc, bb)
 			} else {
 				hi := min(hi, m)
 				ao := lo * lda // row lo of op(A)
 				if ta {
 					ao = lo
 				}
-				d.gemmSerial(stop, ta, tb, hi-lo, n, k, a[ao:], lda, b, ldb, c[lo*n:], n, acc)
+				d.gemmSerial(stop, ta, tb, hi-lo, n, k, a[ao:], lda, b, ldb, c[lo*n:], n, acc, bias)
 			}
 		}
 		if w == workers-1 {
@@ -181,17 +223,26 @@ func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, 
 
 // gemmSerial computes the m×n block of c at c[0] (row stride ldc) on the
 // calling goroutine.
-func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
+func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
 	bufs := d.getBufs()
 	bufs.stop = stop
 	defer func() {
 		bufs.stop = nil
 		d.putBufs(bufs)
 	}()
-	if d.asm {
-		gemmSerialAsm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc)
+	if d.path != pathGo && !ta && tb && m <= dotMaxM {
+		gemmDotSerial(m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
 		return
 	}
+	switch d.path {
+	case pathAVX2:
+		gemmSerialAsm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+		return
+	case pathAVX512:
+		gemmSerialZmm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+		return
+	}
+	// gemmStop adds the bias of this path in a second pass.
 	gemmSerialGo(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc)
 }
 

@@ -4,17 +4,29 @@ package gpuhost
 
 import "golang.org/x/sys/cpu"
 
-// gemmHaveAsm reports whether this CPU runs the AVX2/FMA kernel; x/sys/cpu
-// also checks that the OS saves the YMM registers.
-var gemmHaveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+// gemmHaveAsm reports whether this CPU runs the AVX2/FMA kernel, and
+// gemmHaveAVX512 the AVX-512F one; x/sys/cpu also checks that the OS
+// saves the YMM and ZMM registers.
+var (
+	gemmHaveAsm    = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	gemmHaveAVX512 = gemmHaveAsm && cpu.X86.HasAVX512F
+)
 
 // gemmKernel6x16 computes the 6×16 product of a packed A panel (6 values
 // per k) and a packed B panel (16 values per k) over kc steps, and stores
-// it into c (row stride ldc floats), or adds it to c when add is set.
+// it into c (row stride ldc floats), or adds it to c when add is set; then
+// it adds bias[0:16] to each row unless bias is nil. bs is unused (the
+// 16-wide kernel reads one B panel). Implemented in gemm_amd64.s.
+//
+//go:noescape
+func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+
+// gemmKernel14x32 is gemmKernel6x16 for a 14×32 tile with AVX-512F: the
+// 32 columns of B come from two 16-wide panels, at b and bs floats on.
 // Implemented in gemm_amd64.s.
 //
 //go:noescape
-func gemmKernel6x16(kc int, a, b, c *float32, ldc int, add bool)
+func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
 
 // packBTrans16 packs 16 rows of src (row stride ldb floats) into a
 // k-major panel: dst[(8g+k)·16 + r] = src[r·ldb + 8g+k] for g < groups,
@@ -29,3 +41,9 @@ func packBTrans16(groups int, src *float32, ldb int, dst *float32)
 //
 //go:noescape
 func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int)
+
+// gemmDot3x4 sets out[4i+j] to the dot product of xi and wj over k values,
+// k a multiple of 8. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)

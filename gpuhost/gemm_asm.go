@@ -1,87 +1,134 @@
 package gpuhost
 
-// The AVX2/FMA path: a 6×16 register tile (12 YMM accumulators, two YMM
-// loads of B and six broadcasts of A per k) and BLIS-style blocking for
-// Zen-class cores. A B panel (KC·NR floats, 16 KB) stays in L1 while the
-// micro-kernel walks the MC×KC A block (144 KB) in L2; the KC×NC B block
-// streams from L3. Panels of a B block are 64 bytes apart: at exactly
-// 16 KB spacing, consecutive panels fell into the same cache sets.
+import "sync"
+
+// The assembly paths: a register tile (6×16 on AVX2, 12 YMM accumulators;
+// 14×32 on AVX-512, 28 ZMM accumulators) and BLIS-style blocking sized from
+// the machine's caches (blockingFor). A B panel (KC·NR floats) stays in L1
+// while the micro-kernel walks the MC×KC A block in L2; the KC×NC B block
+// streams from L3. B is packed in 16-wide panels whatever NR is (the
+// 32-wide kernel reads two), and panels are 64 bytes more than their size
+// apart: at exactly 16 KB spacing, consecutive panels fell into the same
+// cache sets.
 const (
 	asmMR   = 6
 	asmNR   = 16
-	asmKC   = 256
-	asmMC   = 144
-	asmNC   = 4096
+	zmmMR   = 14
+	zmmNR   = 32
 	asmBPad = 16 // floats between B panels
-
-	// asmFuseNC is the number of columns of B that the first A block
-	// packs and uses at once (8 panels, 128 KB at KC=256).
-	asmFuseNC = 128
 
 	// asmShallowKC is the k depth below which the macro-kernel walks c
 	// by rows of tiles rather than by columns.
 	asmShallowKC = 32
+
+	// asmMaxTile bounds mr·nr of every kernel, for the edge-tile buffer.
+	asmMaxTile = zmmMR * zmmNR
+)
+
+// asmKernel is a micro-kernel with its blocking.
+type asmKernel struct {
+	mr, nr int
+	gemmBlocking
+	// fn computes the mr×nr tile of a packed A panel by packed B (16-wide
+	// panels bs floats apart) over kc, stores it into c (row stride ldc)
+	// or adds it when add is set, and then adds bias[0:nr] to each row
+	// unless bias is nil.
+	fn func(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+}
+
+var (
+	avx2Kernel = sync.OnceValue(func() *asmKernel {
+		return &asmKernel{mr: asmMR, nr: asmNR, gemmBlocking: blockingFor(machineCaches(), asmMR, asmNR), fn: gemmKernel6x16}
+	})
+	avx512Kernel = sync.OnceValue(func() *asmKernel {
+		return &asmKernel{mr: zmmMR, nr: zmmNR, gemmBlocking: blockingFor(machineCaches(), zmmMR, zmmNR), fn: gemmKernel14x32}
+	})
 )
 
 // gemmSerialAsm computes the m×n block of c at c[0] (row stride ldc) with
-// the assembly micro-kernel.
-func gemmSerialAsm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
-	// Even k blocks: k = 300 runs as 150+150, not 256+44.
-	kBlocks := (k + asmKC - 1) / asmKC
+// the AVX2 micro-kernel.
+func gemmSerialAsm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
+	avx2Kernel().serial(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+}
+
+// gemmSerialZmm is gemmSerialAsm with the AVX-512 micro-kernel.
+func gemmSerialZmm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
+	avx512Kernel().serial(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+}
+
+// serial computes the m×n block of c at c[0] (row stride ldc); bias, when
+// not nil, holds n values added to every row.
+func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
+	mr, nr := kn.mr, kn.nr
+	// Even k blocks: k = 300 runs as 150+150, not 256+44. Even m blocks
+	// too: m = 256 runs as 132+124, not 168+88, and never ends in a
+	// sliver that streams all of packed B for a few rows.
+	kBlocks := (k + kn.kc - 1) / kn.kc
 	kcMax := (k + kBlocks - 1) / kBlocks
-	ncMax := (min(asmNC, n) + asmNR - 1) / asmNR * asmNR
-	mcMax := (min(asmMC, m) + asmMR - 1) / asmMR * asmMR
-	ap, bp := bufs.get(mcMax*kcMax, ncMax/asmNR*(kcMax*asmNR+asmBPad))
-	var t [asmMR * asmNR]float32
+	ncMax := (min(kn.nc, n) + nr - 1) / nr * nr
+	mBlocks := (m + kn.mc - 1) / kn.mc
+	mcMax := ((m+mBlocks-1)/mBlocks + mr - 1) / mr * mr
 	bs := kcMax*asmNR + asmBPad
-	for jc := 0; jc < n; jc += asmNC {
-		nc := min(asmNC, n-jc)
+	// One panel of slack: a 32-wide tile at the right edge reads a
+	// second panel that packing did not fill.
+	ap, bp := bufs.get(mcMax*kcMax, (ncMax/asmNR+1)*bs)
+	var t [asmMaxTile]float32
+	for jc := 0; jc < n; jc += kn.nc {
+		nc := min(kn.nc, n-jc)
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
 			add := acc || pc > 0
-			for ic := 0; ic < m; ic += asmMC {
+			var bb []float32
+			if bias != nil && pc+kc == k {
+				bb = bias[jc : jc+nc]
+			}
+			for ic := 0; ic < m; ic += mcMax {
 				if bufs.stopped() {
 					return
 				}
-				mc := min(asmMC, m-ic)
-				packAAsm(ap, a, lda, ta, ic, pc, mc, kc)
+				mc := min(mcMax, m-ic)
+				packAAsm(ap, a, lda, ta, ic, pc, mc, kc, mr)
 				cb := c[ic*ldc+jc:]
 				if ic > 0 {
-					macroKernelAsm(mc, nc, kc, bs, ap, bp, cb, ldc, add, &t)
+					kn.macro(mc, nc, kc, bs, ap, bp, cb, ldc, add, bb, &t)
 					continue
 				}
 				// The first A block packs B a few panels at a time, just
 				// before it uses them, while they are still in L2: for
 				// m ≤ MC, packed B never goes back to memory.
-				for jr := 0; jr < nc; jr += asmFuseNC {
-					nr := min(asmFuseNC, nc-jr)
+				for jr := 0; jr < nc; jr += kn.fuseNC {
+					w := min(kn.fuseNC, nc-jr)
 					pan := bp[jr/asmNR*bs:]
-					packBAsm(pan, b, ldb, tb, pc, jc+jr, kc, nr, bs)
-					macroKernelAsm(mc, nr, kc, bs, ap, pan, cb[jr:], ldc, add, &t)
+					packBAsm(pan, b, ldb, tb, pc, jc+jr, kc, w, bs)
+					var bj []float32
+					if bb != nil {
+						bj = bb[jr:]
+					}
+					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, bj, &t)
 				}
 			}
 		}
 	}
 }
 
-// packAAsm packs the mc×kc block of op(A) at (ic, pc) into 6-high panels,
-// each laid out k-major (6 values per k) and zero-padded to 6 rows.
-func packAAsm(dst, a []float32, lda int, ta bool, ic, pc, mc, kc int) {
-	for ir := 0; ir < mc; ir += asmMR {
-		mr := min(asmMR, mc-ir)
-		p := dst[ir*kc : (ir+asmMR)*kc]
+// packAAsm packs the mc×kc block of op(A) at (ic, pc) into mr-high panels,
+// each laid out k-major (mr values per k) and zero-padded to mr rows.
+func packAAsm(dst, a []float32, lda int, ta bool, ic, pc, mc, kc, mr int) {
+	for ir := 0; ir < mc; ir += mr {
+		rows := min(mr, mc-ir)
+		p := dst[ir*kc : (ir+mr)*kc]
 		switch {
-		case ta && mr == asmMR:
-			// op(A)(i, k) = a[k·lda + i]: each k gives 6 adjacent values.
+		case ta && rows == mr:
+			// op(A)(i, k) = a[k·lda + i]: each k gives mr adjacent values.
 			for kk := range kc {
-				*(*[asmMR]float32)(p[kk*asmMR:]) = *(*[asmMR]float32)(a[(pc+kk)*lda+ic+ir:])
+				copy(p[kk*mr:(kk+1)*mr], a[(pc+kk)*lda+ic+ir:])
 			}
 		case ta:
 			for kk := range kc {
-				q := p[kk*asmMR : (kk+1)*asmMR]
-				clear(q[copy(q, a[(pc+kk)*lda+ic+ir:][:mr]):])
+				q := p[kk*mr : (kk+1)*mr]
+				clear(q[copy(q, a[(pc+kk)*lda+ic+ir:][:rows]):])
 			}
-		case mr == asmMR:
+		case rows == asmMR && mr == asmMR:
 			base := (ic+ir)*lda + pc
 			r0 := a[base:][:kc]
 			r1 := a[base+lda:][:kc]
@@ -93,12 +140,22 @@ func packAAsm(dst, a []float32, lda int, ta bool, ic, pc, mc, kc int) {
 				q := (*[asmMR]float32)(p[kk*asmMR:])
 				q[0], q[1], q[2], q[3], q[4], q[5] = r0[kk], r1[kk], r2[kk], r3[kk], r4[kk], r5[kk]
 			}
+		case rows == mr && mr%2 == 0:
+			// Two rows at a time: mr/2 passes over a's rows.
+			for r := 0; r < mr; r += 2 {
+				s0 := a[(ic+ir+r)*lda+pc:][:kc]
+				s1 := a[(ic+ir+r+1)*lda+pc:][:kc]
+				for kk := range kc {
+					q := (*[2]float32)(p[kk*mr+r:])
+					q[0], q[1] = s0[kk], s1[kk]
+				}
+			}
 		default:
 			clear(p)
-			for r := range mr {
+			for r := range rows {
 				src := a[(ic+ir+r)*lda+pc:][:kc]
 				for kk, v := range src {
-					p[kk*asmMR+r] = v
+					p[kk*mr+r] = v
 				}
 			}
 		}
@@ -171,50 +228,69 @@ func packBTrans(p, b []float32, ldb, kc, nr int) {
 	}
 }
 
-// macroKernelAsm multiplies a packed mc×kc A block by a packed kc×nc B
-// block (panels bs floats apart) into c, storing or, when add is set, adding. Edge tiles go
+// macro multiplies a packed mc×kc A block by a packed kc×nc B block
+// (16-wide panels bs floats apart) into c, storing or, when add is set,
+// adding, and then adding bias (nc values, or nil). Edge tiles go
 // through t.
-func macroKernelAsm(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, t *[asmMR * asmNR]float32) {
+func (kn *asmKernel) macro(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, bias []float32, t *[asmMaxTile]float32) {
 	if kc < asmShallowKC {
 		// Little arithmetic per tile: walk c row-wise, so that its
 		// stores stream instead of striding down a column of tiles.
-		for ir := 0; ir < mc; ir += asmMR {
-			for jr := 0; jr < nc; jr += asmNR {
-				tileAsm(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, t)
+		for ir := 0; ir < mc; ir += kn.mr {
+			for jr := 0; jr < nc; jr += kn.nr {
+				kn.tile(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, bias, t)
 			}
 		}
 		return
 	}
-	for jr := 0; jr < nc; jr += asmNR {
-		for ir := 0; ir < mc; ir += asmMR {
-			tileAsm(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, t)
+	for jr := 0; jr < nc; jr += kn.nr {
+		for ir := 0; ir < mc; ir += kn.mr {
+			kn.tile(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, bias, t)
 		}
 	}
 }
 
-// tileAsm computes the tile of c at (ir, jr) from the A panel at row ir and
-// the B panel at column jr; edge tiles go through t.
-func tileAsm(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, t *[asmMR * asmNR]float32) {
-	nr := min(asmNR, nc-jr)
-	mr := min(asmMR, mc-ir)
-	bpan := bp[jr/asmNR*bs:][:kc*asmNR]
-	apan := ap[ir*kc:][:kc*asmMR]
-	if mr == asmMR && nr == asmNR {
+// tile computes the tile of c at (ir, jr) from the A panel at row ir and
+// the B panels from column jr; edge tiles go through t.
+func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, bias []float32, t *[asmMaxTile]float32) {
+	mr, nr := kn.mr, kn.nr
+	w := min(nr, nc-jr)
+	rows := min(mr, mc-ir)
+	// The kernel reads nr/16 panels from here; the buffer has one of
+	// slack past the last packed panel (serial).
+	bpan := bp[jr/asmNR*bs:][:(nr/asmNR-1)*bs+kc*asmNR]
+	apan := ap[ir*kc:][:kc*mr]
+	if rows == mr && w == nr {
 		// The slice proves that the whole tile is inside c.
-		tile := c[ir*ldc+jr:][:(asmMR-1)*ldc+asmNR]
-		gemmKernel6x16(kc, &apan[0], &bpan[0], &tile[0], ldc, add)
+		tile := c[ir*ldc+jr:][:(mr-1)*ldc+nr]
+		var bv *float32
+		if bias != nil {
+			bv = &bias[jr:][:nr][0]
+		}
+		kn.fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add)
 		return
 	}
-	gemmKernel6x16(kc, &apan[0], &bpan[0], &t[0], asmNR, false)
-	for r := range mr {
-		row := c[(ir+r)*ldc+jr:][:nr]
-		tr := t[r*asmNR:][:nr]
-		if !add {
+	kn.fn(kc, &apan[0], &bpan[0], &t[0], nr, bs, nil, false)
+	for r := range rows {
+		row := c[(ir+r)*ldc+jr:][:w]
+		tr := t[r*nr:][:w]
+		switch {
+		case add && bias != nil:
+			bb := bias[jr:][:w]
+			for j, v := range tr {
+				row[j] = row[j] + v + bb[j]
+			}
+		case add:
+			for j, v := range tr {
+				row[j] += v
+			}
+		case bias != nil:
+			bb := bias[jr:][:w]
+			for j, v := range tr {
+				row[j] = v + bb[j]
+			}
+		default:
 			copy(row, tr)
-			continue
-		}
-		for j, v := range tr {
-			row[j] += v
 		}
 	}
 }

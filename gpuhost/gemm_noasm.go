@@ -2,12 +2,21 @@
 
 package gpuhost
 
-// gemmHaveAsm is false: this build has only the portable kernel.
-const gemmHaveAsm = false
+// gemmHaveAsm and gemmHaveAVX512 are false: this build has only the
+// portable kernel.
+const (
+	gemmHaveAsm    = false
+	gemmHaveAVX512 = false
+)
 
 // gemmKernel6x16 exists so that gemm_asm.go compiles; it is never called
 // because gemmHaveAsm is false.
-func gemmKernel6x16(kc int, a, b, c *float32, ldc int, add bool) {
+func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
+	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}
+
+// gemmKernel14x32 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
@@ -19,4 +28,9 @@ func packBTrans16(groups int, src *float32, ldb int, dst *float32) {
 // packBRows16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
 func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int) {
 	panic("BUG: gpuhost: assembly GEMM packing called in a build without it")
+}
+
+// gemmDot3x4 exists so that gemm_dot.go compiles; see gemmKernel6x16.
+func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32) {
+	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }

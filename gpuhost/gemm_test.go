@@ -61,28 +61,32 @@ func relErr(got []float32, want []float64) float64 {
 // gemmVariant is one way the CPU device can run a GEMM.
 type gemmVariant struct {
 	name    string
-	asm     bool
+	path    gemmPath
 	threads int
 }
 
-// gemmVariants lists the kernels (assembly where the CPU has AVX2 and FMA,
-// and always the portable one) at 1 to 3 threads.
+// gemmVariants lists every path this CPU and build run (gemmPaths: the
+// AVX-512 and AVX2 kernels where the CPU has them, always the portable
+// one) at 1 to 3 threads.
 func gemmVariants(t testing.TB) []gemmVariant {
 	var vs []gemmVariant
-	for _, asm := range []bool{true, false} {
-		if asm && !gemmHaveAsm {
-			t.Log("no AVX2/FMA: testing the portable kernel only")
-			continue
-		}
-		kernel := "go"
-		if asm {
-			kernel = "asm"
-		}
+	ps := gemmPaths()
+	t.Logf("GEMM paths on this CPU and build: %v", ps)
+	for _, p := range ps {
 		for threads := 1; threads <= 3; threads++ {
-			vs = append(vs, gemmVariant{name: fmt.Sprintf("%s/threads=%d", kernel, threads), asm: asm, threads: threads})
+			vs = append(vs, gemmVariant{name: fmt.Sprintf("%v/threads=%d", p, threads), path: p, threads: threads})
 		}
 	}
 	return vs
+}
+
+// device returns a CPU device on v's path that splits even small products.
+func (v gemmVariant) device() *cpuDevice {
+	d := NewCPU(v.threads).(*cpuDevice)
+	d.path = v.path
+	d.asm = gemmHaveAsm && v.path != pathGo
+	d.minWork = 1
+	return d
 }
 
 func TestGemmMatchesNaive(t *testing.T) {
@@ -101,11 +105,18 @@ func TestGemmMatchesNaive(t *testing.T) {
 			shapes = append(shapes, shape{m, n, k})
 		}
 	}
-	// Blocks larger than MC, NC and KC, split by M and by N, and an
-	// attention-sized product.
+	// Blocks larger than MC, NC and KC of each kernel, split by M and by
+	// N, and an attention-sized product.
+	for _, kn := range []*asmKernel{avx2Kernel(), avx512Kernel()} {
+		shapes = append(shapes,
+			shape{kn.mc + goMC + 5, 9, 2*kn.kc + 3},
+			shape{3, kn.nc + 17, 5},
+			shape{kn.mr + 1, kn.fuseNC + kn.nr + 3, 40},
+		)
+	}
 	shapes = append(shapes,
-		shape{asmMC + goMC + 5, 9, 2*asmKC + 3},
-		shape{3, asmNC + 17, 5},
+		shape{dotMaxM - 1, 21, 40}, // the dot path's largest m, and past it
+		shape{dotMaxM + 1, 33, 9},
 		shape{7, goNC + 5, 9},
 		shape{200, 2, 33},
 		shape{128, 64, 128},
@@ -132,9 +143,7 @@ func TestGemmMatchesNaive(t *testing.T) {
 				const guard = 32
 				c := make([]float32, s.m*s.n+guard)
 				for _, v := range variants {
-					d := NewCPU(v.threads).(*cpuDevice)
-					d.asm = v.asm
-					d.minWork = 1 // split even small products
+					d := v.device()
 					for _, acc := range []bool{false, true} {
 						copy(c, c0)
 						for i := range guard {

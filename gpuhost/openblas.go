@@ -22,3 +22,7 @@ func NewOpenBLAS(threads int) Device {
 	d.sgemm = openblas.Sgemm
 	return d
 }
+
+// openBLASConfig returns the kernel OpenBLAS chose for this CPU and its
+// build configuration, for the kernel table.
+func openBLASConfig() (core, config string) { return openblas.Config() }

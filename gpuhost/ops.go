@@ -843,6 +843,9 @@ func forward(dev Device, rec *record) error {
 	case abi.OpMatMul:
 		return dev.gemm(rec.ta, rec.tb, rec.m, rec.n, rec.k, a[0], a[1], out, false)
 	case abi.OpLinear:
+		if l, ok := dev.(fusedLinear); ok && len(a) == 3 {
+			return l.linear(rec.m, rec.n, rec.k, a[0], a[1], a[2], out)
+		}
 		if err := dev.gemm(false, true, rec.m, rec.n, rec.k, a[0], a[1], out, false); err != nil {
 			return err
 		}
@@ -923,6 +926,12 @@ func forward(dev Device, rec *record) error {
 		return nil
 	}
 	panic("BUG: forward of unprepared op " + rec.op.String())
+}
+
+// fusedLinear is a device whose GEMM adds a linear layer's bias in its
+// epilogue (the CPU device).
+type fusedLinear interface {
+	linear(m, n, k int, x, w, bias, y *Tensor) error
 }
 
 // checkArg checks that t is a tensor on dev of the dtype kind wants.

@@ -5,7 +5,10 @@ FeedforwardBlock is hivemind's (hivemind/moe/server/layers/common.py):
 LayerNorm(x + Linear(4h→h)(gelu_fast(Linear(h→4h)(x)))), LayerNorm eps 1e-12.
 "fwd" is a forward under torch.no_grad(); "fwdbwd" is hivemind's
 ExpertBackend.backward: a forward with grad, backward of random
-grad_outputs, then an Adam step and zero_grad.
+grad_outputs, then an Adam step and zero_grad. "script_fwd" and
+"script_fwdbwd" run the same on torch.jit.script of the block (a copy of
+the eager one's parameters, with its own Adam): TorchScript's fuser
+joins the elementwise ops of gelu_fast, which eager runs one by one.
 
 Each line read from stdin ("round <seconds>") runs one measurement round of
 both modes and prints one JSON line with samples/s; EOF ends the process.
@@ -70,17 +73,34 @@ def main():
     x = torch.randn(args.batch, args.hidden)
     gy = torch.randn(args.batch, args.hidden)
 
-    def fwd():
-        with torch.no_grad():
-            expert(x)
+    scripted = FeedforwardBlock(args.hidden)
+    scripted.load_state_dict(expert.state_dict())
+    scripted = torch.jit.script(scripted)
+    sopt = torch.optim.Adam(scripted.parameters())
 
-    def fwdbwd():
-        inp = x.detach().requires_grad_(True)
-        out = expert(inp)
-        torch.autograd.backward([out], [gy])
-        opt.step()
-        opt.zero_grad()
-        return inp.grad
+    def fwd_of(model):
+        def fwd():
+            with torch.no_grad():
+                model(x)
+        return fwd
+
+    def fwdbwd_of(model, opt):
+        def fwdbwd():
+            inp = x.detach().requires_grad_(True)
+            out = model(inp)
+            torch.autograd.backward([out], [gy])
+            opt.step()
+            opt.zero_grad()
+            return inp.grad
+        return fwdbwd
+
+    fwd, fwdbwd = fwd_of(expert), fwdbwd_of(expert, opt)
+    sfwd, sfwdbwd = fwd_of(scripted), fwdbwd_of(scripted, sopt)
+    # The profiling executor optimises a scripted module after a few
+    # calls: warm it up before any round is timed.
+    for _ in range(3):
+        sfwd()
+        sfwdbwd()
 
     def one(seconds):
         res = {
@@ -88,8 +108,10 @@ def main():
             "threads": torch.get_num_threads(),
             "fwd": rate(fwd, args.batch, seconds),
             "fwdbwd": rate(fwdbwd, args.batch, seconds),
+            "script_fwd": rate(sfwd, args.batch, seconds),
+            "script_fwdbwd": rate(sfwdbwd, args.batch, seconds),
         }
-        assert all(math.isfinite(v) for v in (res["fwd"], res["fwdbwd"]))
+        assert all(math.isfinite(res[k]) for k in ("fwd", "fwdbwd", "script_fwd", "script_fwdbwd"))
         print(json.dumps(res), flush=True)
 
     if args.once:

@@ -9,3 +9,9 @@ package benchenv
 // measure the size classes against it in one run; nothing else should set
 // it.
 const ExactPool = "MOEHOST_BENCH_EXACT_POOL"
+
+// GEMM, set to avx2, avx512 or go, makes new CPU devices run that GEMM
+// path instead of the best one the CPU supports, so that tests can cover
+// every path and benchmarks can compare them. A path the CPU or build
+// lacks is refused with a log line. Nothing else should set it.
+const GEMM = "MOEHOST_GEMM"

@@ -1,8 +1,9 @@
 //go:build ignore
 
-// Command asmgen writes gpuhost/gemm_amd64.s, the AVX2/FMA GEMM
-// micro-kernel. The kernel is straight-line code unrolled by hand, so a
-// small generator keeps the repetition free of typos. From gpuhost/:
+// Command asmgen writes gpuhost/gemm_amd64.s: the GEMM micro-kernels
+// (AVX2/FMA 6×16 and AVX-512F 14×32) and the B packing they share. The
+// kernels are straight-line code unrolled by hand, so a small generator
+// keeps the repetition free of typos. From gpuhost/:
 //
 //	go run internal/asmgen/main.go > gemm_amd64.s
 package main
@@ -13,11 +14,29 @@ import (
 	"strings"
 )
 
-const (
-	mr = 6  // rows of the register tile: one broadcast of A each
-	nr = 16 // columns: two YMM registers of B
-	ku = 4  // k unroll
-)
+// kernel describes one register-tiled micro-kernel. Both multiply a
+// packed A panel (mr values per k, broadcast one at a time) by packed B
+// (nr values per k in vector registers) and keep the mr×nr tile of C in
+// registers. B comes in 16-wide panels bs floats apart; a 32-wide kernel
+// reads two adjacent panels, so that both kernels share the B packing.
+type kernel struct {
+	name  string
+	isa   string // comment: the instructions it needs
+	reg   string // "Y" (8 lanes) or "Z" (16 lanes)
+	lanes int
+	mr    int // rows of the tile: one broadcast of A each
+	vecs  int // vector registers of B per k: nr = vecs·lanes
+	ku    int // k unroll
+	xor   string
+}
+
+var kernels = []kernel{
+	// 12 YMM accumulators, 2 for B and 2 for broadcasts: all 16.
+	{name: "gemmKernel6x16", isa: "AVX2 and FMA", reg: "Y", lanes: 8, mr: 6, vecs: 2, ku: 4, xor: "VXORPS"},
+	// 28 ZMM accumulators, 2 for B and 2 for broadcasts: all 32. Per k,
+	// 2 loads of B and 14 broadcasts feed 28 FMAs.
+	{name: "gemmKernel14x32", isa: "AVX-512F", reg: "Z", lanes: 16, mr: 14, vecs: 2, ku: 4, xor: "VPXORD"},
+}
 
 func main() {
 	var w strings.Builder
@@ -28,52 +47,91 @@ func main() {
 	p("")
 	p(`#include "textflag.h"`)
 	p("")
-	p("// func gemmKernel6x16(kc int, a, b, c *float32, ldc int, add bool)")
+	for _, k := range kernels {
+		k.write(p)
+		p("")
+	}
+	dot(p)
+	p("")
+	transpose(p)
+	p("")
+	copyRows(p)
+	os.Stdout.WriteString(w.String())
+}
+
+// write emits the kernel: func name(kc int, a, b, c *float32, ldc, bs int,
+// bias *float32, add bool). It stores the tile into c (row stride ldc
+// floats), or adds it to c when add is set, and then adds bias[j] to
+// column j when bias is not nil: a linear layer's bias costs no pass of
+// its own over the output.
+func (k kernel) write(p func(string, ...any)) {
+	nr := k.vecs * k.lanes
+	acc := func(r, v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*r+v) }
+	bReg := func(v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+v) }
+	aReg := func(r int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+k.vecs+r%2) }
+	vb := 4 * k.lanes // bytes per vector
+	p("// func %s(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)", k.name)
 	p("//")
-	p("// Registers: Y0–Y11 accumulate the 6×16 tile (row r in Y2r, Y2r+1),")
-	p("// Y12–Y13 hold 16 values of B, Y14–Y15 a broadcast value of A.")
-	p("TEXT ·gemmKernel6x16(SB), NOSPLIT, $0-41")
+	p("// Needs %s. Registers: %s0–%s%d accumulate the %d×%d tile (row r in", k.isa, k.reg, k.reg, k.vecs*k.mr-1, k.mr, nr)
+	p("// %s%d·r onwards), %s–%s hold %d values of B, %s–%s a broadcast of A.",
+		k.reg, k.vecs, bReg(0), bReg(k.vecs-1), nr, aReg(0), aReg(1))
+	p("TEXT ·%s(SB), NOSPLIT, $0-57", k.name)
 	p("\tMOVQ kc+0(FP), CX")
 	p("\tMOVQ a+8(FP), AX")
 	p("\tMOVQ b+16(FP), BX")
 	p("\tMOVQ c+24(FP), DI")
 	p("\tMOVQ ldc+32(FP), DX")
+	p("\tMOVQ bs+40(FP), R11")
 	p("\tSHLQ $2, DX")
+	p("\tSHLQ $2, R11")
+	// bOff(v) addresses vector v of B: 16-wide panels, so vectors past
+	// the first panel come from the next one (R11 bytes on).
+	perPanel := 16 / k.lanes
+	bAddr := func(v, kk int) string {
+		off := kk*16*4 + (v%perPanel)*vb
+		if v/perPanel == 0 {
+			return fmt.Sprintf("%d(BX)", off)
+		}
+		return fmt.Sprintf("%d(BX)(R11*1)", off)
+	}
 	// Prefetch the C tile while the loop runs.
 	p("\tMOVQ DI, SI")
-	for r := range mr {
-		p("\tPREFETCHT0 (SI)")
-		p("\tPREFETCHT0 60(SI)")
-		if r < mr-1 {
+	for r := range k.mr {
+		for off := 0; off < 4*nr; off += 60 {
+			p("\tPREFETCHT0 %d(SI)", off)
+		}
+		if r < k.mr-1 {
 			p("\tADDQ DX, SI")
 		}
 	}
-	for r := range 2 * mr {
-		p("\tVXORPS Y%d, Y%d, Y%d", r, r, r)
+	for r := range k.mr {
+		for v := range k.vecs {
+			p("\t%s %s, %s, %s", k.xor, acc(r, v), acc(r, v), acc(r, v))
+		}
 	}
 	p("\tMOVQ CX, R8")
-	p("\tSHRQ $%d, R8", 2)
-	p("\tANDQ $%d, CX", ku-1)
+	p("\tSHRQ $%d, R8", log2(k.ku))
+	p("\tANDQ $%d, CX", k.ku-1)
 	p("\tTESTQ R8, R8")
 	p("\tJZ tail")
 	p("")
 	p("loop:")
 	step := func(s int) {
-		bo, ao := s*nr*4, s*mr*4
-		p("\tVMOVUPS %d(BX), Y12", bo)
-		p("\tVMOVUPS %d(BX), Y13", bo+32)
-		for r := range mr {
-			y := 14 + r%2
-			p("\tVBROADCASTSS %d(AX), Y%d", ao+4*r, y)
-			p("\tVFMADD231PS Y12, Y%d, Y%d", y, 2*r)
-			p("\tVFMADD231PS Y13, Y%d, Y%d", y, 2*r+1)
+		for v := range k.vecs {
+			p("\tVMOVUPS %s, %s", bAddr(v, s), bReg(v))
+		}
+		for r := range k.mr {
+			p("\tVBROADCASTSS %d(AX), %s", (s*k.mr+r)*4, aReg(r))
+			for v := range k.vecs {
+				p("\tVFMADD231PS %s, %s, %s", bReg(v), aReg(r), acc(r, v))
+			}
 		}
 	}
-	for s := range ku {
+	for s := range k.ku {
 		step(s)
 	}
-	p("\tADDQ $%d, AX", ku*mr*4)
-	p("\tADDQ $%d, BX", ku*nr*4)
+	p("\tADDQ $%d, AX", k.ku*k.mr*4)
+	p("\tADDQ $%d, BX", k.ku*16*4)
 	p("\tDECQ R8")
 	p("\tJNZ loop")
 	p("")
@@ -83,42 +141,110 @@ func main() {
 	p("")
 	p("tailloop:")
 	step(0)
-	p("\tADDQ $%d, AX", mr*4)
-	p("\tADDQ $%d, BX", nr*4)
+	p("\tADDQ $%d, AX", k.mr*4)
+	p("\tADDQ $%d, BX", 16*4)
 	p("\tDECQ CX")
 	p("\tJNZ tailloop")
 	p("")
 	p("done:")
-	p("\tMOVBLZX add+40(FP), R9")
+	p("\tMOVBLZX add+56(FP), R9")
+	p("\tTESTQ R9, R9")
+	p("\tJZ bias")
+	p("\tMOVQ DI, SI")
+	for r := range k.mr {
+		for v := range k.vecs {
+			p("\tVADDPS %d(SI), %s, %s", v*vb, acc(r, v), acc(r, v))
+		}
+		if r < k.mr-1 {
+			p("\tADDQ DX, SI")
+		}
+	}
+	p("")
+	p("bias:")
+	p("\tMOVQ bias+48(FP), R9")
 	p("\tTESTQ R9, R9")
 	p("\tJZ store")
-	for r := range mr {
-		p("\tVADDPS (DI), Y%d, Y%d", 2*r, 2*r)
-		p("\tVADDPS 32(DI), Y%d, Y%d", 2*r+1, 2*r+1)
-		p("\tVMOVUPS Y%d, (DI)", 2*r)
-		p("\tVMOVUPS Y%d, 32(DI)", 2*r+1)
-		if r < mr-1 {
-			p("\tADDQ DX, DI")
+	for v := range k.vecs {
+		p("\tVMOVUPS %d(R9), %s", v*vb, bReg(v))
+	}
+	for r := range k.mr {
+		for v := range k.vecs {
+			p("\tVADDPS %s, %s, %s", bReg(v), acc(r, v), acc(r, v))
 		}
 	}
-	p("\tVZEROUPPER")
-	p("\tRET")
 	p("")
 	p("store:")
-	for r := range mr {
-		p("\tVMOVUPS Y%d, (DI)", 2*r)
-		p("\tVMOVUPS Y%d, 32(DI)", 2*r+1)
-		if r < mr-1 {
+	for r := range k.mr {
+		for v := range k.vecs {
+			p("\tVMOVUPS %s, %d(DI)", acc(r, v), v*vb)
+		}
+		if r < k.mr-1 {
 			p("\tADDQ DX, DI")
 		}
 	}
 	p("\tVZEROUPPER")
 	p("\tRET")
+}
+
+func log2(n int) int {
+	s := 0
+	for n > 1 {
+		n >>= 1
+		s++
+	}
+	return s
+}
+
+// dot writes gemmDot3x4, the kernel of x·Wᵀ for a few rows of x: 12 dot
+// products of 3 rows of x with 4 rows of W, read where they lie. Packing
+// W (a transpose) costs more than the arithmetic when x has few rows.
+func dot(p func(string, ...any)) {
+	p("// func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)")
+	p("//")
+	p("// out[4i+j] = Σ_{p<k} xi[p]·wj[p] for k a multiple of 8. Needs AVX2 and")
+	p("// FMA. Y0–Y11 accumulate (row i, column j in Y4i+j), Y12–Y14 hold 8")
+	p("// values of x0–x2, Y15 8 values of one row of W.")
+	p("TEXT ·gemmDot3x4(SB), NOSPLIT, $0-72")
+	p("\tMOVQ k+0(FP), CX")
+	regs := []string{"AX", "BX", "DX", "SI", "DI", "R8", "R9"}
+	names := []string{"x0", "x1", "x2", "w0", "w1", "w2", "w3"}
+	for i, n := range names {
+		p("\tMOVQ %s+%d(FP), %s", n, 8+8*i, regs[i])
+	}
+	p("\tMOVQ out+64(FP), R10")
+	for r := range 12 {
+		p("\tVXORPS Y%d, Y%d, Y%d", r, r, r)
+	}
+	p("\tSHRQ $3, CX")
+	p("\tJZ dsum")
+	p("\tXORQ R11, R11")
 	p("")
-	transpose(p)
+	p("dloop:")
+	for i := range 3 {
+		p("\tVMOVUPS (%s)(R11*4), Y%d", regs[i], 12+i)
+	}
+	for j := range 4 {
+		p("\tVMOVUPS (%s)(R11*4), Y15", regs[3+j])
+		for i := range 3 {
+			p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+j)
+		}
+	}
+	p("\tADDQ $8, R11")
+	p("\tDECQ CX")
+	p("\tJNZ dloop")
 	p("")
-	copyRows(p)
-	os.Stdout.WriteString(w.String())
+	p("dsum:")
+	for i := range 3 {
+		a := 4 * i
+		p("\tVHADDPS Y%d, Y%d, Y%d", a+1, a, a)
+		p("\tVHADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
+		p("\tVHADDPS Y%d, Y%d, Y%d", a+2, a, a)
+		p("\tVEXTRACTF128 $1, Y%d, X%d", a, a+1)
+		p("\tVADDPS X%d, X%d, X%d", a+1, a, a)
+		p("\tVMOVUPS X%d, %d(R10)", a, 16*i)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
 }
 
 // transpose writes packBTrans16, which packs 16 rows of B (each a column

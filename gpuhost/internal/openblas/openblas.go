@@ -53,3 +53,10 @@ func Sgemm(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool) {
 		(*C.float)(unsafe.Pointer(&b[0])), C.blasint(ldb),
 		beta, (*C.float)(unsafe.Pointer(&c[0])), C.blasint(n))
 }
+
+// Config returns OpenBLAS's description of itself: the kernel it chose for
+// this CPU (openblas_get_corename, "Haswell", "Zen", "SkylakeX"…) and its
+// build configuration (openblas_get_config).
+func Config() (core, config string) {
+	return C.GoString(C.openblas_get_corename()), C.GoString(C.openblas_get_config())
+}

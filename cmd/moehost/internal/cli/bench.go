@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +32,7 @@ func benchCmd(stdout io.Writer) *cobra.Command {
 		clients, minRows, maxRows int
 		duration                  time.Duration
 		cmp                       compareFlags
+		child                     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -44,7 +50,12 @@ forward and forward+backward+Adam, and print samples/s with the ratios.
 dtype (inputs sent and outputs asked for in it) and prints the bytes per
 request and the throughput of each against the first. --module benchmarks
 another module (a .wasm file or a built-in) whose one input is float32
-[-1, hidden_dim].`,
+[-1, hidden_dim].
+
+--child serves the experts from a ` + "`moehost serve`" + ` child process instead,
+batching only, and adds its CPU time per request (from /proc) to the
+table: the load generator shares the cores, so requests/s alone would
+charge the server for the clients' work.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmp.on {
@@ -70,9 +81,35 @@ another module (a .wasm file or a built-in) whose one input is float32
 				lim  host.BatchLimits
 				dt   abi.DType
 			}
+			if cmp.prof != "" {
+				stopProf, err := startCPUProfile(cmp.prof)
+				if err != nil {
+					return err
+				}
+				defer stopProf()
+			}
 			var modes []mode
 			for _, dt := range wires {
 				modes = append(modes, mode{"batching " + dt.String(), host.BatchLimits{QueueSize: 1 << 16}, dt})
+			}
+			if child {
+				fmt.Fprintf(stdout, "%d clients, %d–%d rows per request, experts %s (%v, hidden_dim %d) on a `moehost serve` child, %v\n\n",
+					clients, minRows, maxRows, pattern, src, hiddenDim, duration)
+				fmt.Fprintln(stdout, loadgen.Header)
+				for _, m := range modes {
+					res, err := benchChild(cmd.Context(), pattern, module, dataDir, hiddenDim, loadgen.Config{
+						Experts: uids, Hidden: int(hiddenDim), Clients: clients,
+						MinRows: minRows, MaxRows: maxRows, Duration: duration, DType: m.dt,
+					})
+					if err != nil {
+						return fmt.Errorf("%s: %w", m.name, err)
+					}
+					fmt.Fprintln(stdout, res.Row(m.name+" (child)"))
+					if res.FirstError != nil {
+						fmt.Fprintf(os.Stderr, "%s: first error: %v\n", m.name, res.FirstError)
+					}
+				}
+				return nil
 			}
 			modes = append(modes, mode{"no batching (max 1) " + wires[0].String(), host.BatchLimits{MaxBatchSize: 1, QueueSize: 1 << 16}, wires[0]})
 			fmt.Fprintf(stdout, "%d clients, %d–%d rows per request, experts %s (%v, hidden_dim %d), %v per mode\n\n",
@@ -122,8 +159,51 @@ another module (a .wasm file or a built-in) whose one input is float32
 	f.DurationVar(&duration, "duration", 10*time.Second, "measured time per mode (plus a quarter of it to warm up)")
 	f.StringSliceVar(&dtypes, "dtype", []string{"float32"}, "wire dtypes to compare, comma-separated: float32, float16, bfloat16")
 	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
+	f.BoolVar(&child, "child", false, "serve from a `moehost serve` child process and report its CPU time per request")
 	cmp.register(f)
 	return cmd
+}
+
+// benchChild starts `moehost serve` (this executable) as a child on a free
+// loopback port, with no DHT, waits until it answers, drives it with cfg,
+// and reads its CPU time from /proc at both ends of the measured window.
+func benchChild(ctx context.Context, pattern, module, dataDir string, hidden int64, cfg loadgen.Config) (loadgen.Result, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return loadgen.Result{}, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return loadgen.Result{}, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.CommandContext(ctx, exe, "serve", "--listen", addr, "--data-dir", filepath.Join(dataDir, "bench-child"),
+		"--experts", pattern, "--module", module, "--hidden-dim", strconv.FormatInt(hidden, 10),
+		"--no-dht", "--log-level", "warn", "--queue-size", "65536")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return loadgen.Result{}, fmt.Errorf("starting moehost serve: %w", err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	ready := time.Now().Add(2 * time.Minute)
+	for {
+		err := checkBenchSchema(ctx, addr, cfg.Experts[0], hidden)
+		if err == nil {
+			break
+		}
+		if time.Now().After(ready) {
+			return loadgen.Result{}, fmt.Errorf("moehost serve did not answer on %s: %w", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cfg.Addr = addr
+	pid := cmd.Process.Pid
+	cfg.ServerCPU = func() (time.Duration, error) { return loadgen.ProcessCPU(pid) }
+	return loadgen.Run(ctx, cfg), nil
 }
 
 // benchMode serves the experts with lim and drives them with cfg.

@@ -33,22 +33,18 @@ func (c *compareFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&c.seconds, "seconds", 3*time.Second, "--compare: measured time per mode and round")
 	f.StringVar(&c.python, "python", "python3", "--compare: the Python interpreter with torch")
 	f.StringVar(&c.script, "torch-script", "scripts/bench_torch_ffn.py", "--compare: the PyTorch side; empty skips it")
-	f.StringVar(&c.prof, "cpuprofile", "", "--compare: write a CPU profile of the whole run to this file")
+	f.StringVar(&c.prof, "cpuprofile", "", "write a CPU profile of the whole run (this process: with --child, the load generator) to this file")
 	f.Float64Var(&c.minTorchGFLOPS, "min-torch-gflops", 20, "--compare: refuse to compare when torch's float32 GEMM runs below this many GFLOP/s (a reference BLAS)")
 }
 
 func runCompare(ctx context.Context, stdout io.Writer, c compareFlags, dataDir string, hidden int) error {
 	runtime.GOMAXPROCS(c.threads)
 	if c.prof != "" {
-		f, err := os.Create(c.prof)
+		stop, err := startCPUProfile(c.prof)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	fmt.Fprintf(stdout, "hivemind ffn, hidden %d, batch %d, %d threads, %d rounds of %v per mode and side\n\n",
 		hidden, c.batch, c.threads, c.rounds, c.seconds)
@@ -62,4 +58,20 @@ func runCompare(ctx context.Context, stdout io.Writer, c compareFlags, dataDir s
 	}
 	fmt.Fprintf(stdout, "\nbest round of each side; ratios are to PyTorch's best, and in brackets round by round\n%s", res.Table())
 	return nil
+}
+
+// startCPUProfile writes a CPU profile to path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -59,9 +59,11 @@ type Rates struct{ Fwd, FwdBwd float64 }
 
 // Result holds every round of every side.
 type Result struct {
-	Torch, InProc, RPC []Rates
-	TorchVersion       string
-	TorchGEMM          float64 // GFLOP/s of torch's 1024² float32 GEMM
+	// Torch is PyTorch eager, TorchScript torch.jit.script of the same
+	// block.
+	Torch, TorchScript, InProc, RPC []Rates
+	TorchVersion                    string
+	TorchGEMM                       float64 // GFLOP/s of torch's 1024² float32 GEMM
 }
 
 // Run measures cfg.Rounds rounds. progress, when not nil, gets a line per
@@ -97,12 +99,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Result, error) {
 
 	for r := range cfg.Rounds {
 		if torch != nil {
-			t, err := torch.round(cfg.Measure)
+			t, ts, err := torch.round(cfg.Measure)
 			if err != nil {
 				return res, err
 			}
 			res.Torch = append(res.Torch, t)
+			res.TorchScript = append(res.TorchScript, ts)
 			fmt.Fprintf(progress, "round %d torch     fwd %7.0f  fwd+bwd+adam %7.0f samples/s\n", r+1, t.Fwd, t.FwdBwd)
+			fmt.Fprintf(progress, "round %d scripted  fwd %7.0f  fwd+bwd+adam %7.0f samples/s\n", r+1, ts.Fwd, ts.FwdBwd)
 		}
 		l, err := local.round(ctx, cfg)
 		if err != nil {
@@ -335,15 +339,21 @@ func (p *torchProc) read(v any) error {
 	return json.Unmarshal(p.out.Bytes(), v)
 }
 
-func (p *torchProc) round(d time.Duration) (Rates, error) {
+// round measures one round of eager and scripted PyTorch.
+func (p *torchProc) round(d time.Duration) (eager, scripted Rates, err error) {
 	if _, err := fmt.Fprintf(p.in, "round %g\n", d.Seconds()); err != nil {
-		return Rates{}, fmt.Errorf("torch: %w", err)
+		return eager, scripted, fmt.Errorf("torch: %w", err)
 	}
-	var r struct{ Fwd, Fwdbwd float64 }
+	var r struct {
+		Fwd          float64 `json:"fwd"`
+		FwdBwd       float64 `json:"fwdbwd"`
+		ScriptFwd    float64 `json:"script_fwd"`
+		ScriptFwdBwd float64 `json:"script_fwdbwd"`
+	}
 	if err := p.read(&r); err != nil {
-		return Rates{}, fmt.Errorf("torch: %w", err)
+		return eager, scripted, fmt.Errorf("torch: %w", err)
 	}
-	return Rates{Fwd: r.Fwd, FwdBwd: r.Fwdbwd}, nil
+	return Rates{Fwd: r.Fwd, FwdBwd: r.FwdBwd}, Rates{Fwd: r.ScriptFwd, FwdBwd: r.ScriptFwdBwd}, nil
 }
 
 func (p *torchProc) close() {
@@ -352,8 +362,8 @@ func (p *torchProc) close() {
 }
 
 // Table renders the result: each side's best round, and the ratios to
-// PyTorch's best with their range over the rounds (round i of a side
-// against round i of PyTorch).
+// PyTorch eager's and scripted's best, with the range over the rounds
+// against eager (round i of a side against round i of PyTorch).
 func (res Result) Table() string {
 	best := func(rs []Rates, f func(Rates) float64) float64 {
 		b := 0.0
@@ -363,9 +373,6 @@ func (res Result) Table() string {
 		return b
 	}
 	spread := func(rs []Rates, f func(Rates) float64) string {
-		if len(res.Torch) == 0 {
-			return ""
-		}
 		var q []float64
 		for i, r := range rs {
 			if i < len(res.Torch) && f(res.Torch[i]) > 0 {
@@ -375,10 +382,10 @@ func (res Result) Table() string {
 		if len(q) == 0 {
 			return ""
 		}
-		return fmt.Sprintf("%.2f–%.2f", slices.Min(q), slices.Max(q))
+		return fmt.Sprintf(" (%.2f–%.2f)", slices.Min(q), slices.Max(q))
 	}
-	ratio := func(rs []Rates, f func(Rates) float64) string {
-		t := best(res.Torch, f)
+	ratio := func(rs, base []Rates, f func(Rates) float64) string {
+		t := best(base, f)
 		if t == 0 {
 			return "–"
 		}
@@ -386,16 +393,18 @@ func (res Result) Table() string {
 	}
 	fwd := func(r Rates) float64 { return r.Fwd }
 	bwd := func(r Rates) float64 { return r.FwdBwd }
-	s := "| side | fwd samples/s | ratio (per-round range) | fwd+bwd+Adam samples/s | ratio (per-round range) |\n|---|---|---|---|---|\n"
+	s := "| side | fwd samples/s | × eager (per round) | × scripted | fwd+bwd+Adam samples/s | × eager (per round) | × scripted |\n|---|---|---|---|---|---|---|\n"
 	row := func(name string, rs []Rates) {
 		if len(rs) == 0 {
 			return
 		}
-		s += fmt.Sprintf("| %s | %.0f | %s (%s) | %.0f | %s (%s) |\n", name,
-			best(rs, fwd), ratio(rs, fwd), spread(rs, fwd), best(rs, bwd), ratio(rs, bwd), spread(rs, bwd))
+		s += fmt.Sprintf("| %s | %.0f | %s%s | %s | %.0f | %s%s | %s |\n", name,
+			best(rs, fwd), ratio(rs, res.Torch, fwd), spread(rs, fwd), ratio(rs, res.TorchScript, fwd),
+			best(rs, bwd), ratio(rs, res.Torch, bwd), spread(rs, bwd), ratio(rs, res.TorchScript, bwd))
 	}
 	if len(res.Torch) > 0 {
-		s += fmt.Sprintf("| PyTorch eager %s (in-process; GEMM %.0f GFLOP/s) | %.0f | 1 | %.0f | 1 |\n", res.TorchVersion, res.TorchGEMM, best(res.Torch, fwd), best(res.Torch, bwd))
+		row(fmt.Sprintf("PyTorch eager %s (in-process; GEMM %.0f GFLOP/s)", res.TorchVersion, res.TorchGEMM), res.Torch)
+		row("PyTorch torch.jit.script (in-process)", res.TorchScript)
 	}
 	row("moehost in-process", res.InProc)
 	row("moehost over RPC (Connect, loopback)", res.RPC)

@@ -3,11 +3,15 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +37,9 @@ type Config struct {
 	// DType is the wire dtype of inputs and outputs: float32 (the zero
 	// value), float16 or bfloat16.
 	DType abi.DType
+	// ServerCPU, when set, returns the server process's CPU time so far;
+	// Run reads it at both ends of the measured window (ProcessCPU).
+	ServerCPU func() (time.Duration, error)
 }
 
 // Result summarises a load.
@@ -46,6 +53,18 @@ type Result struct {
 	// RequestBytes and ResponseBytes add up the message sizes of the
 	// successful requests counted in Requests.
 	RequestBytes, ResponseBytes int64
+	// ServerCPU is the server's CPU time over the measured window, when
+	// Config.ServerCPU was set.
+	ServerCPU time.Duration
+}
+
+// ServerCPUPerRequest is the server's CPU time per completed request, 0
+// when unknown.
+func (r Result) ServerCPUPerRequest() time.Duration {
+	if r.ServerCPU <= 0 || r.Requests == 0 {
+		return 0
+	}
+	return r.ServerCPU / time.Duration(r.Requests)
 }
 
 // BytesPerRequest is the mean size of a request and of a response message.
@@ -80,6 +99,19 @@ func Run(ctx context.Context, cfg Config) Result {
 		lats []time.Duration
 		wg   sync.WaitGroup
 	)
+	if cfg.ServerCPU != nil {
+		wg.Go(func() {
+			time.Sleep(time.Until(measureFrom))
+			c0, err0 := cfg.ServerCPU()
+			time.Sleep(time.Until(stop))
+			c1, err1 := cfg.ServerCPU()
+			if err0 == nil && err1 == nil {
+				mu.Lock()
+				res.ServerCPU = c1 - c0
+				mu.Unlock()
+			}
+		})
+	}
 	for c := range cfg.Clients {
 		rng := rand.New(rand.NewPCG(uint64(c), 1))
 		wg.Go(func() {
@@ -143,9 +175,45 @@ func randomTensor(rng *rand.Rand, rows, hidden int, dt abi.DType) *moehostv1.Ten
 // Row formats a result as a table row.
 func (r Result) Row(name string) string {
 	req, res := r.BytesPerRequest()
-	return fmt.Sprintf("| %-28s | %10.1f | %8d | %8.1f | %8.1f | %6d | %9.1f | %9.1f |", name, r.RowsPerSecond(), r.Requests,
-		float64(r.P50)/float64(time.Millisecond), float64(r.P99)/float64(time.Millisecond), r.Errors, req/1024, res/1024)
+	cpu := "–"
+	if c := r.ServerCPUPerRequest(); c > 0 {
+		cpu = fmt.Sprintf("%.0f", float64(c)/float64(time.Microsecond))
+	}
+	return fmt.Sprintf("| %-28s | %10.1f | %10.1f | %8d | %8.1f | %8.1f | %6d | %9.1f | %9.1f | %13s |", name, r.RowsPerSecond(),
+		float64(r.Requests)/r.Elapsed.Seconds(), r.Requests,
+		float64(r.P50)/float64(time.Millisecond), float64(r.P99)/float64(time.Millisecond), r.Errors, req/1024, res/1024, cpu)
 }
 
 // Header is the table header for Row.
-const Header = "| mode                         | samples/s  | requests | p50 ms   | p99 ms   | errors | req KiB   | resp KiB  |\n|---|---|---|---|---|---|---|---|"
+const Header = "| mode                         | samples/s  | requests/s | requests | p50 ms   | p99 ms   | errors | req KiB   | resp KiB  | server CPU µs/req |\n|---|---|---|---|---|---|---|---|---|---|"
+
+// ProcessCPU returns the user and system CPU time of process pid so far,
+// from /proc/pid/stat (Linux; in clock ticks of 1/100 s, the USER_HZ of
+// every Linux architecture Go supports).
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(pid, b)
+}
+
+// parseStatCPU returns utime+stime of a /proc/pid/stat line.
+func parseStatCPU(pid int, b []byte) (time.Duration, error) {
+	// The command name (field 2) may hold spaces; fields resume after
+	// its closing parenthesis, at field 3.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(utime+stime) * (time.Second / 100), nil
+}

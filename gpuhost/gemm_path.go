@@ -1,0 +1,133 @@
+package gpuhost
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/moehost/moehost/internal/benchenv"
+)
+
+// gemmPath is one implementation of the CPU GEMM. The device runs the best
+// one the CPU supports; benchenv.GEMM names another for tests and
+// benchmarks.
+type gemmPath uint8
+
+const (
+	// pathGo is the portable 2×4 Go kernel: every build and CPU.
+	pathGo gemmPath = iota
+	// pathAVX2 is the 6×16 AVX2/FMA kernel (amd64 builds without purego).
+	pathAVX2
+	// pathAVX512 is the 14×32 AVX-512F kernel (the same builds). It is
+	// checked against pathGo before its first use (verifiedAVX512).
+	pathAVX512
+)
+
+// String returns the name MOEHOST_GEMM takes.
+func (p gemmPath) String() string {
+	switch p {
+	case pathAVX2:
+		return "avx2"
+	case pathAVX512:
+		return "avx512"
+	default:
+		return "go"
+	}
+}
+
+// gemmPaths returns the paths this build can run on this CPU, best first.
+func gemmPaths() []gemmPath {
+	var ps []gemmPath
+	if gemmHaveAVX512 {
+		ps = append(ps, pathAVX512)
+	}
+	if gemmHaveAsm {
+		ps = append(ps, pathAVX2)
+	}
+	return append(ps, pathGo)
+}
+
+// defaultPath is the path new CPU devices take: MOEHOST_GEMM's when it is
+// set (tests and benchmarks only), else the best one. An AVX-512 kernel
+// that fails its check falls back to AVX2.
+var defaultPath = sync.OnceValue(func() gemmPath {
+	p, err := pathFromEnv(os.Getenv(benchenv.GEMM))
+	if err != nil {
+		log.Printf("gpuhost: %v; using %v", err, p)
+	}
+	if p == pathAVX512 && !verifiedAVX512() {
+		p = pathAVX2
+	}
+	return p
+})
+
+// pathFromEnv parses MOEHOST_GEMM: empty means the best path; a path the
+// CPU or build lacks is an error, with the best path it has.
+func pathFromEnv(v string) (gemmPath, error) {
+	best := gemmPaths()[0]
+	if v == "" {
+		return best, nil
+	}
+	for _, p := range gemmPaths() {
+		if strings.EqualFold(v, p.String()) {
+			return p, nil
+		}
+	}
+	return best, fmt.Errorf("%s=%q: not a GEMM path this CPU and build run (have %v)", benchenv.GEMM, v, gemmPaths())
+}
+
+// verifiedAVX512 runs a small GEMM of each transpose on the AVX-512 path
+// against the Go path, once, and reports whether every one agrees. The
+// kernel is generated code that some sessions' machines cannot execute;
+// a wrong result must cost a log line and the AVX2 path, never a wrong
+// answer to a caller.
+var verifiedAVX512 = sync.OnceValue(func() bool {
+	if !gemmHaveAVX512 {
+		return false
+	}
+	if err := checkAgainstGo(&cpuDevice{threads: 1, minWork: gemmMinWork, path: pathAVX512, asm: true}); err != nil {
+		log.Printf("gpuhost: the AVX-512 GEMM disagrees with the Go GEMM (%v); using AVX2", err)
+		return false
+	}
+	return true
+})
+
+// checkAgainstGo compares dev's GEMM with pathGo's on small products that
+// cover full and edge tiles, more than one k block, both transposes,
+// accumulation and the bias epilogue.
+func checkAgainstGo(dev *cpuDevice) error {
+	// m above dotMaxM, so that x·Wᵀ runs on the kernel too.
+	const m, n, k = dotMaxM + 13, 53, 300
+	a, b, c0 := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+	// A cheap deterministic fill in [-1, 1): no math/rand in the library.
+	x := uint32(12345)
+	for _, s := range [][]float32{a, b, c0} {
+		for i := range s {
+			x = x*1664525 + 1013904223
+			s[i] = float32(x>>8)/(1<<23) - 1
+		}
+	}
+	ref := &cpuDevice{threads: 1, minWork: gemmMinWork, path: pathGo}
+	bias := a[:n]
+	for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+		for _, acc := range []bool{false, true} {
+			want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
+			var bb []float32
+			if acc && tr[1] {
+				bb = bias // linear's case: x·Wᵀ + bias
+			}
+			ref.gemmStop(nil, tr[0], tr[1], m, n, k, a, b, want, acc, bb)
+			dev.gemmStop(nil, tr[0], tr[1], m, n, k, a, b, got, acc, bb)
+			for i, w := range want {
+				// Both sum 300 products of values below 1 in float32, in
+				// different orders: they differ by a few ulps of the sum.
+				if d := got[i] - w; !(d < 1e-3 && d > -1e-3) {
+					return fmt.Errorf("ta=%t tb=%t acc=%t: c[%d] = %g, want %g", tr[0], tr[1], acc, i, got[i], w)
+				}
+			}
+		}
+	}
+	return nil
+}

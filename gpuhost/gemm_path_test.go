@@ -1,0 +1,123 @@
+package gpuhost
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestPathFromEnv(t *testing.T) {
+	best := gemmPaths()[0]
+	for _, tc := range []struct {
+		v       string
+		want    gemmPath
+		wantErr bool
+	}{
+		{v: "", want: best},
+		{v: "go", want: pathGo},
+		{v: "GO", want: pathGo},
+		{v: "sse9", want: best, wantErr: true},
+	} {
+		got, err := pathFromEnv(tc.v)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("pathFromEnv(%q) = %v, %v; want %v, error %t", tc.v, got, err, tc.want, tc.wantErr)
+		}
+	}
+	for _, p := range []gemmPath{pathAVX2, pathAVX512} {
+		supported := false
+		for _, q := range gemmPaths() {
+			supported = supported || q == p
+		}
+		got, err := pathFromEnv(p.String())
+		if supported != (err == nil && got == p) {
+			t.Errorf("pathFromEnv(%q) = %v, %v; the CPU supports it: %t", p, got, err, supported)
+		}
+	}
+}
+
+// TestCheckAgainstGo checks the first-use check that guards the AVX-512
+// kernel: every path this CPU runs passes it, and a GEMM that is wrong in
+// one element of one case fails it.
+func TestCheckAgainstGo(t *testing.T) {
+	for _, p := range gemmPaths() {
+		if err := checkAgainstGo(&cpuDevice{threads: 1, minWork: gemmMinWork, path: p, asm: gemmHaveAsm && p != pathGo}); err != nil {
+			t.Errorf("%v: %v", p, err)
+		}
+	}
+	good := &cpuDevice{threads: 1, minWork: gemmMinWork, path: pathGo}
+	bad := &cpuDevice{threads: 1, minWork: gemmMinWork, path: pathGo}
+	bad.sgemm = func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool) {
+		good.gemmF32(ta, tb, m, n, k, a, b, c, acc)
+		if ta && tb && acc {
+			c[m*n-1] += 0.01
+		}
+	}
+	if err := checkAgainstGo(bad); err == nil {
+		t.Error("a GEMM off by 0.01 in one element passed the check")
+	}
+}
+
+// TestGemmBias checks the bias epilogue (linear's x·Wᵀ + b) on every path,
+// on shapes with edge tiles, several k blocks and both thread splits.
+func TestGemmBias(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, s := range []struct{ m, n, k int }{{1, 1, 1}, {5, 17, 3}, {6, 16, 40}, {29, 47, 300}, {15, 200, 600}, {130, 70, 64}} {
+		a, b, bias := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.n)
+		want := naiveGemm(false, true, s.m, s.n, s.k, a, b)
+		for i := range want {
+			want[i] += float64(bias[i%s.n])
+		}
+		for _, v := range gemmVariants(t) {
+			d := v.device()
+			x, _ := d.FromFloat32([]int{s.m, s.k}, a)
+			w, _ := d.FromFloat32([]int{s.n, s.k}, b)
+			bt, _ := d.FromFloat32([]int{s.n}, bias)
+			y, _ := d.Zeros(x.dt, []int{s.m, s.n})
+			if err := d.linear(s.m, s.n, s.k, x, w, bt, y); err != nil {
+				t.Fatal(err)
+			}
+			if e := relErr(y.f32(), want); e > 1e-5 {
+				t.Errorf("%s: m=%d n=%d k=%d: relative error %.3g", v.name, s.m, s.n, s.k, e)
+			}
+		}
+	}
+}
+
+func TestReadCaches(t *testing.T) {
+	dir := t.TempDir()
+	write := func(idx, name, v string) {
+		p := filepath.Join(dir, idx)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, name), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range [][4]string{
+		{"index0", "1", "Data", "48K"},
+		{"index1", "1", "Instruction", "32K"},
+		{"index2", "2", "Unified", "2048K"},
+		{"index3", "3", "Unified", "64M"},
+	} {
+		write(c[0], "level", c[1])
+		write(c[0], "type", c[2])
+		write(c[0], "size", c[3])
+		write(c[0], "shared_cpu_list", "0")
+	}
+	write("index3", "shared_cpu_list", "0-7,16-23")
+	got := readCaches(dir)
+	want := cacheSizes{l1: 48 << 10, l2: 2 << 20, l3: 64 << 20 / 16}
+	if got != want {
+		t.Errorf("readCaches = %+v, want %+v", got, want)
+	}
+	if got := readCaches(filepath.Join(dir, "missing")); got != fallbackCaches {
+		t.Errorf("readCaches of nothing = %+v, want the fallback %+v", got, fallbackCaches)
+	}
+	b := blockingFor(cacheSizes{l1: 32 << 10, l2: 512 << 10, l3: 16 << 20}, asmMR, asmNR)
+	if b.kc != 256 || b.mc%asmMR != 0 || b.nc%asmNR != 0 || b.fuseNC%asmNR != 0 {
+		t.Errorf("blocking for a Zen 3 core = %+v: want KC 256 and whole tiles", b)
+	}
+}
