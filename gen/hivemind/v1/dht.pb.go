@@ -595,7 +595,8 @@ const file_hivemind_v1_dht_proto_rawDesc = "" +
 	"ResultType\x12\x19\n" +
 	"\x15RESULT_TYPE_NOT_FOUND\x10\x00\x12\x1d\n" +
 	"\x19RESULT_TYPE_FOUND_REGULAR\x10\x01\x12 \n" +
-	"\x1cRESULT_TYPE_FOUND_DICTIONARY\x10\x02b\x06proto3"
+	"\x1cRESULT_TYPE_FOUND_DICTIONARY\x10\x02B\x9f\x01\n" +
+	"\x0fcom.hivemind.v1B\bDhtProtoP\x01Z5github.com/moehost/moehost/gen/hivemind/v1;hivemindv1\xa2\x02\x03HXX\xaa\x02\vHivemind.V1\xca\x02\vHivemind\\V1\xe2\x02\x17Hivemind\\V1\\GPBMetadata\xea\x02\fHivemind::V1b\x06proto3"
 
 var (
 	file_hivemind_v1_dht_proto_rawDescOnce sync.Once

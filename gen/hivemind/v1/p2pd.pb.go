@@ -329,7 +329,8 @@ const file_hivemind_v1_p2pd_proto_rawDesc = "" +
 	"\bRPCError\x12\x1d\n" +
 	"\amessage\x18\x01 \x01(\tH\x00R\amessage\x88\x01\x01B\n" +
 	"\n" +
-	"\b_messageb\x06proto3"
+	"\b_messageB\xa0\x01\n" +
+	"\x0fcom.hivemind.v1B\tP2pdProtoP\x01Z5github.com/moehost/moehost/gen/hivemind/v1;hivemindv1\xa2\x02\x03HXX\xaa\x02\vHivemind.V1\xca\x02\vHivemind\\V1\xe2\x02\x17Hivemind\\V1\\GPBMetadata\xea\x02\fHivemind::V1b\x06proto3"
 
 var (
 	file_hivemind_v1_p2pd_proto_rawDescOnce sync.Once

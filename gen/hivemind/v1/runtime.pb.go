@@ -407,7 +407,8 @@ const file_hivemind_v1_runtime_proto_rawDesc = "" +
 	"\x18COMPRESSION_TYPE_FLOAT16\x10\x02\x12\"\n" +
 	"\x1eCOMPRESSION_TYPE_QUANTILE_8BIT\x10\x03\x12!\n" +
 	"\x1dCOMPRESSION_TYPE_UNIFORM_8BIT\x10\x04\x12#\n" +
-	"\x1fCOMPRESSION_TYPE_BLOCKWISE_8BIT\x10\x05b\x06proto3"
+	"\x1fCOMPRESSION_TYPE_BLOCKWISE_8BIT\x10\x05B\xa3\x01\n" +
+	"\x0fcom.hivemind.v1B\fRuntimeProtoP\x01Z5github.com/moehost/moehost/gen/hivemind/v1;hivemindv1\xa2\x02\x03HXX\xaa\x02\vHivemind.V1\xca\x02\vHivemind\\V1\xe2\x02\x17Hivemind\\V1\\GPBMetadata\xea\x02\fHivemind::V1b\x06proto3"
 
 var (
 	file_hivemind_v1_runtime_proto_rawDescOnce sync.Once

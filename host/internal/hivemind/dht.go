@@ -38,12 +38,9 @@ const (
 	maxStoreBytes = 64 << 20
 )
 
-// Tags in StoreRequest.subkeys for a value without subkey (msgpack nil)
-// and for a whole dictionary (empty).
-var (
-	tagRegular    = []byte{0xc0}
-	tagDictionary = []byte{}
-)
+// tagRegular marks, in StoreRequest.subkeys, a value without subkey
+// (msgpack nil); an empty tag marks a whole dictionary.
+var tagRegular = []byte{0xc0}
 
 type dhtID [idBytes]byte
 
