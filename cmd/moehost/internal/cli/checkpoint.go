@@ -24,14 +24,15 @@ import (
 // checkpointCmd is `moehost checkpoint save|list|restore|export`: the
 // CheckpointService from the command line.
 func checkpointCmd(stdout io.Writer) *cobra.Command {
-	var server, token string
+	var server, token, tenantToken string
 	cmd := &cobra.Command{
 		Use:   "checkpoint",
 		Short: "Save, list, restore and export experts' checkpoints on a server",
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&server, "server", "http://127.0.0.1:7700", "the server's URL")
-	pf.StringVar(&token, "admin-token", "", "the server's admin token (needed unless the server listens on loopback)")
+	pf.StringVar(&token, "admin-token", "", "the server's admin token (needed unless the server listens on loopback and has no tenants)")
+	pf.StringVar(&tenantToken, "token", "", "a tenant's token, for its own experts only (default $"+tokenEnv+")")
 	serverURL := func() string {
 		if !strings.Contains(server, "://") {
 			return "http://" + server
@@ -39,6 +40,12 @@ func checkpointCmd(stdout io.Writer) *cobra.Command {
 		return server
 	}
 	client := func() moehostv1connect.CheckpointServiceClient {
+		if token == "" {
+			token = tenantToken
+		}
+		if token == "" {
+			token = os.Getenv(tokenEnv)
+		}
 		return moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, serverURL(), connect.WithInterceptors(bearer(token)))
 	}
 	printInfo := func(in *moehostv1.CheckpointInfo) {
