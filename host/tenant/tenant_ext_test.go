@@ -45,6 +45,10 @@ func TestParse(t *testing.T) {
 			[]string{`tenant "bob"`, "caps.param_bytes -1: must not be negative"}},
 		{"negative timeout", `{"version":1,"tenants":[{"name":"bob","prefixes":["bob"],"token_hashes":["` + hashA + `"],"caps":{"call_timeout":"-1s"}}]}`,
 			[]string{`tenant "bob"`, "caps.call_timeout -1s: must not be negative"}},
+		{"bad init timeout", `{"version":1,"tenants":[{"name":"bob","prefixes":["bob"],"token_hashes":["` + hashA + `"],"caps":{"init_timeout":"soon"}}]}`,
+			[]string{`tenant "bob"`, `caps.init_timeout "soon"`}},
+		{"negative uploads", `{"version":1,"tenants":[{"name":"bob","prefixes":["bob"],"token_hashes":["` + hashA + `"],"caps":{"uploads":-1}}]}`,
+			[]string{`tenant "bob"`, "caps.uploads -1: must not be negative"}},
 		{"bad timeout", `{"version":1,"tenants":[{"name":"bob","prefixes":["bob"],"token_hashes":["` + hashA + `"],"caps":{"call_timeout":"soon"}}]}`,
 			[]string{`tenant "bob"`, `caps.call_timeout "soon"`}},
 		{"too many pages", `{"version":1,"tenants":[{"name":"bob","prefixes":["bob"],"token_hashes":["` + hashA + `"],"caps":{"memory_pages":65537}}]}`,
@@ -109,7 +113,8 @@ func TestParse(t *testing.T) {
 func TestParseCaps(t *testing.T) {
 	t.Parallel()
 	f, err := tenant.Parse([]byte(`{"version":1,"tenants":[{"name":"bob","prefixes":["bob"],"token_hashes":["` + hashA + `"],
-		"caps":{"modules":1,"module_bytes":2,"experts":3,"memory_pages":4,"call_timeout":"5s","bytes_per_call":6,"param_bytes":7,"queue_share":8}}]}`))
+		"caps":{"modules":1,"module_bytes":2,"experts":3,"memory_pages":4,"call_timeout":"5s","bytes_per_call":6,"param_bytes":7,"queue_share":8,
+		"init_timeout":"9s","uploads":10,"deploys":11}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +122,12 @@ func TestParseCaps(t *testing.T) {
 	if !ok {
 		t.Fatal("no tenant bob")
 	}
-	want := tenant.Caps{Modules: 1, ModuleBytes: 2, Experts: 3, MemoryPages: 4, CallTimeout: 5 * time.Second, BytesPerCall: 6, ParamBytes: 7, QueueShare: 8}
+	want := tenant.Caps{Modules: 1, ModuleBytes: 2, Experts: 3, MemoryPages: 4, CallTimeout: 5 * time.Second, BytesPerCall: 6, ParamBytes: 7, QueueShare: 8,
+		InitTimeout: 9 * time.Second, Uploads: 10, Deploys: 11}
 	if bob.Caps != want {
 		t.Errorf("caps %+v, want %+v", bob.Caps, want)
 	}
-	if got := bob.Caps.String(); got != "modules=1 module_bytes=2 experts=3 memory_pages=4 call_timeout=5s bytes_per_call=6 param_bytes=7 queue_share=8" {
+	if got := bob.Caps.String(); got != "modules=1 module_bytes=2 experts=3 memory_pages=4 call_timeout=5s bytes_per_call=6 param_bytes=7 queue_share=8 init_timeout=9s uploads=10 deploys=11" {
 		t.Errorf("String() = %q", got)
 	}
 	g, err := tenant.Parse(f.Marshal())
