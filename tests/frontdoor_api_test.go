@@ -516,14 +516,7 @@ func TestFrontDoorCheckpointsWithoutAdmin(t *testing.T) {
 	file := filepath.Join(dataDir, "tenants.json")
 	alice := addTenant(t, bin, file, "alice", "alice")
 	h := startTenantsHost(t, bin, dataDir, file)
-	digest, err := h.upload(ctx, alice, wasmexperts.FFNC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.deploy(ctx, alice, &moehostv1.DeployExpertRequest{Experts: "alice.ffn.0", ModuleDigest: digest,
-		Config: map[string]int64{"hidden_dim": 8}}); err != nil {
-		t.Fatal(err)
-	}
+	h.deployAliceFFN(ctx, t, alice)
 	ck := moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, h.url)
 	for _, c := range []struct {
 		who, uid string

@@ -98,18 +98,7 @@ func TestFrontDoorSandbox(t *testing.T) {
 	mallory := addTenant(t, bin, file, "mallory", "mallory")
 	h := startTenantsHost(t, bin, dataDir, file)
 
-	digest, err := h.upload(ctx, alice, wasmexperts.FFNC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.deploy(ctx, alice, &moehostv1.DeployExpertRequest{Experts: "alice.ffn.0", ModuleDigest: digest,
-		Config: map[string]int64{"hidden_dim": 8}}); err != nil {
-		t.Fatal(err)
-	}
-	want, err := h.forward(ctx, alice, "alice.ffn.0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := h.deployAliceFFN(ctx, t, alice)
 	p := &prober{h: h, token: alice, uid: "alice.ffn.0", want: want}
 	unloaded := p.during(t, func() { time.Sleep(time.Second) })
 	bound := unloaded + 100*time.Millisecond

@@ -94,6 +94,26 @@ func (h *tenantsHost) deploy(ctx context.Context, token string, req *moehostv1.D
 	return res.Msg.GetUids(), nil
 }
 
+// deployAliceFFN uploads the C ffn as the tenant of token, deploys it as
+// alice.ffn.0 (hidden 8), and returns its first answer, against which the
+// attack tests check every later one byte for byte.
+func (h *tenantsHost) deployAliceFFN(ctx context.Context, t *testing.T, token string) []byte {
+	t.Helper()
+	digest, err := h.upload(ctx, token, wasmexperts.FFNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.deploy(ctx, token, &moehostv1.DeployExpertRequest{Experts: "alice.ffn.0", ModuleDigest: digest,
+		Config: map[string]int64{"hidden_dim": 8}}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := h.forward(ctx, token, "alice.ffn.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
 func (h *tenantsHost) forward(ctx context.Context, token, uid string) ([]byte, error) {
 	x := f32Tensor([]int64{1, 8}, []float32{1, -2, 3, -4, 5, -6, 7, -8})
 	res, err := h.experts.Forward(ctx, authed(token, &moehostv1.ForwardRequest{Uid: uid, Inputs: []*moehostv1.Tensor{x}}))
@@ -260,18 +280,7 @@ func TestHostileUploads(t *testing.T) {
 	alice := addTenant(t, bin, file, "alice", "alice")
 	mallory := addTenant(t, bin, file, "mallory", "mallory")
 	h := startTenantsHost(t, bin, dataDir, file)
-	digest, err := h.upload(ctx, alice, wasmexperts.FFNC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.deploy(ctx, alice, &moehostv1.DeployExpertRequest{Experts: "alice.ffn.0", ModuleDigest: digest,
-		Config: map[string]int64{"hidden_dim": 8}}); err != nil {
-		t.Fatal(err)
-	}
-	want, err := h.forward(ctx, alice, "alice.ffn.0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := h.deployAliceFFN(ctx, t, alice)
 	check := func(after string) {
 		t.Helper()
 		got, err := h.forward(ctx, alice, "alice.ffn.0")
