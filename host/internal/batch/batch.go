@@ -35,19 +35,45 @@ type Limits = batching.Limits
 
 // Ops tells a pool how to handle its payloads: T is a request, R its
 // result, both with a leading batch dimension.
+//
+// Ownership: [Pool.Submit] takes its request, and from then on exactly one
+// of these hooks frees each payload, once: Split (the whole request, once
+// cut), Run (the requests of a batch), or Drop (a payload that will not
+// run). A result belongs to Run until it returns, then to the pool, which
+// hands it to its caller (through Join for a split request) or, when
+// nobody will collect it, to Discard. This is what lets payloads hold
+// device memory that must be freed when the work is over rather than
+// when the garbage collector runs.
 type Ops[T, R any] struct {
 	// Rows returns the batch size of a request.
 	Rows func(T) int
-	// Split cuts a request into consecutive pieces of the given rows.
+	// Split cuts a request into consecutive pieces of the given rows. It
+	// takes the request: on success the pieces hold its data and the
+	// request itself is freed; on error Split frees whatever it made and
+	// the request.
 	Split func(T, []int) ([]T, error)
 	// Run computes the results of a batch of requests, one result per
 	// request, in order. It is called by one device worker at a time.
 	// When only some requests failed, Run returns every result it has and
 	// an [Errors] with one entry per request, so that each request gets
-	// its own result or error.
+	// its own result or error. Run takes the requests: it frees each
+	// before it returns, except what it hands on in a result. It gives no
+	// result for a request that failed (all of them, with an error that
+	// is not an Errors).
 	Run func(ctx context.Context, batch []T) ([]R, error)
-	// Join concatenates the results of a split request's pieces.
+	// Join concatenates the results of a split request's pieces. It takes
+	// the pieces: it frees them whether or not it succeeds.
 	Join func([]R) (R, error)
+	// Drop frees a payload that never ran: it was refused (queue full, a
+	// closed pool, no rows), its caller gave up, a sibling piece failed,
+	// or the pool closed; also the payloads of a batch whose Run panicked,
+	// which Run may have freed in part, so Drop must skip what is freed.
+	// Nil: payloads are left to the garbage collector.
+	Drop func(T)
+	// Discard frees a result that nobody collects: its caller gave up,
+	// or another piece of its request failed.
+	// Nil: results are left to the garbage collector.
+	Discard func(R)
 }
 
 // Observer is told about every batch a pool runs, for statistics.

@@ -14,8 +14,10 @@ type request[R any] struct {
 
 	mu        sync.Mutex
 	results   []R
+	have      []bool // which results are held
 	remaining int
 	err       error
+	over      bool          // no more results are wanted: failed, abandoned or collected
 	done      chan struct{} // closed on the first error or the last result
 }
 
@@ -25,29 +27,70 @@ func (r *request[R]) finished() bool {
 	if r.ctx.Err() != nil {
 		return true
 	}
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (r *request[R]) complete(i int, res R, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.remaining == 0 || r.err != nil {
-		return
+	return r.over || r.err != nil
+}
+
+// complete records piece i's result or error. It returns the results that
+// nobody will collect, for the pool to discard: res when the request no
+// longer wants it, and the results held so far on the request's first
+// error.
+func (r *request[R]) complete(i int, res R, err error) (orphans []R) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.over || r.remaining == 0 || r.err != nil {
+		if err == nil {
+			orphans = append(orphans, res)
+		}
+		return orphans
 	}
 	if err != nil {
 		r.err = err
 		close(r.done)
-		return
+		return r.takeLocked()
 	}
-	r.results[i] = res
+	r.results[i], r.have[i] = res, true
 	if r.remaining--; r.remaining == 0 {
 		close(r.done)
 	}
+	return nil
+}
+
+// collect hands the caller the results once done is closed, or the
+// request's error; either way no more results are wanted.
+func (r *request[R]) collect() ([]R, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.over = true
+	if r.err != nil {
+		return nil, r.err
+	}
+	res := r.results
+	r.results, r.have = nil, nil
+	return res, nil
+}
+
+// abandon marks the request as given up and returns the results it held,
+// which nobody will collect.
+func (r *request[R]) abandon() []R {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.over = true
+	return r.takeLocked()
+}
+
+// takeLocked removes and returns the results held. Call with r.mu held.
+func (r *request[R]) takeLocked() []R {
+	var out []R
+	for i, ok := range r.have {
+		if ok {
+			out = append(out, r.results[i])
+			var zero R
+			r.results[i], r.have[i] = zero, false
+		}
+	}
+	return out
 }
 
 type piece[T, R any] struct {
@@ -87,13 +130,20 @@ func (p *Pool[T, R]) Limits() Limits { return p.lim }
 // MaxBatchSize is split into pieces that may run in different batches, and
 // their results are joined. If ctx ends first, Submit returns ctx's error
 // at once and the request is dropped before it takes batch space.
+//
+// Submit takes req, whatever it returns: the pool frees it through its Ops
+// (see [Ops]) when it has run or will not run, and the caller must not
+// touch it after the call. The result, when there is one, is the
+// caller's.
 func (p *Pool[T, R]) Submit(ctx context.Context, req T) (R, error) {
 	var zero R
 	if err := ctx.Err(); err != nil {
+		p.drop(req)
 		return zero, err
 	}
 	rows := p.ops.Rows(req)
 	if rows <= 0 {
+		p.drop(req)
 		return zero, fmt.Errorf("request has %d rows; a batch needs at least one", rows)
 	}
 	payloads := []T{req}
@@ -107,19 +157,25 @@ func (p *Pool[T, R]) Submit(ctx context.Context, req T) (R, error) {
 			return zero, fmt.Errorf("splitting a request of %d rows: %w", rows, err)
 		}
 	}
-	r := &request[R]{ctx: ctx, results: make([]R, len(payloads)), remaining: len(payloads), done: make(chan struct{})}
+	r := &request[R]{ctx: ctx, results: make([]R, len(payloads)), have: make([]bool, len(payloads)),
+		remaining: len(payloads), done: make(chan struct{})}
 	now := time.Now()
 	p.mu.Lock()
 	if p.closed != nil {
+		err := p.closed
 		p.mu.Unlock()
-		return zero, p.closed
+		p.drop(payloads...)
+		return zero, err
 	}
+	var pruned []*piece[T, R]
 	if len(p.queue)+len(payloads) > p.lim.QueueSize {
-		p.prune()
+		pruned = p.prune()
 	}
 	if len(p.queue)+len(payloads) > p.lim.QueueSize {
 		depth := len(p.queue)
 		p.mu.Unlock()
+		p.dropPieces(pruned)
+		p.drop(payloads...)
 		return zero, fmt.Errorf("%w: %d pieces pending, queue size %d", ErrQueueFull, depth, p.lim.QueueSize)
 	}
 	for i, pl := range payloads {
@@ -127,36 +183,94 @@ func (p *Pool[T, R]) Submit(ctx context.Context, req T) (R, error) {
 	}
 	depth := len(p.queue)
 	p.mu.Unlock()
+	p.dropPieces(pruned)
 	p.obs.Queue(depth)
 	p.notify()
 
 	select {
 	case <-r.done:
 	case <-ctx.Done():
+		p.withdraw(r)
 		p.notify() // the queue may have changed what is ready
 		return zero, ctx.Err()
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err != nil {
-		return zero, r.err
+	results, err := r.collect()
+	if err != nil {
+		p.withdraw(r) // the pieces that have not run
+		return zero, err
 	}
-	if len(r.results) == 1 {
-		return r.results[0], nil
+	if len(results) == 1 {
+		return results[0], nil
 	}
-	return p.ops.Join(r.results)
+	return p.ops.Join(results)
 }
 
-// prune drops pieces whose request is finished. Call with p.mu held.
-func (p *Pool[T, R]) prune() {
+// withdraw takes r's pieces out of the queue and drops them, and discards
+// the results r holds: nobody will collect them. Pieces in a running
+// batch are the batch's; their results are discarded as they come.
+func (p *Pool[T, R]) withdraw(r *request[R]) {
+	var mine []*piece[T, R]
+	p.mu.Lock()
 	live := p.queue[:0]
 	for _, pc := range p.queue {
-		if !pc.req.finished() {
+		if pc.req == r {
+			mine = append(mine, pc)
+		} else {
 			live = append(live, pc)
 		}
 	}
 	clear(p.queue[len(live):])
 	p.queue = live
+	depth := len(p.queue)
+	p.mu.Unlock()
+	if len(mine) > 0 {
+		p.obs.Queue(depth)
+	}
+	p.dropPieces(mine)
+	p.discard(r.abandon()...)
+}
+
+// drop hands payloads that will not run to ops.Drop.
+func (p *Pool[T, R]) drop(ts ...T) {
+	if p.ops.Drop == nil {
+		return
+	}
+	for _, t := range ts {
+		p.ops.Drop(t)
+	}
+}
+
+// dropPieces drops the payloads of pieces taken out of the queue.
+func (p *Pool[T, R]) dropPieces(pcs []*piece[T, R]) {
+	for _, pc := range pcs {
+		p.drop(pc.payload)
+	}
+}
+
+// discard hands results that nobody collects to ops.Discard.
+func (p *Pool[T, R]) discard(rs ...R) {
+	if p.ops.Discard == nil {
+		return
+	}
+	for _, r := range rs {
+		p.ops.Discard(r)
+	}
+}
+
+// prune takes out the pieces whose request is finished and returns them;
+// the caller drops them once it has let go of p.mu. Call with p.mu held.
+func (p *Pool[T, R]) prune() (pruned []*piece[T, R]) {
+	live := p.queue[:0]
+	for _, pc := range p.queue {
+		if pc.req.finished() {
+			pruned = append(pruned, pc)
+		} else {
+			live = append(live, pc)
+		}
+	}
+	clear(p.queue[len(live):])
+	p.queue = live
+	return pruned
 }
 
 // Poll reports whether the pool has work: the enqueue time of its oldest
@@ -164,8 +278,9 @@ func (p *Pool[T, R]) prune() {
 // oldest when it is ready now).
 func (p *Pool[T, R]) Poll() (oldest, readyAt time.Time, ok bool) {
 	p.mu.Lock()
+	pruned := p.prune()
+	defer p.dropPieces(pruned) // after the unlock below
 	defer p.mu.Unlock()
-	p.prune()
 	if len(p.queue) == 0 {
 		return time.Time{}, time.Time{}, false
 	}
@@ -192,7 +307,7 @@ func (p *Pool[T, R]) Depth() int {
 // has given up, and it ends no later than the latest caller deadline.
 func (p *Pool[T, R]) RunBatch(ctx context.Context) {
 	p.mu.Lock()
-	p.prune()
+	pruned := p.prune()
 	var batch []*piece[T, R]
 	rows := 0
 	for len(p.queue) > 0 && (len(batch) == 0 || rows+p.queue[0].rows <= p.lim.MaxBatchSize) {
@@ -203,6 +318,7 @@ func (p *Pool[T, R]) RunBatch(ctx context.Context) {
 	}
 	depth := len(p.queue)
 	p.mu.Unlock()
+	p.dropPieces(pruned)
 	if len(batch) == 0 {
 		return
 	}
@@ -234,24 +350,28 @@ func (p *Pool[T, R]) RunBatch(ctx context.Context) {
 		if perr == nil {
 			res = results[i]
 		}
-		pc.req.complete(pc.idx, res, perr)
+		p.discard(pc.req.complete(pc.idx, res, perr)...)
 	}
 }
 
 // run calls ops.Run, turning a panic or a wrong result count into an
-// error for this batch alone.
+// error for this batch alone. After a panic the payloads are dropped, as
+// Run may not have freed them; the results of a wrong count are discarded.
 func (p *Pool[T, R]) run(ctx context.Context, payloads []T) (results []R, err error) {
 	defer func() {
 		if v := recover(); v != nil {
+			p.drop(payloads...)
 			results, err = nil, fmt.Errorf("batch panicked: %v", v)
 		}
 	}()
 	results, err = p.ops.Run(ctx, payloads)
 	var each Errors
 	if errors.As(err, &each) && (len(each) != len(payloads) || len(results) != len(payloads)) {
+		p.discard(results...)
 		return nil, fmt.Errorf("BUG: batch of %d requests gave %d results and %d errors", len(payloads), len(results), len(each))
 	}
 	if err == nil && len(results) != len(payloads) {
+		p.discard(results...)
 		return nil, fmt.Errorf("BUG: batch of %d requests gave %d results", len(payloads), len(results))
 	}
 	return results, err
@@ -297,7 +417,7 @@ func batchContext[T, R any](ctx context.Context, batch []*piece[T, R]) (context.
 }
 
 // Close refuses new requests and fails the queued ones with err (ErrClosed
-// when nil). A batch that is running finishes.
+// when nil), dropping their payloads. A batch that is running finishes.
 func (p *Pool[T, R]) Close(err error) {
 	if err == nil {
 		err = ErrClosed
@@ -313,7 +433,8 @@ func (p *Pool[T, R]) Close(err error) {
 	p.mu.Unlock()
 	var zero R
 	for _, pc := range queue {
-		pc.req.complete(pc.idx, zero, err)
+		p.discard(pc.req.complete(pc.idx, zero, err)...)
+		p.drop(pc.payload)
 	}
 	p.obs.Queue(0)
 }
