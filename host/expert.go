@@ -192,17 +192,22 @@ func (e *expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
 }
 
 // Forward queues a forward request in the expert's pool and waits for it.
+// It takes the inputs (see rpc.Expert): the pool or a refusal here
+// releases them.
 func (e *expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	if err := e.checkQuarantine(); err != nil {
+		e.Device().Release(inputs...)
 		return nil, err
 	}
 	outs, err := e.fwd.Submit(ctx, fwdReq{inputs: inputs})
 	return outs, poolError(e.uid, err)
 }
 
-// Backward queues a backward request in the expert's pool and waits for it.
+// Backward queues a backward request in the expert's pool and waits for
+// it. It takes the inputs and output gradients, as Forward does.
 func (e *expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	if err := e.checkQuarantine(); err != nil {
+		e.Device().Release(slices.Concat(inputs, gradOutputs)...)
 		return nil, err
 	}
 	grads, err := e.bwd.Submit(ctx, bwdReq{inputs: inputs, gradOutputs: gradOutputs})

@@ -168,8 +168,8 @@ func (h *hivemindExperts) HivemindForward(ctx context.Context, uid string, input
 	if err != nil {
 		return nil, err
 	}
-	defer dev.Release(in...)
-	out, err := (*Server)(h).Forward(ctx, uid, in)
+	// The pool takes in; no copy is needed.
+	out, err := (*Server)(h).forwardOwned(ctx, uid, in)
 	if err != nil {
 		return nil, hivemindError(err)
 	}
@@ -187,8 +187,7 @@ func (h *hivemindExperts) HivemindBackward(ctx context.Context, uid string, inpu
 	if err != nil {
 		return nil, err
 	}
-	defer dev.Release(in...)
-	out, err := (*Server)(h).Backward(ctx, uid, in[:len(inputs)], in[len(inputs):])
+	out, err := (*Server)(h).backwardOwned(ctx, uid, in[:len(inputs):len(inputs)], in[len(inputs):])
 	if err != nil {
 		return nil, hivemindError(err)
 	}

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,14 +22,23 @@ type (
 
 // attachPools gives e its forward and backward pools, served by notify's
 // worker.
+//
+// The pools own the tensors of a request from Submit on (see batch.Ops):
+// Run releases a batch's inputs and everything it made but the results;
+// Drop releases a request that never ran, Discard a result nobody
+// collected, Split and Join the tensors they copied from. So device
+// memory goes back when the work is over, not when the garbage collector
+// runs.
 func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 	dev := e.Device()
 	e.restartsC = m.restarts.With(prometheus.Labels{"expert": e.uid})
 	e.fwdStats = newPoolStats(m, e.uid, "forward", lim.WithDefaults())
 	e.bwdStats = newPoolStats(m, e.uid, "backward", lim.WithDefaults())
+	discard := func(ts []*gpuhost.Tensor) { dev.Release(ts...) }
 	e.fwd = batch.NewPool(lim, batch.Ops[fwdReq, []*gpuhost.Tensor]{
 		Rows: func(r fwdReq) int { return r.inputs[0].Shape()[0] },
 		Split: func(r fwdReq, rows []int) ([]fwdReq, error) {
+			defer dev.Release(r.inputs...)
 			parts, err := splitAll(dev, r.inputs, rows)
 			out := make([]fwdReq, len(parts))
 			for i, p := range parts {
@@ -36,78 +46,89 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 			}
 			return out, err
 		},
-		Run: func(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.Tensor, error) {
+		Run: func(ctx context.Context, reqs []fwdReq) (res [][]*gpuhost.Tensor, err error) {
 			ctx = gated(ctx)
 			ins := make([][]*gpuhost.Tensor, len(reqs))
 			for i, r := range reqs {
 				ins[i] = r.inputs
 			}
+			var inputs, outs []*gpuhost.Tensor
+			defer func() { releaseBut(dev, res, slices.Concat(append(ins, inputs, outs)...)...) }()
 			inputs, rows, err := concatAll(dev, ins)
 			if err != nil {
 				return nil, err
 			}
-			outs, err := e.forward(ctx, inputs)
+			outs, err = e.forward(ctx, inputs)
 			if err != nil && len(reqs) > 1 && blamable(err) {
-				dev.Release(inputs...)
 				return e.forwardEach(ctx, reqs)
 			}
 			if err != nil {
 				return nil, err
 			}
-			res, err := splitBack(dev, outs, rows)
-			if len(reqs) > 1 {
-				// The requests got copies; the batch's own tensors are dead.
-				dev.Release(append(inputs, outs...)...)
-			}
-			return res, err
+			return splitBack(dev, outs, rows)
 		},
-		Join: func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
+		Join:    func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
+		Drop:    func(r fwdReq) { dev.Release(r.inputs...) },
+		Discard: discard,
 	}, e.fwdStats, notify)
 	e.bwd = batch.NewPool(lim, batch.Ops[bwdReq, []*gpuhost.Tensor]{
 		Rows: func(r bwdReq) int { return r.inputs[0].Shape()[0] },
 		Split: func(r bwdReq, rows []int) ([]bwdReq, error) {
+			defer dev.Release(slices.Concat(r.inputs, r.gradOutputs)...)
 			ins, err := splitAll(dev, r.inputs, rows)
 			if err != nil {
 				return nil, err
 			}
 			grads, err := splitAll(dev, r.gradOutputs, rows)
+			if err != nil {
+				dev.Release(slices.Concat(ins...)...)
+				return nil, err
+			}
 			out := make([]bwdReq, len(ins))
 			for i := range ins {
 				out[i] = bwdReq{inputs: ins[i], gradOutputs: grads[i]}
 			}
-			return out, err
+			return out, nil
 		},
-		Run: func(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.Tensor, error) {
+		Run: func(ctx context.Context, reqs []bwdReq) (res [][]*gpuhost.Tensor, err error) {
 			ctx = gated(ctx)
 			ins := make([][]*gpuhost.Tensor, len(reqs))
 			grads := make([][]*gpuhost.Tensor, len(reqs))
 			for i, r := range reqs {
 				ins[i], grads[i] = r.inputs, r.gradOutputs
 			}
+			var inputs, gradOutputs, gradInputs []*gpuhost.Tensor
+			defer func() {
+				releaseBut(dev, res, slices.Concat(append(append(ins, grads...), inputs, gradOutputs, gradInputs)...)...)
+			}()
 			inputs, rows, err := concatAll(dev, ins)
 			if err != nil {
 				return nil, err
 			}
-			gradOutputs, _, err := concatAll(dev, grads)
-			if err != nil {
+			if gradOutputs, _, err = concatAll(dev, grads); err != nil {
 				return nil, err
 			}
-			gradInputs, err := e.backward(ctx, inputs, gradOutputs)
+			gradInputs, err = e.backward(ctx, inputs, gradOutputs)
 			if err != nil && len(reqs) > 1 && blamable(err) {
-				dev.Release(append(inputs, gradOutputs...)...)
 				return e.backwardEach(ctx, reqs)
 			}
 			if err != nil {
 				return nil, err
 			}
-			res, err := splitBack(dev, gradInputs, rows)
-			if len(reqs) > 1 {
-				dev.Release(append(append(inputs, gradOutputs...), gradInputs...)...)
-			}
-			return res, err
+			return splitBack(dev, gradInputs, rows)
 		},
-		Join: func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
+		Join:    func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
+		Drop:    func(r bwdReq) { dev.Release(slices.Concat(r.inputs, r.gradOutputs)...) },
+		Discard: discard,
 	}, e.bwdStats, notify)
+}
+
+// releaseBut releases ts, but not the tensors of keep: a guest may hand
+// an input on as an output, or an output gradient as an input's.
+func releaseBut(dev gpuhost.Device, keep [][]*gpuhost.Tensor, ts ...*gpuhost.Tensor) {
+	dev.Release(slices.DeleteFunc(ts, func(t *gpuhost.Tensor) bool {
+		return slices.ContainsFunc(keep, func(k []*gpuhost.Tensor) bool { return slices.Contains(k, t) })
+	})...)
 }
 
 // gated hands the batch's lease on the device worker to the sandbox, so
@@ -139,6 +160,7 @@ func concatAll(dev gpuhost.Device, reqs [][]*gpuhost.Tensor) ([]*gpuhost.Tensor,
 		}
 		t, err := dev.Concat(parts)
 		if err != nil {
+			dev.Release(out[:j]...)
 			return nil, nil, fmt.Errorf("batching tensor %d: %w", j, err)
 		}
 		out[j] = t
@@ -155,7 +177,7 @@ func splitBack(dev gpuhost.Device, outs []*gpuhost.Tensor, rows []int) ([][]*gpu
 }
 
 // splitAll splits each tensor into pieces of the given rows and regroups
-// them by piece.
+// them by piece. On error it releases the pieces it made.
 func splitAll(dev gpuhost.Device, ts []*gpuhost.Tensor, rows []int) ([][]*gpuhost.Tensor, error) {
 	out := make([][]*gpuhost.Tensor, len(rows))
 	for i := range out {
@@ -164,6 +186,7 @@ func splitAll(dev gpuhost.Device, ts []*gpuhost.Tensor, rows []int) ([][]*gpuhos
 	for j, t := range ts {
 		parts, err := dev.Split(t, rows)
 		if err != nil {
+			dev.Release(slices.Concat(out...)...)
 			return nil, fmt.Errorf("unbatching tensor %d: %w", j, err)
 		}
 		for i, p := range parts {
@@ -173,8 +196,12 @@ func splitAll(dev gpuhost.Device, ts []*gpuhost.Tensor, rows []int) ([][]*gpuhos
 	return out, nil
 }
 
-// joinAll concatenates the pieces of a split request, tensor by tensor.
+// joinAll concatenates the pieces of a split request, tensor by tensor,
+// and releases the pieces.
 func joinAll(dev gpuhost.Device, parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	out, _, err := concatAll(dev, parts)
+	if len(parts) > 1 {
+		dev.Release(slices.Concat(parts...)...)
+	}
 	return out, err
 }

@@ -33,9 +33,12 @@ type Expert interface {
 	Schema() (inputs, outputs []*moehostv1.TensorSchema)
 	// Device is where the expert's tensors live.
 	Device() gpuhost.Device
-	// Forward computes outputs for a batch.
+	// Forward computes outputs for a batch. It takes the inputs, whatever
+	// it returns, and frees them when it is done with them; the outputs
+	// are the caller's to release.
 	Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error)
-	// Backward computes input gradients for a batch and trains.
+	// Backward computes input gradients for a batch and trains. It takes
+	// the inputs and output gradients as Forward takes its inputs.
 	Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error)
 }
 

@@ -95,12 +95,13 @@ func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.Fo
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", uid, err)
 	}
+	// Forward takes the inputs; the outputs are ours, and the response
+	// holds copies.
 	outputs, err := e.Forward(ctx, inputs)
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", uid, err)
 	}
-	// The batch is done with them, and the response holds copies.
-	defer e.Device().Release(append(inputs, outputs...)...)
+	defer e.Device().Release(outputs...)
 	pb, err := encodeAll(e.Device(), outputs, outDType)
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", uid, err)
@@ -128,13 +129,15 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 	}
 	grads, _, err := decodeAll(e.Device(), req.Msg.GetGradOutputs(), outSchema, "grad_output", batch)
 	if err != nil {
+		e.Device().Release(inputs...)
 		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
+	// Backward takes inputs and grads; the gradients are ours.
 	gradInputs, err := e.Backward(ctx, inputs, grads)
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
-	defer e.Device().Release(append(append(inputs, grads...), gradInputs...)...)
+	defer e.Device().Release(gradInputs...)
 	pb, err := encodeAll(e.Device(), gradInputs, gradDType)
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", uid, err)

@@ -1,0 +1,184 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/sandbox"
+)
+
+// TestTensorsReleasedWithoutGC turns the garbage collector off and drives
+// every way a request's tensors can end: answered (in process and over
+// RPC), refused for a full queue, for a quarantine and by a closed pool,
+// cancelled while queued and while running, and a split request whose
+// answered piece nobody collects because its sibling trapped. The
+// device's live bytes must come back exactly to what the experts hold
+// for themselves (parameters and optimizer state), measured after a
+// warm-up: every path released its tensors, none waited for a collection.
+func TestTensorsReleasedWithoutGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	const timeout = 100 * time.Millisecond
+	srv := startTestServer(t,
+		WithGuestLimits(GuestLimits{CallTimeout: timeout}),
+		WithBatching(BatchLimits{MaxBatchSize: 2, MaxWait: time.Millisecond, QueueSize: 3}),
+		WithOptimizer(OptimizerConfig{Name: "adam", LR: 1e-3}),
+		WithExperts(
+			ExpertConfig{UID: "ffn.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": 16}},
+			ExpertConfig{UID: "trap.0", Module: ModuleBytes(trapWasm)},
+		))
+	ctx := context.Background()
+	dev := srv.Device()
+	srv.mu.Lock()
+	ffn, trap := srv.experts["ffn.0"], srv.experts["trap.0"]
+	srv.mu.Unlock()
+	width := int(ffn.inSpecs[0].Shape[1])
+	live := func() int64 { return srv.MemoryStats()[0].LiveBytes }
+	x := func(rows int, first float32) *gpuhost.Tensor {
+		v := make([]float32, rows*4)
+		v[0] = first
+		return rows2(t, dev, rows, 4, v)
+	}
+	fx := func(rows int) *gpuhost.Tensor { return rows2(t, dev, rows, width, make([]float32, rows*width)) }
+	// call runs one in-process request and releases what the caller holds.
+	call := func(ctx context.Context, uid string, in *gpuhost.Tensor, grad *gpuhost.Tensor) error {
+		var out []*gpuhost.Tensor
+		var err error
+		if grad != nil {
+			out, err = srv.Backward(ctx, uid, []*gpuhost.Tensor{in}, []*gpuhost.Tensor{grad})
+		} else {
+			out, err = srv.Forward(ctx, uid, []*gpuhost.Tensor{in})
+		}
+		dev.Release(in, grad)
+		dev.Release(out...)
+		return err
+	}
+	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	wire := func(rows int) *moehostv1.Tensor { return tensor([]int64{int64(rows), int64(width)}, make([]float64, rows*width)) }
+	rpcCalls := func() error {
+		if _, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "ffn.0", Inputs: []*moehostv1.Tensor{wire(3)}})); err != nil {
+			return err
+		}
+		_, err := c.Backward(ctx, connect.NewRequest(&moehostv1.BackwardRequest{Uid: "ffn.0",
+			Inputs: []*moehostv1.Tensor{wire(3)}, GradOutputs: []*moehostv1.Tensor{wire(3)}}))
+		return err
+	}
+
+	// Warm-up: the optimizer's state exists after a first step.
+	if err := call(ctx, "ffn.0", fx(3), fx(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(ctx, "trap.0", x(1, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	base := live()
+	if base == 0 {
+		t.Fatal("no live bytes after the warm-up: the experts hold no parameters?")
+	}
+
+	// Answered, in process (split in pieces of 2 rows) and over RPC.
+	if err := call(ctx, "ffn.0", fx(5), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(ctx, "ffn.0", fx(5), fx(5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(ctx, "trap.0", x(3, 1), x(3, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rpcCalls(); err != nil {
+		t.Fatal(err)
+	}
+	// A split request whose second piece traps: the first piece's answer
+	// is nobody's.
+	{
+		in := x(4, 1)
+		v, _ := dev.Float32s(in)
+		v[8] = -1
+		dev.Release(in)
+		in, _ = dev.FromFloat32([]int{4, 4}, v)
+		if err := call(ctx, "trap.0", in, nil); !errors.Is(err, sandbox.ErrTrap) {
+			t.Fatalf("split request with a trapping piece: %v, want a trap", err)
+		}
+	}
+
+	// Given up while running: the caller leaves a looping request. It
+	// costs a quarantine, which is waited out.
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	if err := call(short, "trap.0", x(1, -1000), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("given up while running: %v, want DeadlineExceeded", err)
+	}
+	cancelShort()
+	struck := func() bool {
+		trap.q.mu.Lock()
+		defer trap.q.mu.Unlock()
+		return trap.q.strikes > 0
+	}
+	for deadline := time.Now().Add(20 * time.Second); trap.checkQuarantine() != nil || !struck(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("trap.0 is still quarantined")
+		}
+	}
+
+	// The worker loops on a request until the call timeout; behind it,
+	// requests queue, give up, are refused, and the pool closes on the
+	// rest.
+	var wg sync.WaitGroup
+	go1 := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	waitDepth := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); trap.fwd.Depth() != n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("trap.0's queue holds %d, want %d", trap.fwd.Depth(), n)
+			}
+		}
+	}
+	go1(func() {
+		if err := call(ctx, "trap.0", x(1, -1000), nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("looping request: %v, want DeadlineExceeded", err)
+		}
+	})
+	waitDepth(0) // running
+	time.Sleep(20 * time.Millisecond)
+	cancelled, cancel := context.WithCancel(ctx)
+	go1(func() { _ = call(cancelled, "trap.0", x(1, 1), nil) })
+	go1(func() { _ = call(ctx, "trap.0", x(1, 1), nil) })
+	go1(func() { _ = call(ctx, "trap.0", x(2, 1), nil) })
+	waitDepth(3)
+	if err := call(ctx, "trap.0", x(1, 1), nil); !errors.Is(err, batch.ErrQueueFull) {
+		t.Errorf("over the queue: %v, want ErrQueueFull", err)
+	}
+	cancel() // given up while queued
+	waitDepth(2)
+	trap.fwd.Close(nil)
+	wg.Wait()
+	if _, err := trap.fwd.Submit(ctx, fwdReq{inputs: []*gpuhost.Tensor{x(1, 1)}}); !errors.Is(err, batch.ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+	// Refused for the quarantine, in process and over RPC.
+	if err := call(ctx, "trap.0", x(1, 1), x(1, 1)); !errors.Is(err, ErrQuarantined) {
+		t.Errorf("after the timeout: %v, want ErrQuarantined", err)
+	}
+	if _, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "trap.0",
+		Inputs: []*moehostv1.Tensor{tensor([]int64{1, 4}, []float64{1, 0, 0, 0})}})); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("RPC during the quarantine: %v, want Unavailable", err)
+	}
+
+	if got := live(); got != base {
+		t.Errorf("live device bytes %d after the requests, want %d (parameters and optimizer state): %d leaked until a collection", got, base, got-base)
+	}
+}
