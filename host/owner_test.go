@@ -65,7 +65,9 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 		return err
 	}
 	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
-	wire := func(rows int) *moehostv1.Tensor { return tensor([]int64{int64(rows), int64(width)}, make([]float64, rows*width)) }
+	wire := func(rows int) *moehostv1.Tensor {
+		return tensor([]int64{int64(rows), int64(width)}, make([]float64, rows*width))
+	}
 	rpcCalls := func() error {
 		if _, err := c.Forward(ctx, connect.NewRequest(&moehostv1.ForwardRequest{Uid: "ffn.0", Inputs: []*moehostv1.Tensor{wire(3)}})); err != nil {
 			return err
