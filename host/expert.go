@@ -365,11 +365,14 @@ func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.
 			continue
 		}
 		for j, g := range gradParams {
-			// The tensors summed here may be a custom backward's input
-			// gradients too; they are left to the garbage collector.
-			if sum[j], err = gpuhost.Apply(dev, nil, abi.OpAdd, []*gpuhost.Tensor{sum[j], g}, nil); err != nil {
+			s, err := gpuhost.Apply(dev, nil, abi.OpAdd, []*gpuhost.Tensor{sum[j], g}, nil)
+			if err != nil {
 				return nil, e.fail(fmt.Errorf("summing parameter gradients: %w", err))
 			}
+			// Summed in; a custom backward may have handed one on as an
+			// input's gradient too, which must survive until it is sent.
+			releaseBut(dev, res, sum[j], g)
+			sum[j] = s
 		}
 	}
 	if sum != nil {
