@@ -187,6 +187,14 @@ test-hivemind: hivemind1 ## The unmodified hivemind 1.1.11 client against `moeho
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
 	MOEHOST_BIN=$(BIN)/moehost $(HIVEMIND1)/bin/python tests/hivemind_e2e.py -v
 
+# Extra flags for scripts/bench_hivemind.py, e.g. --loads 8x256x8 or --no-own.
+BENCH_HIVEMIND_ARGS ?=
+
+.PHONY: bench-hivemind
+bench-hivemind: hivemind1 ## hivemind 1.1.11's benchmark_throughput client against `moehost serve --hivemind` and hivemind's own server, one run: 4 ffn experts, 8x256 and 32x1, forward and forward+backward, one table (a few minutes)
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
+	$(HIVEMIND1)/bin/python scripts/bench_hivemind.py --moehost $(BIN)/moehost --benchmarks $(HIVEMIND1)/share/hivemind-1.1.11/benchmarks $(BENCH_HIVEMIND_ARGS)
+
 .PHONY: lint
 lint: ## gofmt, then go vet and staticcheck for the default and cudaemu tags (cudaemu only where g++ is installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); exit 1; }
