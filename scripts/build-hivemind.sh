@@ -16,4 +16,11 @@ if [[ -z $dir || ! -x $dir/build.sh ]]; then
 	echo "build-hivemind: no hivemind1 build script: set HIVEMIND1_DIR to the shared hivemind1 folder" >&2
 	exit 1
 fi
-exec "$dir/build.sh" "$PREFIX"
+# The build script's last check pipes `p2pd -h` into `grep -q` under
+# pipefail, so p2pd sometimes dies of SIGPIPE and the check fails (2 of 5
+# runs here). A rerun is a no-op up to the checks, so try three times.
+for attempt in 1 2 3; do
+	if "$dir/build.sh" "$PREFIX"; then exit 0; fi
+	echo "build-hivemind: attempt $attempt failed; retrying" >&2
+done
+exit 1
