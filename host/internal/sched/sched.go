@@ -289,6 +289,10 @@ func (w *Worker) release() {
 // device back to g's detached batch when p is nil; it returns when the
 // batch ends or is detached, and charges the time it held the device to g.
 func (w *Worker) run(ctx context.Context, p Pool, g *group) {
+	// Read the clock before the batch can start: its goroutine may run
+	// (and, on a test's fake clock, advance it) before this one goes on,
+	// and a batch charged nothing would keep its group's turn.
+	start := w.now()
 	var l *Lease
 	if p == nil {
 		l = g.resume
@@ -315,7 +319,6 @@ func (w *Worker) run(ctx context.Context, p Pool, g *group) {
 		w.mu.Unlock()
 		go w.batch(ctx, p, l)
 	}
-	start := w.now()
 	w.hold(l)
 	g.deficit -= float64(w.now().Sub(start))
 }
