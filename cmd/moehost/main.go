@@ -6,8 +6,13 @@ import (
 	"os"
 
 	"github.com/moehost/moehost/cmd/moehost/internal/cli"
+	"github.com/moehost/moehost/host"
 )
 
 func main() {
+	// A compile child (host.CompileInChild) runs before anything else.
+	if code, ok := host.CompileChildMain(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

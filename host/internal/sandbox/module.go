@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -43,9 +44,18 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	var cm wazero.CompiledModule
 	compiling.Lock()
-	lowPriority(func() { cm, err = rt.r.CompileModule(ctx, wasm) })
+	lowPriority(func() {
+		// A child compiles into the file cache, so that the compile
+		// below only reads the machine code back.
+		if err = rt.compileInChild(ctx, wasm, shape); err == nil {
+			cm, err = rt.r.CompileModule(ctx, wasm)
+		}
+	})
 	compiling.Unlock()
 	if err != nil {
+		if errors.Is(err, errChildStart) {
+			return nil, fmt.Errorf("compiling %s: %w", digest, err)
+		}
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
 	}
 	if err := validate(cm); err != nil {

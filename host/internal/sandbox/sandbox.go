@@ -139,7 +139,10 @@ type Runtime struct {
 // Cache keeps compiled machine code on disk across restarts. One cache
 // serves several runtimes (one per tenant), so that a module two tenants
 // upload compiles once.
-type Cache struct{ c wazero.CompilationCache }
+type Cache struct {
+	c   wazero.CompilationCache
+	dir string // where a compile child writes what the runtime then reads
+}
 
 // OpenCache opens (creating it) the compilation cache in dir.
 func OpenCache(dir string) (*Cache, error) {
@@ -147,7 +150,7 @@ func OpenCache(dir string) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening compilation cache %q: %w", dir, err)
 	}
-	return &Cache{c: c}, nil
+	return &Cache{c: c, dir: dir}, nil
 }
 
 // Close releases the cache; close the runtimes that use it first.
@@ -175,12 +178,7 @@ func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, 
 // share (nil for none); the caller closes it after the runtimes.
 func NewRuntimeWithCache(ctx context.Context, cache *Cache, limits Limits) (*Runtime, error) {
 	limits = limits.WithDefaults()
-	cfg := wazero.NewRuntimeConfig().
-		// Reference types bring table.grow and many tables, whose
-		// host memory the limits would not see; no guest needs them.
-		WithCoreFeatures(api.CoreFeaturesV2 &^ api.CoreFeatureReferenceTypes).
-		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(limits.MemoryPages)
+	cfg := runtimeConfig(limits)
 	if cache != nil {
 		cfg = cfg.WithCompilationCache(cache.c)
 	}
@@ -198,6 +196,18 @@ func NewRuntimeWithCache(ctx context.Context, cache *Cache, limits Limits) (*Run
 		return nil, fmt.Errorf("instantiating %s: %w", abi.ModuleName, err)
 	}
 	return rt, nil
+}
+
+// runtimeConfig is the wazero configuration of a runtime with limits; a
+// compile child uses the same, since wazero's cache key covers some of it
+// (WithCloseOnContextDone) and the decoder's checks the rest.
+func runtimeConfig(limits Limits) wazero.RuntimeConfig {
+	return wazero.NewRuntimeConfig().
+		// Reference types bring table.grow and many tables, whose
+		// host memory the limits would not see; no guest needs them.
+		WithCoreFeatures(api.CoreFeaturesV2 &^ api.CoreFeatureReferenceTypes).
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(limits.MemoryPages)
 }
 
 // Limits returns the runtime's limits, with defaults filled in.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"github.com/moehost/moehost/abi"
@@ -77,6 +78,10 @@ type ModuleLimits struct {
 	// at a time, so that together they never take more than this.
 	// Default 1 GiB (a Go guest is charged about 240 MiB).
 	CompileBytes int64
+	// CompileTimeout bounds a compile in a child process (see
+	// CompileInChild). Default 2 minutes: the worst shapes the limits
+	// above admit compile in seconds, and the child runs at nice 19.
+	CompileTimeout time.Duration
 }
 
 func (l ModuleLimits) withDefaults() ModuleLimits {
@@ -100,6 +105,9 @@ func (l ModuleLimits) withDefaults() ModuleLimits {
 	def(&l.NestingDepth, 1024)
 	def(&l.NestingWork, 8000000)
 	def(&l.BrTableTargets, 4096)
+	if l.CompileTimeout == 0 {
+		l.CompileTimeout = 2 * time.Minute
+	}
 	if l.CompileBytes == 0 {
 		l.CompileBytes = 1 << 30
 	}

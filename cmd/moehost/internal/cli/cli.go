@@ -111,6 +111,10 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 			if err != nil {
 				return fmt.Errorf("--memory-limit: %w", err)
 			}
+			// main runs the compile child (host.CompileChildMain).
+			if err := host.CompileInChild(); err != nil {
+				return err
+			}
 			srv, err := host.New(
 				host.WithListen(listen),
 				host.WithDataDir(dataDir),

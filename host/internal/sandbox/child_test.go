@@ -1,0 +1,92 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+)
+
+// TestMain lets the test binary serve as its own compile child.
+func TestMain(m *testing.M) {
+	if code, ok := ChildMain(os.Args[1:]); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// withChild makes the test's runtimes compile in a child (this binary)
+// until it ends.
+func withChild(t *testing.T) {
+	t.Helper()
+	if err := CompileInChild(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { childExe.Store(nil) })
+}
+
+// heapAllocated returns the bytes f allocated on the Go heap.
+func heapAllocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestCompileInChild compiles the Go ffn example in a child, and checks
+// that the server's heap saw a small part of what an in-process compile
+// allocates: the child's compile fills the file cache, and the parent's
+// compile reads the code back.
+func TestCompileInChild(t *testing.T) {
+	ctx := context.Background()
+	compile := func(child bool) uint64 {
+		if child {
+			withChild(t)
+		}
+		rt, err := NewRuntime(ctx, t.TempDir(), Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close(ctx)
+		n := heapAllocated(func() { _, err = rt.Compile(ctx, wasmexperts.FFN) })
+		if err != nil {
+			t.Fatalf("child %v: %v", child, err)
+		}
+		return n
+	}
+	in, out := compile(false), compile(true)
+	t.Logf("heap allocated by the server compiling ffn.wasm (%d bytes): in process %d MiB, with a child %d MiB",
+		len(wasmexperts.FFN), in>>20, out>>20)
+	if out*4 > in {
+		t.Errorf("a child compile still allocated %d bytes in the server, an in-process one %d: want a quarter at most", out, in)
+	}
+}
+
+// TestCompileChildRefuses gives the child too little memory for ffn.wasm:
+// the module is refused as invalid, naming the limit, and the runtime
+// still compiles modules afterwards.
+func TestCompileChildRefuses(t *testing.T) {
+	ctx := context.Background()
+	withChild(t)
+	defer func(b int64) { childBaseBytes = b }(childBaseBytes)
+	childBaseBytes = -200 << 20 // ffn is charged about 240 MiB
+	rt, err := NewRuntime(ctx, t.TempDir(), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	_, err = rt.Compile(ctx, wasmexperts.FFN)
+	if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "memory limit of") {
+		t.Fatalf("compiling ffn.wasm in too little memory: %v, want ErrInvalidModule naming the limit", err)
+	}
+	t.Log(err)
+	childBaseBytes = childBase
+	if _, err := rt.Compile(ctx, wasmexperts.Nop); err != nil {
+		t.Fatalf("compiling nop after a refusal: %v", err)
+	}
+}
