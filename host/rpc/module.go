@@ -224,6 +224,13 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	// without one.
 	_ = b.rc.SetReadDeadline(d)
 	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		// The body has ended, so its deadlines have too. Left set, the
+		// idle deadline fires on HTTP/1.1 during the compile that follows:
+		// the server's background read of the connection hits it and
+		// cancels the call.
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		b.mu.Lock()
 		if time.Now().Before(b.end) {

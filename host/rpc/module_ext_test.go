@@ -64,6 +64,10 @@ type fakeModules struct {
 	// readErr, when set, wraps a failed read of an upload first, as a
 	// store that calls every read failure invalid might.
 	readErr error
+	// compile, when set, is how long Upload works after the body's end,
+	// as a store that compiles the module does; a cancelled context
+	// ends it early with the context's error.
+	compile time.Duration
 	// read counts the upload bytes Upload read; maxRead is the largest
 	// one Read returned.
 	read, maxRead int64
@@ -80,7 +84,7 @@ func (f *fakeModules) record(c rpc.Caller) error {
 	return f.err
 }
 
-func (f *fakeModules) Upload(_ context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
+func (f *fakeModules) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
 	if err := f.record(c); err != nil {
 		return rpc.ModuleInfo{}, err
 	}
@@ -103,6 +107,13 @@ func (f *fakeModules) Upload(_ context.Context, c rpc.Caller, u rpc.ModuleUpload
 		}
 		if err != nil {
 			return rpc.ModuleInfo{}, fmt.Errorf("storing the module: %w", err)
+		}
+	}
+	if f.compile > 0 {
+		select {
+		case <-time.After(f.compile):
+		case <-ctx.Done():
+			return rpc.ModuleInfo{}, fmt.Errorf("compiling the module: %w", ctx.Err())
 		}
 	}
 	info := rpc.ModuleInfo{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), Size: n, Name: u.Name, Created: time.Unix(1700000000, 0)}

@@ -108,3 +108,35 @@ func TestUploadDeadlines(t *testing.T) {
 		}
 	})
 }
+
+// TestUploadDeadlinesEndWithTheBody checks that the idle and total
+// timeouts bound only the body: a module whose compile outlasts both
+// after its last byte arrived is stored, over HTTP/1.1 (where a read
+// deadline left on the connection cancels the call once the server's
+// background read hits it) and over HTTP/2.
+func TestUploadDeadlinesEndWithTheBody(t *testing.T) {
+	t.Parallel()
+	const idle, total = 200 * time.Millisecond, 400 * time.Millisecond
+	fake := &fakeModules{compile: 3 * total}
+	url := server(t, noExperts{}, rpc.Options{Auth: fakeAuth{}, Modules: fake, Uploads: rpc.UploadLimits{IdleTimeout: idle, Timeout: total}})
+	for _, tt := range []struct {
+		name   string
+		client *http.Client
+		opts   []connect.ClientOption
+	}{
+		{"connect over HTTP/1.1", http.DefaultClient, nil},
+		{"gRPC over HTTP/2", h2c(), []connect.ClientOption{connect.WithGRPC()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := moehostv1connect.NewModuleServiceClient(tt.client, url, append(tt.opts, connect.WithInterceptors(withToken("Bearer "+aliceToken)))...)
+			stream := c.UploadModule(context.Background())
+			if err := stream.Send(&moehostv1.UploadModuleRequest{Name: "slow", Chunk: []byte("abc")}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stream.CloseAndReceive(); err != nil {
+				t.Errorf("an upload whose compile outlasts the upload timeouts: %v", err)
+			}
+		})
+	}
+}

@@ -65,7 +65,7 @@ func (rt *Runtime) compileInChild(ctx context.Context, wasm []byte, shape *modul
 	if argv == nil || rt.cache == nil || rt.cache.dir == "" {
 		return nil
 	}
-	limit := shape.compileCost() + childBaseBytes
+	limit := (shape.compileCost() + childBaseBytes) * childRaceFactor
 	timeout := rt.limits.Module.CompileTimeout
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -103,8 +103,8 @@ func (rt *Runtime) compileInChild(ctx context.Context, wasm []byte, shape *modul
 	// The child died: under RLIMIT_DATA the Go runtime fails an mmap
 	// with "out of memory" or, in places, a SIGSEGV; a signal or any
 	// other crash of the compiler is the module's too.
-	return fmt.Errorf("the compile failed under its memory limit of %d bytes (this shape's compile charge plus %d) after %s: %s",
-		limit, childBaseBytes, time.Since(start).Round(time.Millisecond), deathNote(stderr.firstLines(1), exit))
+	return fmt.Errorf("the compile failed under its memory limit of %d bytes (this shape's compile charge plus %d%s) after %s: %s",
+		limit, childBaseBytes, raceNote, time.Since(start).Round(time.Millisecond), deathNote(stderr.firstLines(1), exit))
 }
 
 // Exit codes of a compile child: the module does not compile (the message
