@@ -188,10 +188,16 @@ func TestCompileShapesRefused(t *testing.T) {
 	}
 	brs := append([]byte{0x02, 0x40, 0x41, 0, 0x0e}, leb(nil, uint64(lim.BrTableTargets+1))...)
 	brs = append(append(brs, bytes.Repeat([]byte{0}, lim.BrTableTargets+2)...), 0x0b)
+	var brBody []byte
+	for range 17 {
+		brBody = append(append(brBody, 0x02, 0x40, 0x41, 0, 0x0e), leb(nil, 4096)...)
+		brBody = append(append(brBody, bytes.Repeat([]byte{0}, 4097)...), 0x0b)
+	}
 	tests := []struct {
 		name, want string
 		wasm       []byte
 	}{
+		{"many long br_tables", "targets of all br_tables: 139264, the limit is 131072", shapeModule(shapeBody(0, brBody), shapeBody(0, brBody))},
 		{"one function with 2^28-1 i64 locals", "locals in one function: 268435455, the limit is 50000", shapeModule(shapeBody(1<<28-1, nil))},
 		{"20000 functions of 50000 locals", "locals in all functions: 1000000000, the limit is 1000000", shapeModule(bomb...)},
 		{"nesting too deep", "nesting depth of blocks: 1025, the limit is 1024", shapeModule(shapeBody(0, nest(1025, []byte{0x02, 0x40}, nil, []byte{0x0b})))},

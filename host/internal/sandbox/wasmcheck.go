@@ -72,6 +72,11 @@ type ModuleLimits struct {
 	// time grows with the square of its length (100,000 targets: 22 s
 	// and 280 MB). Default 4096 (Go: 534).
 	BrTableTargets int
+	// BrTableTargetsTotal caps the targets of all br_tables together:
+	// each cost the compiler up to 80 µs (65,536 of them in one
+	// function: 4-5 s), so a module of nothing but br_tables would
+	// compile for minutes. Default 131072 (a Go guest: 44,000).
+	BrTableTargetsTotal int
 	// CompileBytes caps the memory one compile may take, as the module's
 	// shape bounds it (see compileCost): a module that passes every
 	// limit above but would cost more is refused, and compiles run one
@@ -105,6 +110,7 @@ func (l ModuleLimits) withDefaults() ModuleLimits {
 	def(&l.NestingDepth, 1024)
 	def(&l.NestingWork, 8000000)
 	def(&l.BrTableTargets, 4096)
+	def(&l.BrTableTargetsTotal, 131072)
 	if l.CompileTimeout == 0 {
 		l.CompileTimeout = 2 * time.Minute
 	}
@@ -455,6 +461,7 @@ func (s *moduleShape) check(l ModuleLimits) error {
 		{"nesting depth of blocks", uint64(s.maxDepth), l.NestingDepth},
 		{"nesting work (the sum of every block's depth)", s.depthSum, l.NestingWork},
 		{"targets of one br_table", uint64(s.maxBrTable), l.BrTableTargets},
+		{"targets of all br_tables", uint64(s.brTables), l.BrTableTargetsTotal},
 	} {
 		if err := over64(c.what, c.n, c.limit); err != nil {
 			return err
