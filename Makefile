@@ -142,6 +142,10 @@ bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	$(BIN)/moehost bench-memory --clients 16 --min-rows 1 --max-rows 64 --duration 90s --data-dir $(CURDIR)/.tmp/bench-memory
 
+.PHONY: bench-frontdoor
+bench-frontdoor: ## What compiling a tenant's upload costs another tenant: alice's Forward p50/p99/worst during mallory's uploads of the 1.9 MB Go ffn, interleaved with quiet windows of the same length (a few minutes)
+	$(GO) test -run '^$$' -bench ForwardDuringCompile -benchtime 6x ./tests/
+
 .PHONY: bench-kernels
 bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (installs libopenblas-dev if missing)
 	@dpkg -s libopenblas-dev >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libopenblas-dev; }

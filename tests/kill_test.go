@@ -30,7 +30,7 @@ var (
 
 // buildMoehost returns the binary, building it on first use, once for all
 // the package's tests. TestMain removes it. Under -race it skips the test.
-func buildMoehost(t *testing.T, _ string) string {
+func buildMoehost(t testing.TB, _ string) string {
 	t.Helper()
 	if raceEnabled {
 		t.Skip("runs moehost serve in a child process, built without -race: make test runs it in its run without -race (make test-e2e)")
@@ -60,7 +60,7 @@ func buildMoehost(t *testing.T, _ string) string {
 
 // startServe starts `moehost serve` with args and returns it with its
 // address once it serves.
-func startServe(t *testing.T, bin string, args ...string) (*exec.Cmd, string) {
+func startServe(t testing.TB, bin string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:*"}, args...)...)
 	stderr, err := cmd.StderrPipe()

@@ -31,7 +31,7 @@ type tenantsHost struct {
 
 // startTenantsHost serves the operator's ffn.0 (the C ffn) and the
 // tenants of file from dataDir.
-func startTenantsHost(t *testing.T, bin, dataDir, file string) *tenantsHost {
+func startTenantsHost(t testing.TB, bin, dataDir, file string) *tenantsHost {
 	t.Helper()
 	cmd, addr := startServe(t, bin, "--data-dir", dataDir, "--tenants", file, "--no-dht",
 		"--experts", "ffn.0", "--module", "ffn-c", "--hidden-dim", "8", "--max-upload-bytes", "8388608")
@@ -45,7 +45,7 @@ func startTenantsHost(t *testing.T, bin, dataDir, file string) *tenantsHost {
 }
 
 // addTenant adds a tenant with `moehost tenant add` and returns its token.
-func addTenant(t *testing.T, bin, file, name string, prefixes ...string) string {
+func addTenant(t testing.TB, bin, file, name string, prefixes ...string) string {
 	t.Helper()
 	args := []string{"tenant", "add", name, "--tenants", file}
 	for _, p := range prefixes {
@@ -97,7 +97,7 @@ func (h *tenantsHost) deploy(ctx context.Context, token string, req *moehostv1.D
 // deployAliceFFN uploads the C ffn as the tenant of token, deploys it as
 // alice.ffn.0 (hidden 8), and returns its first answer, against which the
 // attack tests check every later one byte for byte.
-func (h *tenantsHost) deployAliceFFN(ctx context.Context, t *testing.T, token string) []byte {
+func (h *tenantsHost) deployAliceFFN(ctx context.Context, t testing.TB, token string) []byte {
 	t.Helper()
 	digest, err := h.upload(ctx, token, wasmexperts.FFNC)
 	if err != nil {
