@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	listen          string
 	dataDir         string
+	compileCache    string
 	logger          *slog.Logger
 	experts         []ExpertConfig
 	optimizer       OptimizerConfig
@@ -88,6 +90,32 @@ func WithListen(addr string) Option {
 // cache now; checkpoints and modules later). Default "moehost-data".
 func WithDataDir(dir string) Option {
 	return optionFunc(func(c *config) { c.dataDir = dir })
+}
+
+// CompileCacheEnv names the environment variable that, when set, is the
+// default of WithCompileCache: one variable reaches every server a process
+// tree starts (a test run's, say), as GOCACHE reaches every go command.
+const CompileCacheEnv = "MOEHOST_COMPILE_CACHE"
+
+// WithCompileCache sets the directory that keeps compiled machine code
+// across restarts. Servers on one machine may share one: each entry is
+// written to a temp file and renamed, and keyed by the module's bytes and
+// the compiler's version. Default: $MOEHOST_COMPILE_CACHE, else
+// "cache/wazero" in the data dir.
+func WithCompileCache(dir string) Option {
+	return optionFunc(func(c *config) { c.compileCache = dir })
+}
+
+// compileCacheDir is where the compilation cache lives (see
+// WithCompileCache).
+func (c *config) compileCacheDir() string {
+	if c.compileCache != "" {
+		return c.compileCache
+	}
+	if dir := os.Getenv(CompileCacheEnv); dir != "" {
+		return dir
+	}
+	return filepath.Join(c.dataDir, "cache", "wazero")
 }
 
 // WithLogger sets the logger. Default: discard.

@@ -53,24 +53,24 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 func serveCmd(stderr io.Writer) *cobra.Command {
 	var (
-		listen, dataDir, pattern, module, optimizer, logLevel string
-		tenantsFile                                           string
-		maxUploadBytes                                        int64
-		hiddenDim                                             int64
-		lr                                                    float64
-		batching                                              host.BatchLimits
-		guest                                                 host.GuestLimits
-		memoryLimit                                           string
-		train                                                 trainFlags
-		logFormat                                             string
-		maxRequestBytes                                       int
-		corsOrigins                                           []string
-		dhtCfg                                                host.DHTConfig
-		noDHT                                                 bool
-		hm                                                    hivemindFlags
-		device                                                string
-		publicBackward                                        bool
-		uploadIdle, uploadTimeout                             time.Duration
+		listen, dataDir, compileCache, pattern, module, optimizer, logLevel string
+		tenantsFile                                                         string
+		maxUploadBytes                                                      int64
+		hiddenDim                                                           int64
+		lr                                                                  float64
+		batching                                                            host.BatchLimits
+		guest                                                               host.GuestLimits
+		memoryLimit                                                         string
+		train                                                               trainFlags
+		logFormat                                                           string
+		maxRequestBytes                                                     int
+		corsOrigins                                                         []string
+		dhtCfg                                                              host.DHTConfig
+		noDHT                                                               bool
+		hm                                                                  hivemindFlags
+		device                                                              string
+		publicBackward                                                      bool
+		uploadIdle, uploadTimeout                                           time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -118,6 +118,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 			srv, err := host.New(
 				host.WithListen(listen),
 				host.WithDataDir(dataDir),
+				host.WithCompileCache(compileCache),
 				host.WithLogger(log),
 				host.WithExperts(experts...),
 				host.WithOptimizer(train.optimizer(optimizer, lr)),
@@ -155,6 +156,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", host.DefaultListen, `address to serve on; port "*" picks a free one`)
 	f.StringVar(&dataDir, "data-dir", host.DefaultDataDir, "directory for the server's state")
+	f.StringVar(&compileCache, "compile-cache", "", "directory for compiled modules, which servers on one machine may share (default $"+host.CompileCacheEnv+", else cache/wazero in the data dir)")
 	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
 	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
 	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value (a --module file gets it only when this flag is given)`)
