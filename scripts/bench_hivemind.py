@@ -18,15 +18,15 @@ import argparse
 import multiprocessing as mp
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import torch
 
 from hivemind.p2p import P2P, PeerID
+
+from moehost_hivemind import MoehostServe
 
 _create = P2P.create.__func__
 
@@ -103,44 +103,13 @@ def hivemind_server(bt, num_experts, num_handlers, max_batch_size, out, stop):
     dht.shutdown()
 
 
-class Moehost:
+class Moehost(MoehostServe):
     """`moehost serve --hivemind` in a child process, serving expert.0 … expert.N-1 (hivemind's ffn)."""
 
     def __init__(self, binary, num_experts, max_batch_size):
-        self.dir = tempfile.mkdtemp(prefix="moehost-bench-hivemind-")
-        self.log = open(os.path.join(self.dir, "serve.log"), "w+")
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--hivemind", "--listen", "127.0.0.1:0", "--data-dir", self.dir,
-             "--experts", f"expert.[0:{num_experts}]", "--hidden-dim", str(HID), "--no-dht", "--no-checkpoints",
-             "--optimizer", "adam", "--max-batch-size", str(max_batch_size)],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        path = os.path.join(self.dir, "hivemind-addrs")
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            self.log.seek(0)
-            if re.search(r'msg="moehost serving"', self.log.read()) and os.path.exists(path):
-                break
-            if self.proc.poll() is not None:
-                raise RuntimeError("moehost exited:\n" + self.tail())
-            time.sleep(0.2)
-        else:
-            raise RuntimeError("moehost did not start:\n" + self.tail())
-        with open(path) as f:
-            self.maddrs = f.read().split()
-        self.peer_id = self.maddrs[0].rsplit("/p2p/", 1)[1]
-
-    def tail(self):
-        self.log.seek(0)
-        return self.log.read()[-4000:]
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        super().__init__(binary, ["--experts", f"expert.[0:{num_experts}]", "--hidden-dim", str(HID), "--no-dht",
+                                  "--no-checkpoints", "--optimizer", "adam", "--max-batch-size", str(max_batch_size)],
+                         prefix="moehost-bench-hivemind-", timeout=300)
 
 
 def own(benchmarks, kwargs):

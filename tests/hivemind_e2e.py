@@ -8,11 +8,7 @@ hivemind process runs with nat_port_map=False on 127.0.0.1 only.
 import base64
 import json
 import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.request
@@ -30,43 +26,21 @@ from hivemind.moe.server.layers.common import FeedforwardBlock
 from hivemind.p2p import PeerID
 from hivemind.p2p.p2p_daemon_bindings.utils import P2PHandlerError
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from moehost_hivemind import MoehostServe  # noqa: E402
+
 HID = 16
 GRID = ["ffn.0.0", "ffn.0.1", "ffn.1.0", "ffn.1.1"]
 P2P = dict(host_maddrs=["/ip4/127.0.0.1/tcp/0"], nat_port_map=False)
 BIN = os.environ.get("MOEHOST_BIN", "moehost")
 
 
-class Moehost:
-    """`moehost serve --hivemind` in a child process."""
+class Moehost(MoehostServe):
+    """`moehost serve --hivemind` in a child process, serving experts of width HID."""
 
     def __init__(self, experts, *extra):
-        self.dir = tempfile.mkdtemp(prefix="moehost-hivemind-")
-        self.log = open(os.path.join(self.dir, "serve.log"), "w+")
-        self.proc = subprocess.Popen(
-            [BIN, "serve", "--hivemind", "--listen", "127.0.0.1:0", "--data-dir", self.dir, "--experts", experts,
-             "--hidden-dim", str(HID), "--no-dht", "--update-period", "2s", "--log-level", "debug", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            self.log.seek(0)
-            m = re.search(r'msg="moehost serving" addr=(\S+)', self.log.read())
-            if m:
-                self.addr = m.group(1)
-                break
-            if self.proc.poll() is not None:
-                raise RuntimeError("moehost exited:\n" + self.logs())
-            time.sleep(0.2)
-        else:
-            raise RuntimeError("moehost did not start:\n" + self.logs())
-        with open(os.path.join(self.dir, "hivemind-addrs")) as f:
-            self.maddrs = f.read().split()
-
-    def logs(self):
-        self.log.seek(0)
-        return self.log.read()[-4000:]
-
-    def alive(self):
-        return self.proc.poll() is None
+        super().__init__(BIN, ["--experts", experts, "--hidden-dim", str(HID), "--no-dht", "--update-period", "2s",
+                               "--log-level", "debug", *extra])
 
     def parameters(self, uid):
         """The expert's parameters now, through CheckpointService.GetParameters (Connect JSON)."""
@@ -85,15 +59,6 @@ class Moehost:
         block = FeedforwardBlock(HID)
         block.load_state_dict(self.parameters(uid), strict=True)
         return block
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def find(dht, uids, tries=40):
