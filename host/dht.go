@@ -137,7 +137,7 @@ func (s *Server) startDHT(ctx context.Context) ([]rpc.Service, error) {
 	s.mu.Lock()
 	s.dht = d
 	s.mu.Unlock()
-	path, h := d.Handler(connect.WithInterceptors(errorCodes.Interceptor()))
+	path, h := d.Handler(connect.WithInterceptors(errorCodes.Interceptor()), rpc.SmallRequests())
 	return []rpc.Service{{Name: moehostv1connect.DiscoveryServiceName, Path: path, Handler: h}}, nil
 }
 
