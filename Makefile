@@ -100,13 +100,13 @@ test: examples ## Check formatting, vet, build without cgo, and run every test: 
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-race test-e2e
 
 .PHONY: test-race
-test-race: ## Every package's tests with the race detector (the ones in tests/ that run moehost serve in a child process skip themselves)
+test-race: ## Every package's tests with the race detector (the ones in tests/ that run moehost serve in a child process, and the CLI's end-to-end ones, skip themselves: make test-e2e runs them)
 	rm -rf $(CURDIR)/.tmp/test-compile-cache
 	MOEHOST_COMPILE_CACHE=$(CURDIR)/.tmp/test-compile-cache $(GO) test -race -timeout 12m ./...
 
 .PHONY: test-e2e
-test-e2e: ## tests/ without the race detector: moehost serve in child processes (one binary, built once), the CLI, grpcurl, buf curl, the DHT swarm
-	$(GO) test -timeout 12m ./tests/
+test-e2e: ## tests/ and the CLI's tests without the race detector: moehost serve in child processes (one binary, built once), the CLI end to end, grpcurl, buf curl, the DHT swarm
+	$(GO) test -timeout 12m ./tests/ ./cmd/moehost/internal/cli/
 
 # Debian's Python (with Debian's python3-torch), not a virtualenv's.
 PYTHON ?= /usr/bin/python3

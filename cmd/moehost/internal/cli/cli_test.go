@@ -12,6 +12,7 @@ import (
 // TestServeErrors runs `moehost serve` with what newcomers get wrong, and
 // checks that each error names the problem.
 func TestServeErrors(t *testing.T) {
+	skipUnderRace(t)
 	dir := t.TempDir()
 	notWasm := filepath.Join(dir, "model.wasm")
 	if err := os.WriteFile(notWasm, []byte("hello"), 0o644); err != nil {
@@ -75,6 +76,7 @@ func TestVersion(t *testing.T) {
 // TestBenchModule benchmarks a module named with --module, on every wire
 // dtype, briefly.
 func TestBenchModule(t *testing.T) {
+	skipUnderRace(t)
 	var stdout, stderr bytes.Buffer
 	args := []string{"bench", "--module", "nop", "--hidden-dim", "4", "--experts", "nop.[0:2]", "--clients", "2",
 		"--duration", "200ms", "--dtype", "float32,bfloat16", "--data-dir", t.TempDir()}

@@ -26,6 +26,7 @@ import (
 // expert, build it, and run a Forward through the sandbox; and shows what
 // forgetting -buildmode=c-shared gives.
 func TestExpertNewBuildForward(t *testing.T) {
+	skipUnderRace(t)
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("needs the go command:", err)
 	}

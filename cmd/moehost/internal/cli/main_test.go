@@ -15,3 +15,12 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// skipUnderRace skips an end-to-end CLI test in a race build (see
+// race_on_test.go).
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("end to end through compile children: make test runs it without -race (make test-e2e)")
+	}
+}
