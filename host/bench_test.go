@@ -98,7 +98,7 @@ func BenchmarkWorstBatch(b *testing.B) {
 			srv := startTestServer(b, WithExperts(ExpertConfig{UID: "x.0", Module: ModuleBytes(tt.module), Config: tt.config}))
 			e, dev := srv.experts["x.0"], srv.Device()
 			var inputs []*gpuhost.Tensor
-			for i, s := range e.inSpecs {
+			for i, s := range e.schema.inSpecs {
 				shape := tt.shapes[0]
 				if i > 0 { // the transformer's key padding mask
 					shape = shape[:2]
@@ -109,7 +109,7 @@ func BenchmarkWorstBatch(b *testing.B) {
 				}
 				inputs = append(inputs, x)
 			}
-			gy, err := dev.Zeros(e.outSpecs[0].DType, tt.shapes[0])
+			gy, err := dev.Zeros(e.schema.outSpecs[0].DType, tt.shapes[0])
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -86,15 +86,15 @@ func (s *Server) backwardable(uid string, inputs, gradOutputs []*gpuhost.Tensor)
 		return nil, err
 	}
 	batch := inputs[0].Shape()[0]
-	if len(gradOutputs) != len(e.outSpecs) {
-		return nil, fmt.Errorf("%w: backward %q: got %d output gradients, want %d", ErrBadTensors, uid, len(gradOutputs), len(e.outSpecs))
+	if len(gradOutputs) != len(e.schema.outSpecs) {
+		return nil, fmt.Errorf("%w: backward %q: got %d output gradients, want %d", ErrBadTensors, uid, len(gradOutputs), len(e.schema.outSpecs))
 	}
 	for i, g := range gradOutputs {
 		if g == nil || g.Device() != e.Device() {
 			return nil, fmt.Errorf("%w: backward %q: output gradient %d is not a tensor of the server's device", ErrBadTensors, uid, i)
 		}
-		if n, err := sandbox.CheckInputs(e.outSpecs[i:i+1], []*gpuhost.Tensor{g}); err != nil || n != batch {
-			return nil, fmt.Errorf("%w: backward %q: gradient of output %d does not fit %s with batch %d", ErrBadTensors, uid, i, e.outSpecs[i], batch)
+		if n, err := sandbox.CheckInputs(e.schema.outSpecs[i:i+1], []*gpuhost.Tensor{g}); err != nil || n != batch {
+			return nil, fmt.Errorf("%w: backward %q: gradient of output %d does not fit %s with batch %d", ErrBadTensors, uid, i, e.schema.outSpecs[i], batch)
 		}
 	}
 	return e, nil
@@ -140,7 +140,7 @@ func (s *Server) callable(uid string, inputs []*gpuhost.Tensor) (*expert, error)
 			return nil, fmt.Errorf("%w: %q: input %d is not a tensor of the server's device", ErrBadTensors, uid, i)
 		}
 	}
-	if _, err := sandbox.CheckInputs(e.inSpecs, inputs); err != nil {
+	if _, err := sandbox.CheckInputs(e.schema.inSpecs, inputs); err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", ErrBadTensors, uid, err)
 	}
 	return e, nil

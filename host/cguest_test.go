@@ -148,7 +148,7 @@ func sameTensor(t *testing.T, what string, a, b *moehostv1.Tensor) {
 func sameParams(t *testing.T, a, b *Server, uid, when string) {
 	t.Helper()
 	ea, eb := a.experts[uid], b.experts[uid]
-	pa, pb := ea.binding.Params.Params(), eb.binding.Params.Params()
+	pa, pb := ea.guest.binding.Params.Params(), eb.guest.binding.Params.Params()
 	if len(pa) != 6 || len(pb) != len(pa) {
 		t.Fatalf("%s: Go declares %d params, C %d; want 6", when, len(pa), len(pb))
 	}

@@ -33,23 +33,23 @@ var ErrCheckpointMismatch = errors.New("checkpoint does not match the expert")
 type snapshot = checkpoint.Checkpoint
 
 // takeSnapshot copies e's parameters, optimizer state and counters. It
-// holds e.slot.mu, so it sees the state between two batches; called on the
+// holds e.guest.slot.mu, so it sees the state between two batches; called on the
 // device worker (or once it has stopped), it waits for nothing.
 func (e *expert) takeSnapshot() (*snapshot, error) {
-	e.slot.mu.Lock()
-	defer e.slot.mu.Unlock()
-	st, err := e.opt.State()
+	e.guest.slot.mu.Lock()
+	defer e.guest.slot.mu.Unlock()
+	st, err := e.trainer.opt.State()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot of %q: %w", e.uid, err)
 	}
-	ps := e.binding.Params.Params()
+	ps := e.guest.binding.Params.Params()
 	s := &snapshot{Meta: checkpoint.Meta{
 		UID:          e.uid,
-		ModuleDigest: e.module.Digest(),
+		ModuleDigest: e.guest.digest(),
 		Step:         st.Steps,
-		Examples:     e.backwardExamples.Load(),
-		Config:       e.binding.Config,
-		Optimizer:    e.optJSON,
+		Examples:     e.stats.backwardExamples.Load(),
+		Config:       e.guest.binding.Config,
+		Optimizer:    e.trainer.json,
 	}}
 	dev := e.Device()
 	for _, p := range ps {
@@ -74,21 +74,21 @@ func (e *expert) takeSnapshot() (*snapshot, error) {
 // An optimizer state that does not fit the optimizer now configured (it
 // was changed) is dropped with a warning, keeping the step count.
 func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string, args ...any)) error {
-	e.slot.mu.Lock()
-	defer e.slot.mu.Unlock()
-	ps := e.binding.Params.Params()
+	e.guest.slot.mu.Lock()
+	defer e.guest.slot.mu.Unlock()
+	ps := e.guest.binding.Params.Params()
 	if err := paramsMatch(c, ps); err != nil {
 		return err
 	}
 	if !allowChange {
 		// The shapes match, so --allow-module-change can help here.
-		if c.ModuleDigest != e.module.Digest() {
+		if c.ModuleDigest != e.guest.digest() {
 			return fmt.Errorf("%w: %w: %q step %d was saved by module %s, but the expert runs %s; the parameters' names and shapes match, so a rebuilt module may restore it with --allow-module-change",
-				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, c.ModuleDigest, e.module.Digest())
+				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, c.ModuleDigest, e.guest.digest())
 		}
-		if c.Config != nil && !maps.Equal(c.Config, e.binding.Config) {
+		if c.Config != nil && !maps.Equal(c.Config, e.guest.binding.Config) {
 			return fmt.Errorf("%w: %w: %q step %d was saved with config %s, but the expert runs with %s; the parameters' names and shapes match, so --allow-module-change restores it anyway",
-				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, configString(c.Config), configString(e.binding.Config))
+				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, configString(c.Config), configString(e.guest.binding.Config))
 		}
 	}
 	values := map[string][]float32{}
@@ -118,7 +118,7 @@ func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string
 		}
 		st.Slots[slot][i] = t.Data
 	}
-	opt, err := buildOptimizer(e.optCfg)
+	opt, err := buildOptimizer(e.trainer.cfg)
 	if err != nil {
 		return err
 	}
@@ -136,9 +136,8 @@ func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string
 			return fmt.Errorf("restoring %q: param %d: %w", e.uid, i, err)
 		}
 	}
-	e.opt = opt
-	e.backwardBatches.Store(c.Step)
-	e.backwardExamples.Store(c.Examples)
+	e.trainer.opt = opt
+	e.stats.restored(c.Step, c.Examples)
 	return nil
 }
 
@@ -437,7 +436,7 @@ func (cs *ckptService) expert(ctx context.Context, uid string) (*expert, error) 
 		return nil, fmt.Errorf("%w: no expert %q on this server", ErrUnknownExpert, uid)
 	}
 	c := rpc.CallerFrom(ctx)
-	if !c.Operator && (c.Tenant == "" || e.(*expert).owner != c.Tenant) {
+	if !c.Operator && (c.Tenant == "" || e.(*expert).tenancy.owner != c.Tenant) {
 		return nil, fmt.Errorf("expert %q %w: a tenant's token reaches its own experts' checkpoints only", uid, ErrNotYours)
 	}
 	return e.(*expert), nil

@@ -82,8 +82,8 @@ func measureDensity(t *testing.T, n int, load time.Duration, opts ...Option) den
 	r.rss = rss(t) - before
 	slots := map[*instanceSlot]bool{}
 	for _, e := range srv.experts {
-		r.params += 4 * e.binding.Params.Count()
-		slots[e.slot] = true
+		r.params += 4 * e.guest.binding.Params.Count()
+		slots[e.guest.slot] = true
 	}
 	r.instances = len(slots)
 	if load == 0 {

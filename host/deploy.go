@@ -313,17 +313,17 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if _, ok := l.slots[share]; !ok {
 		// Another load may have started an instance for share meanwhile;
 		// then this one stays the expert's own.
-		l.slots[share] = e.slot
+		l.slots[share] = e.guest.slot
 	}
-	e.share, e.owner, e.compiledKey, e.unpin = share, ec.Owner, key, unpin
-	e.forwardAccess, e.backwardAccess = ec.ForwardAccess, ec.BackwardAccess
-	e.optCfg, e.optJSON = optCfg, optimizerJSON(optCfg)
+	e.guest.share, e.guest.compiledKey, e.guest.unpin = share, key, unpin
+	e.tenancy.owner, e.tenancy.forward, e.tenancy.backward = ec.Owner, ec.ForwardAccess, ec.BackwardAccess
+	e.trainer.configure(optCfg)
 	if s.ckpt != nil {
 		if err := s.ckpt.restore(e); err != nil {
 			return nil, false, errors.Join(err, s.unload(context.WithoutCancel(ctx), l, e))
 		}
 	}
-	e.callTimeout = limits.CallTimeout
+	e.guest.callTimeout = limits.CallTimeout
 	e.q = l.quarantineOf(ec.Owner)
 	lim := s.cfg.batching
 	if ec.Batching != nil {
@@ -339,11 +339,12 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 // held.
 func (s *Server) unload(ctx context.Context, l *loader, e *expert) error {
 	err := e.close(ctx)
-	e.unpin()
-	if l.slots[e.share] == e.slot && e.slot.idle() {
-		delete(l.slots, e.share)
+	g := &e.guest
+	g.unpin()
+	if l.slots[g.share] == g.slot && g.slot.idle() {
+		delete(l.slots, g.share)
 	}
-	err = errors.Join(err, l.release(ctx, e.compiledKey))
+	err = errors.Join(err, l.release(ctx, g.compiledKey))
 	s.metrics.forget(e.uid)
 	return err
 }
@@ -376,8 +377,8 @@ func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 	if err != nil {
 		return err
 	}
-	e.deployed = &deployment{
-		UID: ec.UID, Owner: ec.Owner, Module: e.module.Digest(), Config: ec.Config,
+	e.tenancy.deployed = &deployment{
+		UID: ec.UID, Owner: ec.Owner, Module: e.guest.digest(), Config: ec.Config,
 		Batching: ec.Batching, Optimizer: ec.Optimizer,
 		ForwardAccess: ec.ForwardAccess, BackwardAccess: ec.BackwardAccess, Limits: ec.Limits,
 	}
@@ -393,12 +394,11 @@ func (s *Server) Deploy(ctx context.Context, ec ExpertConfig) error {
 		delete(s.experts, ec.UID)
 		s.sorted = sortedExperts(s.experts)
 		s.mu.Unlock()
-		e.fwd.Close(err)
-		e.bwd.Close(err)
+		e.pools.close(err)
 		return errors.Join(err, s.unload(context.WithoutCancel(ctx), l, e))
 	}
 	s.schedule(e)
-	s.log.Info("expert deployed", "uid", ec.UID, "digest", e.module.Digest(), "owner", e.owner)
+	s.log.Info("expert deployed", "uid", ec.UID, "digest", e.guest.digest(), "owner", e.tenancy.owner)
 	return nil
 }
 
@@ -431,21 +431,18 @@ func (s *Server) Undeploy(ctx context.Context, uid string) error {
 	if !ok {
 		return fmt.Errorf("%w: expert %q is not served", ErrUnknownExpert, uid)
 	}
-	if e.deployed != nil {
+	if e.tenancy.deployed != nil {
 		err = s.saveDeployments(l)
 	}
 	l.busy[uid] = true
 	defer delete(l.busy, uid)
 	gone := fmt.Errorf("expert %q was undeployed", uid)
-	e.fwd.Close(gone)
-	e.bwd.Close(gone)
+	e.pools.close(gone)
 	// Remove waits for a batch of the pools that is running, so that
 	// nothing uses the instance once it is closed below; other deploys
 	// and undeploys go on meanwhile.
 	l.mu.Unlock()
-	w := s.laneOf(e).worker
-	w.Remove(e.fwd)
-	w.Remove(e.bwd)
+	e.pools.unschedule(s.laneOf(e).worker)
 	l.mu.Lock()
 	err = errors.Join(err, s.unload(ctx, l, e))
 	s.log.Info("expert undeployed", "uid", uid)
@@ -471,12 +468,10 @@ func (s *Server) liveLoader() (*loader, error) {
 // group of their own).
 func (s *Server) schedule(e *expert) {
 	var opts []sched.AddOption
-	if e.owner != "" {
-		opts = append(opts, sched.WithGroup("tenant:"+e.owner, s.queueShare(e.owner)))
+	if owner := e.tenancy.owner; owner != "" {
+		opts = append(opts, sched.WithGroup("tenant:"+owner, s.queueShare(owner)))
 	}
-	w := s.laneOf(e).worker
-	w.Add(e.fwd, opts...)
-	w.Add(e.bwd, opts...)
+	e.pools.schedule(s.laneOf(e).worker, opts...)
 }
 
 // sortedExperts lists experts by uid, for rpc.Experts.All.

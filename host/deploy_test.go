@@ -71,7 +71,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 	}
 	check("ffn.1")
 	check("ffn.2")
-	if a, b := srv.experts["ffn.1"], srv.experts["ffn.2"]; a.slot != b.slot {
+	if a, b := srv.experts["ffn.1"], srv.experts["ffn.2"]; a.guest.slot != b.guest.slot {
 		t.Error("two experts of one module and config do not share an instance")
 	}
 	if got := srv.experts["ffn.1"].Info().GetOwner(); got != "alice" {
@@ -226,8 +226,8 @@ func TestDeploymentsSurviveARestart(t *testing.T) {
 	if !maps.Equal(got, digests) || len(got) != 2 {
 		t.Fatalf("after a restart: %v, want %v", got, digests)
 	}
-	if e := srv.experts["alice.ffn.0"]; e.owner != "alice" || e.backwardAccess != AccessOwner {
-		t.Errorf("alice.ffn.0 came back with owner %q and backward access %v", e.owner, e.backwardAccess)
+	if e := srv.experts["alice.ffn.0"]; e.tenancy.owner != "alice" || e.tenancy.backward != AccessOwner {
+		t.Errorf("alice.ffn.0 came back with owner %q and backward access %v", e.tenancy.owner, e.tenancy.backward)
 	}
 	if after := x(srv); !slices.Equal(after, before) {
 		t.Errorf("alice.ffn.0 answers %v after the restart, %v before", after, before)

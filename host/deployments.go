@@ -89,8 +89,8 @@ func (s *Server) saveDeployments(l *loader) error {
 	s.mu.Lock()
 	var ds []deployment
 	for _, e := range s.experts {
-		if e.deployed != nil {
-			ds = append(ds, *e.deployed)
+		if e.tenancy.deployed != nil {
+			ds = append(ds, *e.tenancy.deployed)
 		}
 	}
 	s.mu.Unlock()
@@ -130,7 +130,7 @@ func (s *Server) restoreDeployments(ctx context.Context, l *loader) error {
 			l.unrestored[d.UID] = d
 			continue
 		}
-		e.deployed = &d
+		e.tenancy.deployed = &d
 		s.schedule(e)
 		s.mu.Lock()
 		s.experts[d.UID] = e

@@ -151,10 +151,10 @@ func TestExpertsRoundRobinOnTwoGPUs(t *testing.T) {
 	srv.mu.Lock()
 	a, b, c := srv.experts["ffn.0"], srv.experts["ffn.1"], srv.experts["ffn.2"]
 	srv.mu.Unlock()
-	if a.slot != c.slot {
+	if a.guest.slot != c.guest.slot {
 		t.Error("ffn.0 and ffn.2 (both on cuda:0) do not share an instance")
 	}
-	if a.slot == b.slot {
+	if a.guest.slot == b.guest.slot {
 		t.Error("ffn.0 (cuda:0) and ffn.1 (cuda:1) share an instance")
 	}
 	for _, ln := range srv.lanes {

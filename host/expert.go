@@ -6,11 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
@@ -20,51 +15,18 @@ import (
 	"github.com/moehost/moehost/host/rpc"
 )
 
-// unhealthyAfter is how many failed batches in a row mark an expert
-// unhealthy. A success makes it healthy again.
-const unhealthyAfter = 3
-
 // expert is one hosted expert: a module instance bound to its own
-// parameters and optimizer. It runs one batch at a time.
+// parameters and optimizer. It runs one batch at a time. It is made of
+// small values with one job each (parts.go); its own methods are the
+// request paths that combine them.
 type expert struct {
 	uid     string
-	module  *sandbox.Module
-	binding sandbox.Binding
-	opt     gpuhost.Optimizer // replaced by a restore, under mu
-	optCfg  OptimizerConfig
-	optJSON string // optCfg, for checkpoints' metadata
-	inputs  []*moehostv1.TensorSchema
-	outputs []*moehostv1.TensorSchema
-	// The same schema, as the sandbox checks it.
-	inSpecs, outSpecs []sandbox.Spec
-
-	slot  *instanceSlot // the instance, maybe shared with other experts (share.go)
-	share string        // slot's key in the loader
-	// compiledKey is the module's key in the loader; unpin lets its
-	// owner delete the module again.
-	compiledKey string
-	unpin       func()
-	owner       string // the tenant that deployed it; "" for the operator
-	// forwardAccess and backwardAccess say who may call it.
-	forwardAccess, backwardAccess Access
-	// deployed is its deployment record when it was deployed while
-	// serving (or restored from one), nil for a configured expert.
-	deployed *deployment
-
-	fwd                *batch.Pool[fwdReq, []*gpuhost.Tensor]
-	bwd                *batch.Pool[bwdReq, []*gpuhost.Tensor]
-	fwdStats, bwdStats *poolStats
-
-	forwardBatches, backwardBatches   atomic.Int64
-	forwardExamples, backwardExamples atomic.Int64
-	failures                          atomic.Int64 // consecutive
-
-	// callTimeout is the instances' CallTimeout, the unit of quarantine.
-	callTimeout time.Duration
-	// restarts counts replaced instances; timeouts counts calls killed
-	// at callTimeout.
-	restarts, timeouts atomic.Int64
-	restartsC          prometheus.Counter
+	guest   guest    // what runs: the module, its instance and its parameters
+	schema  schema   // what it takes and gives
+	trainer trainer  // its optimizer
+	tenancy tenancy  // who owns it and may call it; its deployment record
+	pools   pools    // its forward and backward queues
+	stats   counters // what it has done
 	// q is the expert's quarantine: its own for the operator's, its
 	// tenant's for a tenant's (see quarantineOf).
 	q *quarantine
@@ -82,113 +44,32 @@ func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuh
 		return nil, fmt.Errorf("loading expert %q: %w", uid, err)
 	}
 	return &expert{
-		uid:      uid,
-		module:   module,
-		binding:  b,
-		opt:      opt,
-		inputs:   schemaOf(inst.Inputs()),
-		outputs:  schemaOf(inst.Outputs()),
-		inSpecs:  inst.Inputs(),
-		outSpecs: inst.Outputs(),
-		slot:     &instanceSlot{inst: inst, users: 1},
+		uid:     uid,
+		guest:   guest{module: module, binding: b, slot: &instanceSlot{inst: inst, users: 1}},
+		schema:  schemaOf(inst),
+		trainer: trainer{opt: opt},
 	}, nil
 }
 
-func schemaOf(specs []sandbox.Spec) []*moehostv1.TensorSchema {
-	out := make([]*moehostv1.TensorSchema, len(specs))
-	for i, s := range specs {
-		out[i] = &moehostv1.TensorSchema{Name: s.Name, Dtype: moehostv1.DType(s.DType), Shape: s.Shape}
-	}
-	return out
-}
-
 // instance returns a live instance bound to the expert's parameters,
-// replacing one that trapped. Call with e.slot.mu held.
+// replacing one that trapped. Call with e.guest.slot.mu held.
 func (e *expert) instance(ctx context.Context) (*sandbox.Instance, error) {
-	if e.slot.inst == nil || e.slot.inst.Closed() {
-		e.restarts.Add(1)
-		if e.restartsC != nil {
-			e.restartsC.Inc()
-		}
-		inst, err := e.module.Instantiate(ctx, e.binding)
-		if err != nil {
-			return nil, fmt.Errorf("%w: replacing the instance of %q: %w", ErrNotRun, e.uid, err)
-		}
-		e.slot.inst = inst
+	inst, replaced, err := e.guest.instance(ctx, e.uid)
+	if replaced {
+		e.stats.restarted()
 	}
-	if err := e.slot.inst.Bind(e.binding.Params); err != nil {
-		return nil, fmt.Errorf("binding the parameters of %q: %w", e.uid, err)
-	}
-	return e.slot.inst, nil
+	return inst, err
 }
 
-// Quarantine: an expert whose call ran past its CallTimeout runs nothing
-// for quarantineFactor call timeouts, doubled for each further timeout
-// before a success, up to quarantineMaxDoublings doublings. A guest that
-// spins in every call therefore holds its device worker for at most
-// 1/(1+quarantineFactor) = 10% of the time, less as the backoff grows.
-const (
-	quarantineFactor       = 9
-	quarantineMaxDoublings = 6
-)
+func (e *expert) Device() gpuhost.Device { return e.guest.device() }
 
-// quarantine is the state of a quarantine. An operator's expert has its
-// own; a tenant's experts share their tenant's, so that a tenant whose
-// guest ran past its call timeout cannot start afresh by deploying it
-// again under a fresh uid: all of its experts wait the quarantine out,
-// and its strikes (the backoff) carry over.
-type quarantine struct {
-	until   atomic.Int64 // UnixNano: nothing runs before
-	by      atomic.Value // string: the uid that timed out last
-	mu      sync.Mutex
-	strikes int // timeouts since the last success, for the backoff
-}
-
-// quarantineOf returns the quarantine of a new expert of owner. Call with
-// l.mu held.
-func (l *loader) quarantineOf(owner string) *quarantine {
-	if owner == "" {
-		return new(quarantine)
-	}
-	if l.quarantines == nil {
-		l.quarantines = map[string]*quarantine{}
-	}
-	q := l.quarantines[owner]
-	if q == nil {
-		q = new(quarantine)
-		l.quarantines[owner] = q
-	}
-	return q
-}
-
-// quarantine starts or extends the quarantine after a timeout.
-func (e *expert) quarantine() time.Duration {
-	q := e.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	d := e.callTimeout * quarantineFactor << min(q.strikes, quarantineMaxDoublings)
-	q.strikes++
-	q.by.Store(e.uid)
-	q.until.Store(time.Now().Add(d).UnixNano())
-	return d
+func (e *expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
+	return e.schema.inputs, e.schema.outputs
 }
 
 // checkQuarantine fails fast while the expert is quarantined.
 func (e *expert) checkQuarantine() error {
-	until := time.Unix(0, e.q.until.Load())
-	if left := time.Until(until); left > 0 {
-		if by, _ := e.q.by.Load().(string); by != e.uid {
-			return fmt.Errorf("%w: %q of tenant %q ran past its call timeout, and the tenant's experts are quarantined for %v more", ErrQuarantined, by, e.owner, left.Round(time.Millisecond))
-		}
-		return fmt.Errorf("%w: %q ran past its call timeout of %v and is quarantined for %v more", ErrQuarantined, e.uid, e.callTimeout, left.Round(time.Millisecond))
-	}
-	return nil
-}
-
-func (e *expert) Device() gpuhost.Device { return e.binding.Device }
-
-func (e *expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
-	return e.inputs, e.outputs
+	return e.q.check(e.uid, e.tenancy.owner, e.guest.callTimeout)
 }
 
 // Forward queues a forward request in the expert's pool and waits for it.
@@ -199,7 +80,7 @@ func (e *expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 		e.Device().Release(inputs...)
 		return nil, err
 	}
-	outs, err := e.fwd.Submit(ctx, fwdReq{inputs: inputs})
+	outs, err := e.pools.fwd.Submit(ctx, fwdReq{inputs: inputs})
 	return outs, poolError(e.uid, err)
 }
 
@@ -210,7 +91,7 @@ func (e *expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 		e.Device().Release(slices.Concat(inputs, gradOutputs)...)
 		return nil, err
 	}
-	grads, err := e.bwd.Submit(ctx, bwdReq{inputs: inputs, gradOutputs: gradOutputs})
+	grads, err := e.pools.bwd.Submit(ctx, bwdReq{inputs: inputs, gradOutputs: gradOutputs})
 	return grads, poolError(e.uid, err)
 }
 
@@ -224,8 +105,8 @@ func poolError(uid string, err error) error {
 
 // forward runs one batch. Called by the device worker.
 func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e.slot.mu.Lock()
-	defer e.slot.mu.Unlock()
+	e.guest.slot.mu.Lock()
+	defer e.guest.slot.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
 		return nil, err
 	}
@@ -238,16 +119,15 @@ func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 		return nil, e.fail(err)
 	}
 	e.succeed()
-	e.forwardBatches.Add(1)
-	e.forwardExamples.Add(int64(inputs[0].Shape()[0]))
+	e.stats.forwarded(inputs[0].Shape()[0])
 	return outs, nil
 }
 
 // backward runs one batch and takes one optimizer step. Called by the
 // device worker.
 func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e.slot.mu.Lock()
-	defer e.slot.mu.Unlock()
+	e.guest.slot.mu.Lock()
+	defer e.guest.slot.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
 		return nil, err
 	}
@@ -258,15 +138,14 @@ func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 	if err := e.step(params, gradParams, gradInputs); err != nil {
 		return nil, err
 	}
-	e.backwardBatches.Add(1)
-	e.backwardExamples.Add(int64(inputs[0].Shape()[0]))
+	e.stats.backwarded(inputs[0].Shape()[0])
 	return gradInputs, nil
 }
 
 // step takes one optimizer step and releases the parameter gradients.
-// Call with e.slot.mu held.
+// Call with e.guest.slot.mu held.
 func (e *expert) step(params, gradParams []*gpuhost.Tensor, gradInputs ...[]*gpuhost.Tensor) error {
-	err := e.opt.Step(params, gradParams)
+	err := e.trainer.opt.Step(params, gradParams)
 	// A custom backward may hand one tensor back as both a parameter's and
 	// an input's gradient; the input's must survive until it is sent.
 	e.Device().Release(slices.DeleteFunc(gradParams, func(g *gpuhost.Tensor) bool {
@@ -335,8 +214,8 @@ func (e *expert) forwardEach(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.T
 // gradients of the requests that succeed are summed, which is what their
 // batch would have given, and the optimizer takes one step for them all.
 func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.Tensor, error) {
-	e.slot.mu.Lock()
-	defer e.slot.mu.Unlock()
+	e.guest.slot.mu.Lock()
+	defer e.guest.slot.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
 		return nil, err
 	}
@@ -379,8 +258,7 @@ func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.
 		if err := e.step(params, sum, res...); err != nil {
 			return nil, err
 		}
-		e.backwardBatches.Add(1)
-		e.backwardExamples.Add(int64(examples))
+		e.stats.backwarded(examples)
 	}
 	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
 		return res, nil
@@ -390,17 +268,13 @@ func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.
 
 // gradients runs hivemind's stateless recompute: the guest's forward with
 // the tape on, then the tape backward from gradOutputs. It returns the
-// gradients of the inputs and of the parameters. Call with e.slot.mu held.
+// gradients of the inputs and of the parameters. Call with e.guest.slot.mu held.
 func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) (gradInputs, gradParams, params []*gpuhost.Tensor, err error) {
 	inst, err := e.instance(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ps := e.binding.Params.Params()
-	params = make([]*gpuhost.Tensor, len(ps))
-	for i, p := range ps {
-		params[i] = p.Tensor
-	}
+	params = e.guest.params()
 	if inst.HasBackward() {
 		gradInputs, gradParams, err = e.customGradients(ctx, inst, inputs, gradOutputs, params)
 	} else {
@@ -445,9 +319,9 @@ func (e *expert) tapeGradients(ctx context.Context, inst *sandbox.Instance, inpu
 	// guest's CallTimeout, and the kernels stop within about a
 	// millisecond of it or of the callers leaving.
 	bctx := ctx
-	if e.callTimeout > 0 {
+	if t := e.guest.callTimeout; t > 0 {
 		var cancel context.CancelFunc
-		bctx, cancel = context.WithTimeoutCause(ctx, e.callTimeout, errTapeTimeout)
+		bctx, cancel = context.WithTimeoutCause(ctx, t, errTapeTimeout)
 		defer cancel()
 	}
 	grads, err := tape.BackwardContext(bctx, e.Device(), outs, gradOutputs, wrt)
@@ -494,7 +368,7 @@ var errTapeTimeout = fmt.Errorf("%w: the tape's backward ran past the call timeo
 // and the instance's failures (traps, timeouts, internal errors) count towards
 // unhealthy: bad inputs, a guest's error code and cancellations come from
 // the request, not from the expert. A call killed at its CallTimeout also
-// quarantines the expert. Call with e.slot.mu held.
+// quarantines the expert. Call with e.guest.slot.mu held.
 func (e *expert) fail(err error) error {
 	switch {
 	case limited(err), errors.Is(err, sandbox.ErrInvalidInput), errors.Is(err, sandbox.ErrGuest):
@@ -504,26 +378,23 @@ func (e *expert) fail(err error) error {
 		return err
 	case errors.Is(err, sandbox.ErrTrap) && errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, errTapeTimeout):
-		e.failures.Add(1)
-		e.timeouts.Add(1)
-		d := e.quarantine()
-		return fmt.Errorf("expert %q ran past its call timeout of %v and is quarantined for %v: %w", e.uid, e.callTimeout, d, err)
+		e.stats.timedOut()
+		d := e.q.impose(e.uid, e.guest.callTimeout)
+		return fmt.Errorf("expert %q ran past its call timeout of %v and is quarantined for %v: %w", e.uid, e.guest.callTimeout, d, err)
 	case errors.Is(err, sandbox.ErrTrap):
-		e.failures.Add(1)
+		e.stats.failed()
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return err
 	}
-	e.failures.Add(1)
+	e.stats.failed()
 	return err
 }
 
-// succeed records a successful batch. Call with e.slot.mu held.
+// succeed records a successful batch. Call with e.guest.slot.mu held.
 func (e *expert) succeed() {
-	e.failures.Store(0)
-	e.q.mu.Lock()
-	e.q.strikes = 0
-	e.q.mu.Unlock()
+	e.stats.succeeded()
+	e.q.forgive()
 }
 
 // limited tells whether err comes from a limit on memory: the host's
@@ -536,42 +407,26 @@ func limited(err error) bool {
 func (e *expert) Info() *moehostv1.ExpertInfo {
 	return &moehostv1.ExpertInfo{
 		Uid:            e.uid,
-		Inputs:         e.inputs,
-		Outputs:        e.outputs,
-		ModuleDigest:   e.module.Digest(),
+		Inputs:         e.schema.inputs,
+		Outputs:        e.schema.outputs,
+		ModuleDigest:   e.guest.digest(),
 		AbiVersion:     abi.Version,
-		ParameterCount: e.binding.Params.Count(),
-		Config:         maps.Clone(e.binding.Config),
-		Owner:          e.owner,
-		Healthy:        e.failures.Load() < unhealthyAfter,
-		ForwardPool:    e.fwdStats.snapshot(),
-		BackwardPool:   e.bwdStats.snapshot(),
-		Stats: &moehostv1.ExpertStats{
-			ForwardBatches:   e.forwardBatches.Load(),
-			BackwardBatches:  e.backwardBatches.Load(),
-			ForwardExamples:  e.forwardExamples.Load(),
-			BackwardExamples: e.backwardExamples.Load(),
-			InstanceRestarts: e.restarts.Load(),
-			CallTimeouts:     e.timeouts.Load(),
-		},
+		ParameterCount: e.guest.binding.Params.Count(),
+		Config:         maps.Clone(e.guest.binding.Config),
+		Owner:          e.tenancy.owner,
+		Healthy:        e.stats.healthy(),
+		ForwardPool:    e.pools.fwdStats.snapshot(),
+		BackwardPool:   e.pools.bwdStats.snapshot(),
+		Stats:          e.stats.proto(),
 	}
 }
 
 // close releases the expert's instance, once no other expert shares it.
-func (e *expert) close(ctx context.Context) error { return e.slot.close(ctx) }
+func (e *expert) close(ctx context.Context) error { return e.guest.slot.close(ctx) }
 
 // Access implements rpc.Guarded: configured experts, whose accesses are
 // zero, are public.
-func (e *expert) Access() (owner string, forward, backward rpc.Access) {
-	forward, backward = e.forwardAccess, e.backwardAccess
-	if forward == 0 {
-		forward = rpc.AccessPublic
-	}
-	if backward == 0 {
-		backward = rpc.AccessPublic
-	}
-	return e.owner, forward, backward
-}
+func (e *expert) Access() (owner string, forward, backward rpc.Access) { return e.tenancy.access() }
 
 var (
 	_ rpc.Expert  = (*expert)(nil)

@@ -232,7 +232,7 @@ func (s *Server) start(ctx context.Context) error {
 			return err
 		}
 		if fresh {
-			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.module.Digest()))
+			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.guest.digest()))
 		}
 		s.schedule(e)
 		s.mu.Lock()
@@ -241,7 +241,7 @@ func (s *Server) start(ctx context.Context) error {
 		if c := configString(ec.Config); !slices.Contains(configs, c) {
 			configs = append(configs, c)
 		}
-		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.module.Digest(), "params", e.binding.Params.Count())
+		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.guest.digest(), "params", e.guest.binding.Params.Count())
 	}
 	if err := s.restoreDeployments(ctx, l); err != nil {
 		return err
@@ -371,10 +371,7 @@ func (s *Server) release(ctx context.Context) error {
 	// Fail what is queued and refuse what comes, then let the running
 	// batch finish, so that every handler can answer before HTTP stops.
 	for _, e := range experts {
-		if e.fwd != nil {
-			e.fwd.Close(errShuttingDown)
-			e.bwd.Close(errShuttingDown)
-		}
+		e.pools.close(errShuttingDown)
 	}
 	s.stopSaving()
 	s.closeWorkers(ctx)

@@ -43,7 +43,7 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 	srv.mu.Lock()
 	ffn, trap := srv.experts["ffn.0"], srv.experts["trap.0"]
 	srv.mu.Unlock()
-	width := int(ffn.inSpecs[0].Shape[1])
+	width := int(ffn.schema.inSpecs[0].Shape[1])
 	live := func() int64 { return srv.MemoryStats()[0].LiveBytes }
 	x := func(rows int, first float32) *gpuhost.Tensor {
 		v := make([]float32, rows*4)
@@ -143,9 +143,9 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 	}
 	waitDepth := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); trap.fwd.Depth() != n; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); trap.pools.fwd.Depth() != n; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("trap.0's queue holds %d, want %d", trap.fwd.Depth(), n)
+				t.Fatalf("trap.0's queue holds %d, want %d", trap.pools.fwd.Depth(), n)
 			}
 		}
 	}
@@ -166,9 +166,9 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 	}
 	cancel() // given up while queued
 	waitDepth(2)
-	trap.fwd.Close(nil)
+	trap.pools.fwd.Close(nil)
 	wg.Wait()
-	if _, err := trap.fwd.Submit(ctx, fwdReq{inputs: []*gpuhost.Tensor{x(1, 1)}}); !errors.Is(err, batch.ErrClosed) {
+	if _, err := trap.pools.fwd.Submit(ctx, fwdReq{inputs: []*gpuhost.Tensor{x(1, 1)}}); !errors.Is(err, batch.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 	// Refused for the quarantine, in process and over RPC.

@@ -31,11 +31,12 @@ type (
 // runs.
 func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 	dev := e.Device()
-	e.restartsC = m.restarts.With(prometheus.Labels{"expert": e.uid})
-	e.fwdStats = newPoolStats(m, e.uid, "forward", lim.WithDefaults())
-	e.bwdStats = newPoolStats(m, e.uid, "backward", lim.WithDefaults())
+	e.stats.restartsC = m.restarts.With(prometheus.Labels{"expert": e.uid})
+	p := &e.pools
+	p.fwdStats = newPoolStats(m, e.uid, "forward", lim.WithDefaults())
+	p.bwdStats = newPoolStats(m, e.uid, "backward", lim.WithDefaults())
 	discard := func(ts []*gpuhost.Tensor) { dev.Release(ts...) }
-	e.fwd = batch.NewPool(lim, batch.Ops[fwdReq, []*gpuhost.Tensor]{
+	p.fwd = batch.NewPool(lim, batch.Ops[fwdReq, []*gpuhost.Tensor]{
 		Rows: func(r fwdReq) int { return r.inputs[0].Shape()[0] },
 		Split: func(r fwdReq, rows []int) ([]fwdReq, error) {
 			defer dev.Release(r.inputs...)
@@ -70,8 +71,8 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 		Join:    func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
 		Drop:    func(r fwdReq) { dev.Release(r.inputs...) },
 		Discard: discard,
-	}, e.fwdStats, notify)
-	e.bwd = batch.NewPool(lim, batch.Ops[bwdReq, []*gpuhost.Tensor]{
+	}, p.fwdStats, notify)
+	p.bwd = batch.NewPool(lim, batch.Ops[bwdReq, []*gpuhost.Tensor]{
 		Rows: func(r bwdReq) int { return r.inputs[0].Shape()[0] },
 		Split: func(r bwdReq, rows []int) ([]bwdReq, error) {
 			defer dev.Release(slices.Concat(r.inputs, r.gradOutputs)...)
@@ -120,7 +121,7 @@ func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
 		Join:    func(parts [][]*gpuhost.Tensor) ([]*gpuhost.Tensor, error) { return joinAll(dev, parts) },
 		Drop:    func(r bwdReq) { dev.Release(slices.Concat(r.inputs, r.gradOutputs)...) },
 		Discard: discard,
-	}, e.bwdStats, notify)
+	}, p.bwdStats, notify)
 }
 
 // releaseBut releases ts, but not the tensors of keep: a guest may hand

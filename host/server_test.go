@@ -215,7 +215,7 @@ func floats(t testing.TB, pb *moehostv1.Tensor) []float32 {
 func reference(t testing.TB, uid string, h int) *ffnRef {
 	t.Helper()
 	e := testServer.experts[uid]
-	ps := e.binding.Params.Params()
+	ps := e.guest.binding.Params.Params()
 	if len(ps) != 6 {
 		t.Fatalf("%s has %d params, want 6", uid, len(ps))
 	}

@@ -54,15 +54,10 @@ func newSharedExpert(uid string, slot *instanceSlot, module *sandbox.Module, dev
 	}
 	slot.users++
 	return &expert{
-		uid:      uid,
-		module:   module,
-		binding:  sandbox.Binding{Device: dev, Params: ps, Config: maps.Clone(config)},
-		opt:      opt,
-		inputs:   schemaOf(slot.inst.Inputs()),
-		outputs:  schemaOf(slot.inst.Outputs()),
-		inSpecs:  slot.inst.Inputs(),
-		outSpecs: slot.inst.Outputs(),
-		slot:     slot,
+		uid:     uid,
+		guest:   guest{module: module, binding: sandbox.Binding{Device: dev, Params: ps, Config: maps.Clone(config)}, slot: slot},
+		schema:  schemaOf(slot.inst),
+		trainer: trainer{opt: opt},
 	}, nil
 }
 

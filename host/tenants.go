@@ -107,10 +107,10 @@ func (s *Server) undeployRemoved(ctx context.Context) {
 	}
 	for _, e := range (*table)(s).All() {
 		e := e.(*expert)
-		if e.owner == "" || e.owner == modules.Operator {
+		if e.tenancy.owner == "" || e.tenancy.owner == modules.Operator {
 			continue
 		}
-		if _, ok := set.Tenant(e.owner); ok {
+		if _, ok := set.Tenant(e.tenancy.owner); ok {
 			continue
 		}
 		err := s.Undeploy(ctx, e.uid)
@@ -118,10 +118,10 @@ func (s *Server) undeployRemoved(ctx context.Context) {
 			continue // undeployed meanwhile
 		}
 		if err != nil {
-			s.log.Error("undeploying a removed tenant's expert", "uid", e.uid, "owner", e.owner, "err", err)
+			s.log.Error("undeploying a removed tenant's expert", "uid", e.uid, "owner", e.tenancy.owner, "err", err)
 			continue
 		}
-		s.log.Info("undeployed the expert of a removed tenant", "uid", e.uid, "owner", e.owner)
+		s.log.Info("undeployed the expert of a removed tenant", "uid", e.uid, "owner", e.tenancy.owner)
 	}
 }
 
@@ -327,7 +327,7 @@ func (m *moduleAPI) info(owner string, mod modules.Module) rpc.ModuleInfo {
 	var uids []string
 	for _, e := range (*table)(m).All() {
 		e := e.(*expert)
-		if e.owner == owner && e.module.Digest() == mod.Digest {
+		if e.tenancy.owner == owner && e.guest.digest() == mod.Digest {
 			uids = append(uids, e.uid)
 		}
 	}
@@ -411,7 +411,7 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 		return nil, m.notYours("module " + d.Module)
 	}
 	for _, uid := range uids {
-		if e, ok := (*table)(s).Expert(uid); ok && e.(*expert).owner != own && !c.Operator {
+		if e, ok := (*table)(s).Expert(uid); ok && e.(*expert).tenancy.owner != own && !c.Operator {
 			return nil, fmt.Errorf("%q: %w", uid, ErrNotYours)
 		}
 	}
@@ -470,8 +470,8 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 func (s *Server) paramBytesOf(tenant string) int64 {
 	var n int64
 	for _, e := range (*table)(s).All() {
-		if e := e.(*expert); e.owner == tenant {
-			n += e.binding.Params.Bytes()
+		if e := e.(*expert); e.tenancy.owner == tenant {
+			n += e.guest.binding.Params.Bytes()
 		}
 	}
 	return n
@@ -481,7 +481,7 @@ func (s *Server) paramBytesOf(tenant string) int64 {
 func (s *Server) expertsOf(tenant string) int {
 	n := 0
 	for _, e := range (*table)(s).All() {
-		if e.(*expert).owner == tenant {
+		if e.(*expert).tenancy.owner == tenant {
 			n++
 		}
 	}
@@ -500,7 +500,7 @@ func (m *moduleAPI) Undeploy(ctx context.Context, c rpc.Caller, experts string) 
 		if !ok {
 			continue
 		}
-		if e.(*expert).owner != owner(c) && !c.Operator {
+		if e.(*expert).tenancy.owner != owner(c) && !c.Operator {
 			return nil, fmt.Errorf("%q: %w", uid, ErrNotYours)
 		}
 		mine = append(mine, uid)

@@ -53,11 +53,11 @@ func barrier(mu *sync.Mutex) {
 // waitIdle waits until the pools of e are empty and no batch of e runs.
 func waitIdle(t testing.TB, e *expert) {
 	t.Helper()
-	barrier(&e.slot.mu) // held while a batch runs
-	for e.fwd.Depth() > 0 || e.bwd.Depth() > 0 {
+	barrier(&e.guest.slot.mu) // held while a batch runs
+	for e.pools.fwd.Depth() > 0 || e.pools.bwd.Depth() > 0 {
 		time.Sleep(time.Millisecond)
 	}
-	barrier(&e.slot.mu)
+	barrier(&e.guest.slot.mu)
 }
 
 // waitRunning waits until a batch of e runs: its queue is empty and the
@@ -65,13 +65,13 @@ func waitIdle(t testing.TB, e *expert) {
 func waitRunning(t testing.TB, e *expert) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
-		if e.fwd.Depth()+e.bwd.Depth() > 0 {
+		if e.pools.fwd.Depth()+e.pools.bwd.Depth() > 0 {
 			continue
 		}
-		if !e.slot.mu.TryLock() {
+		if !e.guest.slot.mu.TryLock() {
 			return
 		}
-		e.slot.mu.Unlock()
+		e.guest.slot.mu.Unlock()
 	}
 	t.Fatal("no batch started within a minute")
 }

@@ -72,7 +72,7 @@ type zoo struct {
 func (z *zoo) params(t *testing.T, uid string) ([]string, [][]float64) {
 	t.Helper()
 	e := z.srv.experts[uid]
-	ps := e.binding.Params.Params()
+	ps := e.guest.binding.Params.Params()
 	names := make([]string, len(ps))
 	vals := make([][]float64, len(ps))
 	for i, p := range ps {
