@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/moehost/moehost/abi"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
@@ -98,18 +99,18 @@ func BenchmarkWorstBatch(b *testing.B) {
 			srv := startTestServer(b, WithExperts(ExpertConfig{UID: "x.0", Module: ModuleBytes(tt.module), Config: tt.config}))
 			e, dev := srv.experts["x.0"], srv.Device()
 			var inputs []*gpuhost.Tensor
-			for i, s := range e.schema.inSpecs {
+			for i, s := range e.schema.inputs {
 				shape := tt.shapes[0]
 				if i > 0 { // the transformer's key padding mask
 					shape = shape[:2]
 				}
-				x, err := dev.Zeros(s.DType, shape)
+				x, err := dev.Zeros(abi.DType(s.GetDtype()), shape)
 				if err != nil {
 					b.Fatal(err)
 				}
 				inputs = append(inputs, x)
 			}
-			gy, err := dev.Zeros(e.schema.outSpecs[0].DType, tt.shapes[0])
+			gy, err := dev.Zeros(abi.DType(e.schema.outputs[0].GetDtype()), tt.shapes[0])
 			if err != nil {
 				b.Fatal(err)
 			}

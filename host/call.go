@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/internal/sandbox"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // Device returns the device the server's experts run on, on which the
@@ -30,9 +30,12 @@ func (s *Server) Device() gpuhost.Device {
 // once done. (The pool takes the tensors it is given, so Forward gives it
 // copies: see RATIONALE.)
 func (s *Server) Forward(ctx context.Context, uid string, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e, err := s.callable(uid, inputs)
+	e, err := s.onDevice(uid, inputs, nil)
+	if err == nil {
+		err = e.schema.check(metas(inputs), nil, false)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("forward %q: %w", uid, err)
 	}
 	in, err := clone(e.Device(), inputs)
 	if err != nil {
@@ -41,25 +44,17 @@ func (s *Server) Forward(ctx context.Context, uid string, inputs []*gpuhost.Tens
 	return e.Forward(ctx, in)
 }
 
-// forwardOwned is Forward for a caller that hands its inputs over: they
-// are released whatever happens, without a copy.
-func (s *Server) forwardOwned(ctx context.Context, uid string, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e, err := s.callable(uid, inputs)
-	if err != nil {
-		releaseOwn(inputs)
-		return nil, err
-	}
-	return e.Forward(ctx, inputs)
-}
-
 // Backward runs a backward request on expert uid within this process, as
 // [Server.Forward] does a forward: the gradients of the inputs come back,
 // and the expert's optimizer steps once per backward batch. The caller
 // keeps inputs and gradOutputs.
 func (s *Server) Backward(ctx context.Context, uid string, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e, err := s.backwardable(uid, inputs, gradOutputs)
+	e, err := s.onDevice(uid, inputs, gradOutputs)
+	if err == nil {
+		err = e.schema.check(metas(inputs), metas(gradOutputs), true)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
 	in, err := clone(e.Device(), slices.Concat(inputs, gradOutputs))
 	if err != nil {
@@ -68,36 +63,47 @@ func (s *Server) Backward(ctx context.Context, uid string, inputs, gradOutputs [
 	return e.Backward(ctx, in[:len(inputs):len(inputs)], in[len(inputs):])
 }
 
-// backwardOwned is Backward for a caller that hands its tensors over.
-func (s *Server) backwardOwned(ctx context.Context, uid string, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e, err := s.backwardable(uid, inputs, gradOutputs)
-	if err != nil {
-		releaseOwn(slices.Concat(inputs, gradOutputs))
-		return nil, err
-	}
-	return e.Backward(ctx, inputs, gradOutputs)
-}
-
-// backwardable finds a running expert and checks a backward request's
-// tensors against its schema.
-func (s *Server) backwardable(uid string, inputs, gradOutputs []*gpuhost.Tensor) (*expert, error) {
-	e, err := s.callable(uid, inputs)
+// onDevice finds a running expert for an in-process call whose tensors
+// must all be tensors of the expert's device.
+func (s *Server) onDevice(uid string, inputs, gradOutputs []*gpuhost.Tensor) (*expert, error) {
+	e, err := s.running(uid)
 	if err != nil {
 		return nil, err
 	}
-	batch := inputs[0].Shape()[0]
-	if len(gradOutputs) != len(e.schema.outSpecs) {
-		return nil, fmt.Errorf("%w: backward %q: got %d output gradients, want %d", ErrBadTensors, uid, len(gradOutputs), len(e.schema.outSpecs))
-	}
-	for i, g := range gradOutputs {
-		if g == nil || g.Device() != e.Device() {
-			return nil, fmt.Errorf("%w: backward %q: output gradient %d is not a tensor of the server's device", ErrBadTensors, uid, i)
+	for i, t := range slices.Concat(inputs, gradOutputs) {
+		what := fmt.Sprintf("input %d", i)
+		if i >= len(inputs) {
+			what = fmt.Sprintf("output gradient %d", i-len(inputs))
 		}
-		if n, err := sandbox.CheckInputs(e.schema.outSpecs[i:i+1], []*gpuhost.Tensor{g}); err != nil || n != batch {
-			return nil, fmt.Errorf("%w: backward %q: gradient of output %d does not fit %s with batch %d", ErrBadTensors, uid, i, e.schema.outSpecs[i], batch)
+		if t == nil || t.Device() != e.Device() {
+			return nil, fmt.Errorf("%w: %s is not a tensor of the server's device", ErrBadTensors, what)
 		}
 	}
 	return e, nil
+}
+
+// running finds a running expert.
+func (s *Server) running(uid string) (*expert, error) {
+	s.mu.Lock()
+	e, ok := s.experts[uid]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: no expert %q on this server", ErrUnknownExpert, uid)
+	}
+	return e, nil
+}
+
+// metas is what the schema check reads of device tensors.
+func metas(ts []*gpuhost.Tensor) []wire.Meta {
+	out := make([]wire.Meta, len(ts))
+	for i, t := range ts {
+		shape := make([]int64, len(t.Shape()))
+		for j, d := range t.Shape() {
+			shape[j] = int64(d)
+		}
+		out[i] = wire.Meta{DType: t.DType(), Shape: shape}
+	}
+	return out
 }
 
 // clone copies tensors for a pool to take, releasing the copies made so
@@ -114,34 +120,4 @@ func clone(dev gpuhost.Device, ts []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) 
 		out[i] = c
 	}
 	return out, nil
-}
-
-// releaseOwn releases tensors handed over with a request that was refused
-// before any expert took them, on whichever device each lives.
-func releaseOwn(ts []*gpuhost.Tensor) {
-	for _, t := range ts {
-		if t != nil && t.Device() != nil {
-			t.Device().Release(t)
-		}
-	}
-}
-
-// callable finds a running expert and checks inputs against its schema,
-// as the RPC layer does while decoding.
-func (s *Server) callable(uid string, inputs []*gpuhost.Tensor) (*expert, error) {
-	s.mu.Lock()
-	e, ok := s.experts[uid]
-	s.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("%w: no expert %q on this server", ErrUnknownExpert, uid)
-	}
-	for i, t := range inputs {
-		if t == nil || t.Device() != e.Device() {
-			return nil, fmt.Errorf("%w: %q: input %d is not a tensor of the server's device", ErrBadTensors, uid, i)
-		}
-	}
-	if _, err := sandbox.CheckInputs(e.schema.inSpecs, inputs); err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrBadTensors, uid, err)
-	}
-	return e, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/hivemind"
 	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // HivemindConfig configures the server's face to hivemind 1.x clients.
@@ -105,16 +107,14 @@ func (s *Server) closeHivemind(ctx context.Context) error {
 type hivemindExperts Server
 
 // public finds an expert open to anonymous callers.
-func (h *hivemindExperts) public(uid string) (rpc.Expert, error) {
-	e, ok := (*table)(h).Expert(uid)
-	if !ok {
+func (h *hivemindExperts) public(uid string) (*expert, error) {
+	e, err := (*Server)(h).running(uid)
+	if err != nil {
 		return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
 	}
-	if g, ok := e.(rpc.Guarded); ok {
-		owner, fwd, bwd := g.Access()
-		if fwd.Check(rpc.Caller{}, owner, "") != nil || bwd.Check(rpc.Caller{}, owner, "") != nil {
-			return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
-		}
+	owner, fwd, bwd := e.Access()
+	if fwd.Check(rpc.Caller{}, owner, "") != nil || bwd.Check(rpc.Caller{}, owner, "") != nil {
+		return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
 	}
 	return e, nil
 }
@@ -159,17 +159,35 @@ func hivemindSpec[D ~int32](dt D, shape []int64) hivemind.Spec {
 }
 
 func (h *hivemindExperts) HivemindForward(ctx context.Context, uid string, inputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
+	return h.call(ctx, uid, inputs, nil, false)
+}
+
+func (h *hivemindExperts) HivemindBackward(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
+	return h.call(ctx, uid, inputs, gradOutputs, true)
+}
+
+// call checks a hivemind request against the expert's schema (its one
+// check) before anything reaches the device, then runs it in the expert's
+// pools, which take the tensors: no copy is needed.
+func (h *hivemindExperts) call(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor, backward bool) ([]hivemind.Tensor, error) {
 	e, err := h.public(uid)
 	if err != nil {
 		return nil, err
 	}
+	if err := e.schema.check(hivemindMetas(inputs), hivemindMetas(gradOutputs), backward); err != nil {
+		return nil, hivemindError(fmt.Errorf("expert %q: %w", uid, err))
+	}
 	dev := e.Device()
-	in, err := toDevice(dev, inputs)
+	in, err := toDevice(dev, slices.Concat(inputs, gradOutputs))
 	if err != nil {
 		return nil, err
 	}
-	// The pool takes in; no copy is needed.
-	out, err := (*Server)(h).forwardOwned(ctx, uid, in)
+	var out []*gpuhost.Tensor
+	if backward {
+		out, err = e.Backward(ctx, in[:len(inputs):len(inputs)], in[len(inputs):])
+	} else {
+		out, err = e.Forward(ctx, in)
+	}
 	if err != nil {
 		return nil, hivemindError(err)
 	}
@@ -177,22 +195,17 @@ func (h *hivemindExperts) HivemindForward(ctx context.Context, uid string, input
 	return fromDevice(dev, out)
 }
 
-func (h *hivemindExperts) HivemindBackward(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
-	e, err := h.public(uid)
-	if err != nil {
-		return nil, err
+// hivemindMetas is what the schema check reads of hivemind's tensors.
+func hivemindMetas(ts []hivemind.Tensor) []wire.Meta {
+	out := make([]wire.Meta, len(ts))
+	for i, t := range ts {
+		shape := make([]int64, len(t.Shape))
+		for j, d := range t.Shape {
+			shape[j] = int64(d)
+		}
+		out[i] = wire.Meta{DType: t.DType, Shape: shape}
 	}
-	dev := e.Device()
-	in, err := toDevice(dev, append(append([]hivemind.Tensor(nil), inputs...), gradOutputs...))
-	if err != nil {
-		return nil, err
-	}
-	out, err := (*Server)(h).backwardOwned(ctx, uid, in[:len(inputs):len(inputs)], in[len(inputs):])
-	if err != nil {
-		return nil, hivemindError(err)
-	}
-	defer dev.Release(out...)
-	return fromDevice(dev, out)
+	return out
 }
 
 // toDevice admits the tensors' bytes against the memory limit, then moves

@@ -43,7 +43,7 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 	srv.mu.Lock()
 	ffn, trap := srv.experts["ffn.0"], srv.experts["trap.0"]
 	srv.mu.Unlock()
-	width := int(ffn.schema.inSpecs[0].Shape[1])
+	width := int(ffn.schema.inputs[0].GetShape()[1])
 	live := func() int64 { return srv.MemoryStats()[0].LiveBytes }
 	x := func(rows int, first float32) *gpuhost.Tensor {
 		v := make([]float32, rows*4)

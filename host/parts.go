@@ -15,6 +15,7 @@ import (
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/internal/sched"
 	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // The values an expert is made of, one job each. Each keeps its own
@@ -71,21 +72,16 @@ func (g *guest) params() []*gpuhost.Tensor {
 	return out
 }
 
-// schema is what an expert takes and gives, as its instance declared it.
+// schema is what an expert takes and gives, as its instance declared it,
+// in the one vocabulary of the wire (Info publishes it, and clients check
+// against it).
 type schema struct {
 	inputs, outputs []*moehostv1.TensorSchema
-	// The same schema, as the sandbox checks it.
-	inSpecs, outSpecs []sandbox.Spec
 }
 
 // schemaOf reads inst's declared schema.
 func schemaOf(inst *sandbox.Instance) schema {
-	return schema{
-		inputs:   protoSchema(inst.Inputs()),
-		outputs:  protoSchema(inst.Outputs()),
-		inSpecs:  inst.Inputs(),
-		outSpecs: inst.Outputs(),
-	}
+	return schema{inputs: protoSchema(inst.Inputs()), outputs: protoSchema(inst.Outputs())}
 }
 
 func protoSchema(specs []sandbox.Spec) []*moehostv1.TensorSchema {
@@ -94,6 +90,22 @@ func protoSchema(specs []sandbox.Spec) []*moehostv1.TensorSchema {
 		out[i] = &moehostv1.TensorSchema{Name: s.Name, Dtype: moehostv1.DType(s.DType), Shape: s.Shape}
 	}
 	return out
+}
+
+// check is the one schema check of a request that does not come through
+// Connect (whose decode runs the same wire.Fit, before any tensor reaches
+// the device): an in-process call's device tensors, or a hivemind call's
+// wire tensors before they are moved to the device. gradOutputs are a
+// backward request's output gradients; a forward has none.
+func (s schema) check(inputs, gradOutputs []wire.Meta, backward bool) error {
+	batch, err := wire.Fit(s.inputs, "input", inputs, -1)
+	if err == nil && backward {
+		_, err = wire.Fit(s.outputs, "grad_output", gradOutputs, batch)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadTensors, err)
+	}
+	return nil
 }
 
 // trainer is an expert's optimizer and the config it was built from.

@@ -2,8 +2,9 @@
 // gRPC-Web on one http.Handler, with gRPC health checks and server
 // reflection.
 //
-// It decodes wire tensors and checks them against the expert's declared
-// schema before any compute. Its own refusals of a request are
+// It checks wire tensors against the expert's declared schema with
+// wire.Fit, the server's one schema check of a request, before it admits
+// or decodes them. Its own refusals of a request are
 // *connect.Errors; every other error is mapped to a Connect code in one
 // place, by the [Codes] table its caller hands it, so that the rooms
 // behind it keep their own sentinels and never import this package for

@@ -172,11 +172,20 @@ func (s *service) ListExperts(ctx context.Context, _ *connect.Request[moehostv1.
 	return connect.NewResponse(res), nil
 }
 
-// decodeAll decodes tensors against a schema, requiring one batch size
-// (batch, when >= 0) across them, and moves them to dev.
+// decodeAll checks tensors against a schema with wire.Fit, the one
+// schema check of a request, requiring one batch size (batch, when >= 0)
+// across them, and moves them to dev.
 func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.TensorSchema, what string, batch int) ([]*gpuhost.Tensor, int, error) {
-	if len(pbs) != len(schema) {
-		return nil, 0, errorf(connect.CodeInvalidArgument, "got %d %ss, want %d: %s", len(pbs), what, len(schema), SchemaString(schema))
+	metas := make([]wire.Meta, len(pbs))
+	for i, pb := range pbs {
+		if pb == nil {
+			return nil, 0, errorf(connect.CodeInvalidArgument, "%s %d: tensor is missing", what, i)
+		}
+		metas[i] = metaOf(pb)
+	}
+	batch, err := wire.Fit(schema, what, metas, batch)
+	if err != nil {
+		return nil, 0, errorf(connect.CodeInvalidArgument, "%w", err)
 	}
 	// Admission: a request whose tensors would leave too little of the
 	// memory limit for the work already running is refused whole,
@@ -196,12 +205,10 @@ func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.
 	}
 	ts := make([]*gpuhost.Tensor, len(pbs))
 	for i, pb := range pbs {
-		w, err := DecodeTensor(pb, schema[i], batch)
-		if err != nil {
-			return nil, 0, errorf(connect.CodeInvalidArgument, "%s %d: %w", what, i, err)
+		w, err := decodeFitted(pb, schema[i])
+		if err == nil {
+			ts[i], err = fromWire(dev, w)
 		}
-		batch = w.Shape[0]
-		t, err := fromWire(dev, w)
 		if err != nil {
 			dev.Release(ts[:i]...)
 			if errors.Is(err, gpuhost.ErrOutOfMemory) {
@@ -209,7 +216,6 @@ func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.
 			}
 			return nil, 0, errorf(connect.CodeInvalidArgument, "%s %d: %w", what, i, err)
 		}
-		ts[i] = t
 	}
 	return ts, batch, nil
 }

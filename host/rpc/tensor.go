@@ -1,13 +1,12 @@
 package rpc
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/abi/half"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // WireTensor is a wire tensor after validation.
@@ -23,49 +22,41 @@ type WireTensor struct {
 // first in practice.
 const maxElements = 1 << 34
 
-// DecodeTensor validates a wire tensor against a schema: dtype (float16
-// and bfloat16 stand in for float32), rank, every dim but the batch dim, a
-// positive batch size (equal to batch when batch >= 0), and a data length
-// that matches the shape exactly. It copies nothing.
+// DecodeTensor validates a wire tensor against a schema: wire.FitOne's
+// check (dtype, with float16 and bfloat16 standing in for float32; rank;
+// every dim but the batch dim; a positive batch size, equal to batch when
+// batch >= 0), then a data length that matches the shape exactly. It
+// copies nothing.
 func DecodeTensor(pb *moehostv1.Tensor, schema *moehostv1.TensorSchema, batch int) (WireTensor, error) {
-	want := SpecString(schema)
-	if batch >= 0 {
-		want += fmt.Sprintf(" with batch %d", batch)
-	}
 	if pb == nil {
-		return WireTensor{}, fmt.Errorf("tensor is missing, want %s", want)
+		return WireTensor{}, fmt.Errorf("tensor is missing, want %s", wire.SpecString(schema))
 	}
-	dt := abi.DType(pb.GetDtype())
-	if dt != abi.DType(schema.GetDtype()) && !(half.Is(dt) && schema.GetDtype() == moehostv1.DType_DTYPE_FLOAT32) {
-		return WireTensor{}, fmt.Errorf("dtype %v, want %s", dt, want)
+	if err := wire.FitOne(schema, metaOf(pb), batch); err != nil {
+		return WireTensor{}, err
 	}
-	dims := pb.GetShape()
-	if len(dims) != len(schema.GetShape()) {
-		return WireTensor{}, fmt.Errorf("rank %d (shape %v), want %s", len(dims), dims, want)
-	}
-	if len(dims) == 0 {
-		return WireTensor{}, errors.New("schema has rank 0")
-	}
-	if dims[0] <= 0 {
-		return WireTensor{}, fmt.Errorf("batch size %d (shape %v): a batch needs at least one example; want %s", dims[0], dims, want)
-	}
-	if batch >= 0 && dims[0] != int64(batch) {
-		return WireTensor{}, fmt.Errorf("batch size %d, want %s", dims[0], want)
-	}
+	return decodeFitted(pb, schema)
+}
+
+// metaOf is what the schema check reads of a wire tensor.
+func metaOf(pb *moehostv1.Tensor) wire.Meta {
+	return wire.Meta{DType: abi.DType(pb.GetDtype()), Shape: pb.GetShape()}
+}
+
+// decodeFitted checks the size and data of a wire tensor that fits
+// schema (wire.Fit said so), which names it in messages.
+func decodeFitted(pb *moehostv1.Tensor, schema *moehostv1.TensorSchema) (WireTensor, error) {
+	dt, dims := abi.DType(pb.GetDtype()), pb.GetShape()
 	shape := make([]int, len(dims))
 	n := int64(1)
 	for i, d := range dims {
-		if i > 0 && d != schema.GetShape()[i] {
-			return WireTensor{}, fmt.Errorf("shape %v, want %s", dims, want)
-		}
 		if d > maxElements/n {
-			return WireTensor{}, fmt.Errorf("shape %v is too large, want %s", dims, want)
+			return WireTensor{}, fmt.Errorf("shape %v is too large, want %s", dims, wire.SpecString(schema))
 		}
 		n *= d
 		shape[i] = int(d)
 	}
 	if int64(len(pb.GetData())) != n*int64(dt.Size()) {
-		return WireTensor{}, fmt.Errorf("%d data bytes for shape %v of %v, want %d bytes (%s)", len(pb.GetData()), dims, dt, n*int64(dt.Size()), want)
+		return WireTensor{}, fmt.Errorf("%d data bytes for shape %v of %v, want %d bytes (%s)", len(pb.GetData()), dims, dt, n*int64(dt.Size()), wire.SpecString(schema))
 	}
 	return WireTensor{DType: dt, Shape: shape, Data: pb.GetData()}, nil
 }
@@ -84,20 +75,8 @@ func CheckWireDType(dt moehostv1.DType) (abi.DType, error) {
 	}
 }
 
-// SpecString renders a schema as name:float32[-1,1024].
-func SpecString(s *moehostv1.TensorSchema) string {
-	dims := make([]string, len(s.GetShape()))
-	for i, d := range s.GetShape() {
-		dims[i] = fmt.Sprint(d)
-	}
-	return fmt.Sprintf("%s:%v[%s]", s.GetName(), abi.DType(s.GetDtype()), strings.Join(dims, ","))
-}
+// SpecString renders a schema as name:float32[-1,1024] (wire.SpecString).
+func SpecString(s *moehostv1.TensorSchema) string { return wire.SpecString(s) }
 
-// SchemaString renders a list of schemas.
-func SchemaString(ss []*moehostv1.TensorSchema) string {
-	parts := make([]string, len(ss))
-	for i, s := range ss {
-		parts[i] = SpecString(s)
-	}
-	return strings.Join(parts, ", ")
-}
+// SchemaString renders a list of schemas (wire.SchemaString).
+func SchemaString(ss []*moehostv1.TensorSchema) string { return wire.SchemaString(ss) }

@@ -3,6 +3,11 @@
 // float16 or bfloat16 on the wire. The server (host/rpc), the Go client
 // (sdk/client) and the load generator all use it, so that a change of the
 // wire format is made once.
+//
+// It also holds the one check of a request's tensors against an expert's
+// declared schema ([Fit]), in the schema's own vocabulary
+// (moehost.v1.TensorSchema, which Info publishes): the server runs it
+// once per request on every path, Connect, hivemind and in-process.
 package wire
 
 import (

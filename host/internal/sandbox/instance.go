@@ -175,7 +175,7 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 		return nil, ErrClosed
 	}
 	st := inst.st
-	batch, err := CheckInputs(st.inputs, inputs)
+	batch, err := batchOf(st, inputs, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -278,17 +278,9 @@ func (inst *Instance) Backward(ctx context.Context, inputs, gradOutputs []*gpuho
 		return nil, nil, fmt.Errorf("%w: the module does not export %s", ErrGuest, abi.ExportBackward)
 	}
 	st := inst.st
-	batch, err := CheckInputs(st.inputs, inputs)
+	batch, err := batchOf(st, inputs, gradOutputs)
 	if err != nil {
 		return nil, nil, err
-	}
-	if len(gradOutputs) != len(st.outputs) {
-		return nil, nil, fmt.Errorf("%w: got %d output gradients, want %d (%s)", ErrInvalidInput, len(gradOutputs), len(st.outputs), specList(st.outputs))
-	}
-	for i, g := range gradOutputs {
-		if err := checkSpec(st.outputs[i], g, batch); err != nil {
-			return nil, nil, fmt.Errorf("%w: gradient of output %d: %w", ErrInvalidInput, i, err)
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("%s skipped: %w", abi.ExportBackward, err)
@@ -310,16 +302,23 @@ func (inst *Instance) Backward(ctx context.Context, inputs, gradOutputs []*gpuho
 	return slices.Clone(st.gradInputs), st.paramGrads, nil
 }
 
-// CheckInputs checks tensors against a schema and returns their common
-// batch size.
-func CheckInputs(schema []Spec, ts []*gpuhost.Tensor) (int, error) {
-	if len(ts) != len(schema) {
-		return 0, fmt.Errorf("%w: got %d inputs, want %d (%s)", ErrInvalidInput, len(ts), len(schema), specList(schema))
+// batchOf returns the batch size of a call's tensors. It is no schema
+// check: the host checks each request's tensors against the declared
+// schema once, before it batches them (wire.Fit), and hands an instance
+// only batches of requests that fit. It checks what keeps the instance's
+// own bookkeeping in bounds if that were ever not so: one tensor for each
+// declared input (and output gradient, for a backward), each with a batch
+// dimension of the same positive size. A call that fails it is a host
+// bug, refused as ErrInvalidInput.
+func batchOf(st *state, inputs, gradOutputs []*gpuhost.Tensor) (int, error) {
+	if len(inputs) != len(st.inputs) || (gradOutputs != nil && len(gradOutputs) != len(st.outputs)) {
+		return 0, fmt.Errorf("%w: BUG: a call of %d inputs and %d output gradients; the module declared %d inputs (%s) and %d outputs (%s)",
+			ErrInvalidInput, len(inputs), len(gradOutputs), len(st.inputs), specList(st.inputs), len(st.outputs), specList(st.outputs))
 	}
 	batch := -1
-	for i, t := range ts {
-		if err := checkSpec(schema[i], t, batch); err != nil {
-			return 0, fmt.Errorf("%w: input %d: %w", ErrInvalidInput, i, err)
+	for i, t := range slices.Concat(inputs, gradOutputs) {
+		if t == nil || len(t.Shape()) == 0 || t.Shape()[0] <= 0 || (batch >= 0 && t.Shape()[0] != batch) {
+			return 0, fmt.Errorf("%w: BUG: tensor %d of a call has no batch dimension of size %d", ErrInvalidInput, i, batch)
 		}
 		batch = t.Shape()[0]
 	}
@@ -327,7 +326,7 @@ func CheckInputs(schema []Spec, ts []*gpuhost.Tensor) (int, error) {
 }
 
 // checkSpec checks one tensor against its spec; batch < 0 accepts any
-// positive batch size.
+// positive batch size. It checks what a guest returns (claim).
 func checkSpec(s Spec, t *gpuhost.Tensor, batch int) error {
 	shape := t.Shape()
 	ok := t.DType() == s.DType && len(shape) == len(s.Shape) && len(shape) > 0 && shape[0] > 0 && (batch < 0 || shape[0] == batch)
