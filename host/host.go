@@ -6,11 +6,13 @@
 //
 // The sub-packages are the rooms of the server: the public host/rpc
 // (Connect), host/checkpoint and host/tenant, and under host/internal the
-// sandbox (wazero), the batch pools, the device workers (sched), the DHT
-// and the dashboard. They do not import each other, and this package wires
-// them together. Each room keeps its own sentinel errors; errorCodes, in
-// errors.go, is the one table from them to Connect codes, which every
-// service of the server uses.
+// sandbox (wazero), the batch pools (batch), the device workers (sched),
+// the DHT (dht), hivemind's own wire and DHT (hivemind) and the dashboard
+// (ui). They do not import each other, and this package wires them
+// together. Each room keeps its own sentinel errors; errorCodes, the
+// rpc.Codes table in errors.go, is the one map from them to Connect codes,
+// which every service of the server uses. A request's tensors are checked
+// against the expert's schema once, by sdk/wire's Fit, on every path.
 package host
 
 import (

@@ -7,7 +7,7 @@
 // refuses work with [ErrQueueFull] instead of growing without bound.
 //
 // A pool does not run batches by itself: a device worker (package
-// runtime) asks every pool when it is ready ([Pool.Poll]) and runs the
+// host/internal/sched) asks every pool when it is ready ([Pool.Poll]) and runs the
 // batch of the pool whose oldest request is oldest ([Pool.RunBatch]).
 package batch
 
