@@ -22,8 +22,10 @@ import (
 // TestTensorsReleasedWithoutGC turns the garbage collector off and drives
 // every way a request's tensors can end: answered (in process and over
 // RPC), refused for a full queue, for a quarantine and by a closed pool,
-// cancelled while queued and while running, and a split request whose
-// answered piece nobody collects because its sibling trapped. The
+// cancelled while queued and while running, a split request whose
+// answered piece nobody collects because its sibling trapped, and a
+// backward batch rerun request by request (backwardEach) whose parameter
+// gradients are summed, with aliased ones among them. The
 // device's live bytes must come back exactly to what the experts hold
 // for themselves (parameters and optimizer state), measured after a
 // warm-up: every path released its tensors, none waited for a collection.
@@ -37,11 +39,17 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 		WithExperts(
 			ExpertConfig{UID: "ffn.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": 16}},
 			ExpertConfig{UID: "trap.0", Module: ModuleBytes(trapWasm)},
+			// Its moe_backward fails a batch of more than one row (its
+			// parameter gradient is the output gradient, which fits only
+			// a batch of one), so a batch of three one-row requests is
+			// rerun one by one and their gradients summed.
+			ExpertConfig{UID: "alias.0", Module: ModuleBytes(aliasBackwardWasm),
+				Batching: &BatchLimits{MaxBatchSize: 3, MaxWait: time.Millisecond, QueueSize: 3}},
 		))
 	ctx := context.Background()
 	dev := srv.Device()
 	srv.mu.Lock()
-	ffn, trap := srv.experts["ffn.0"], srv.experts["trap.0"]
+	ffn, trap, alias := srv.experts["ffn.0"], srv.experts["trap.0"], srv.experts["alias.0"]
 	srv.mu.Unlock()
 	width := int(ffn.schema.inputs[0].GetShape()[1])
 	live := func() int64 { return srv.MemoryStats()[0].LiveBytes }
@@ -82,6 +90,10 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := call(ctx, "trap.0", x(1, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	a := func(v ...float32) *gpuhost.Tensor { return rows2(t, dev, 1, 2, v) }
+	if err := call(ctx, "alias.0", a(3, 4), a(0.25, -1)); err != nil {
 		t.Fatal(err)
 	}
 	base := live()
@@ -156,6 +168,21 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 	})
 	waitDepth(0) // running
 	time.Sleep(20 * time.Millisecond)
+	// Three one-row backward requests of alias.0 queue behind it, and
+	// run as one batch once it stops.
+	aliasSteps := alias.stats.backwardBatches.Load()
+	for i := range 3 {
+		go1(func() {
+			if err := call(ctx, "alias.0", a(3, 4), a(float32(i), -1)); err != nil {
+				t.Errorf("alias.0's backward %d: %v", i, err)
+			}
+		})
+	}
+	for deadline := time.Now().Add(10 * time.Second); alias.pools.bwd.Depth() != 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("alias.0's queue holds %d, want 3", alias.pools.bwd.Depth())
+		}
+	}
 	cancelled, cancel := context.WithCancel(ctx)
 	go1(func() { _ = call(cancelled, "trap.0", x(1, 1), nil) })
 	go1(func() { _ = call(ctx, "trap.0", x(1, 1), nil) })
@@ -168,6 +195,11 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 	waitDepth(2)
 	trap.pools.fwd.Close(nil)
 	wg.Wait()
+	// One optimizer step for the three: they ran as one batch, which
+	// failed and was rerun request by request.
+	if steps := alias.stats.backwardBatches.Load() - aliasSteps; steps != 1 {
+		t.Errorf("alias.0 took %d steps for three queued requests, want 1 (one batch, rerun one by one)", steps)
+	}
 	if _, err := trap.pools.fwd.Submit(ctx, fwdReq{inputs: []*gpuhost.Tensor{x(1, 1)}}); !errors.Is(err, batch.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
