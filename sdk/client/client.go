@@ -190,22 +190,13 @@ func (e *RemoteExpert) CheckInputs(ctx context.Context, inputs ...Tensor) error 
 		}
 		v = info
 	}
-	schema := v.(*moehostv1.ExpertInfo).GetInputs()
-	if len(inputs) != len(schema) {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expert %s takes %d inputs, got %d", e.uid, len(schema), len(inputs)))
+	metas := make([]wire.Meta, len(inputs))
+	for i, t := range inputs {
+		metas[i] = wire.Meta{DType: t.DType, Shape: t.Shape}
 	}
-	for i, s := range schema {
-		t := inputs[i]
-		if moehostv1.DType(t.DType) != s.GetDtype() {
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expert %s input %q is %v, got %v", e.uid, s.GetName(), s.GetDtype(), moehostv1.DType(t.DType)))
-		}
-		ok := len(t.Shape) == len(s.GetShape())
-		for j := 0; ok && j < len(t.Shape); j++ {
-			ok = s.GetShape()[j] == -1 || s.GetShape()[j] == t.Shape[j]
-		}
-		if !ok {
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expert %s input %q has shape %v, want %v (-1: any batch size)", e.uid, s.GetName(), s.GetShape(), t.Shape))
-		}
+	// The server's own check, so that the two cannot disagree.
+	if _, err := wire.Fit(v.(*moehostv1.ExpertInfo).GetInputs(), "input", metas, -1); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expert %s: %w", e.uid, err))
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func TestRemoteExpertSchemaCacheAndTimeout(t *testing.T) {
 	}{
 		{"wrong width", []client.Tensor{client.Float32([]int64{3, 5}, make([]float32, 15))}, "shape"},
 		{"wrong rank", []client.Tensor{client.Float32([]int64{12}, make([]float32, 12))}, "shape"},
-		{"two inputs", []client.Tensor{good, good}, "takes 1 inputs"},
+		{"two inputs", []client.Tensor{good, good}, "got 2 inputs, want 1"},
 	}
 	for _, tt := range tests {
 		err := c.Expert("nop.0").CheckInputs(ctx, tt.inputs...)
