@@ -1,6 +1,8 @@
 """README's "Training state": the three lines that load an export into
 PyTorch, run as the README writes them, reproduce the server's Forward;
-and the safetensors reader refuses a malformed file.
+a transformer expert's export loads into moehost.layers.TransformerBlock
+and reproduces its Forward too; and the safetensors reader refuses a
+malformed file.
 
 Run by `make test-python`; the test starts `moehost serve` itself.
 """
@@ -20,6 +22,7 @@ sys.path.insert(0, here)
 
 import moehost  # noqa: E402
 from moehost import safetensors  # noqa: E402
+from moehost.layers import TransformerBlock  # noqa: E402
 from serve import Server  # noqa: E402
 
 HIDDEN = 16
@@ -82,6 +85,48 @@ class TrainingStateTest(unittest.TestCase):
             with self.subTest(name):
                 with self.assertRaises(ValueError):
                     safetensors.load(data)
+
+
+# The transformer expert's defaults: seq_len 128 and 16 heads, so that a
+# hidden_dim of 32 gives heads of 2.
+T_HIDDEN, T_SEQ, T_HEADS = 32, 128, 16
+
+
+class TransformerExportTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--module", "transformer", "--experts", "tf.0", "--hidden-dim", str(T_HIDDEN),
+                            "--no-dht", "--no-checkpoints")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_export_reproduces_forward(self):
+        torch.manual_seed(7)
+        expert = moehost.RemoteExpert("tf.0", "http://" + self.server.addr)
+        x = torch.randn(3, T_SEQ, T_HIDDEN)
+        # Padding at the ends of two of the three sequences.
+        mask = torch.zeros(3, T_SEQ, dtype=torch.bool)
+        mask[1, 100:] = True
+        mask[2, 5:] = True
+        # Two optimizer steps first, so that no parameter is at its
+        # initial value (the biases start at zero).
+        for _ in range(2):
+            ((expert(x.requires_grad_(True), mask) - torch.randn(3, T_SEQ, T_HIDDEN)) ** 2).mean().backward()
+        want = expert(x.detach(), mask).detach()
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([os.environ.get("MOEHOST_BIN", "moehost"), "checkpoint", "--server", self.server.addr,
+                            "export", "tf.0"], cwd=d, check=True, capture_output=True)
+            state = safetensors.load_file(os.path.join(d, "tf.0.safetensors"))
+        block = TransformerBlock(T_HIDDEN, T_HEADS).eval()
+        block.load_state_dict(state, strict=True)
+        self.assertNotEqual(state["self_attn.in_proj_bias"].abs().max().item(), 0, "no step was trained")
+        with torch.no_grad():
+            got = block(x.detach(), mask)
+        self.assertEqual(tuple(got.shape), (3, T_SEQ, T_HIDDEN))
+        err = (got - want).abs().max().item()
+        self.assertLess(err, 1e-5, f"the loaded block's Forward differs from the server's by {err}")
 
 
 if __name__ == "__main__":
