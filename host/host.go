@@ -63,6 +63,7 @@ type Server struct {
 	log *slog.Logger
 
 	metrics *metrics
+	history *ui.History // the dashboard's load charts
 
 	mu       sync.Mutex
 	started  bool
@@ -76,6 +77,8 @@ type Server struct {
 	ckpt     *checkpointer // nil without WithCheckpoints
 	stopSave chan struct{} // closed to stop the periodic saver
 	saveDone chan struct{} // closed when it has stopped
+	stopHist chan struct{} // closed to stop the load sampler
+	histDone chan struct{} // closed when it has stopped
 	served   []any         // what the startup log line says is served
 	// startTime is when the port began serving, for ServerService.
 	startTime time.Time
@@ -124,6 +127,7 @@ func New(opts ...Option) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.logger,
 		metrics: newMetrics(),
+		history: ui.NewHistory(historyLen, historyInterval),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
 	}, nil
@@ -261,6 +265,7 @@ func (s *Server) start(ctx context.Context) error {
 
 	s.startWorkers(ctx)
 	s.startSaving()
+	s.startHistory()
 
 	// The DHT node is up and its addresses are on disk before Ready.
 	services, err := s.startDHT(ctx)
@@ -275,7 +280,7 @@ func (s *Server) start(ctx context.Context) error {
 	if path, h, ok := s.checkpointHandler(ln); ok {
 		mux.Handle(path, h)
 	}
-	mux.Handle("/ui/", ui.Handler())
+	mux.Handle("/ui/", ui.Handler(ui.API{History: s.history}))
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	opts := rpc.Options{
 		MaxRequestBytes: s.cfg.maxRequestBytes,
@@ -376,6 +381,7 @@ func (s *Server) release(ctx context.Context) error {
 		e.pools.close(errShuttingDown)
 	}
 	s.stopSaving()
+	s.stopHistory()
 	s.closeWorkers(ctx)
 	s.saveOnShutdown(ctx, experts)
 	var errs []error

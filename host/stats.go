@@ -92,6 +92,8 @@ type poolStats struct {
 	mu                       sync.Mutex
 	batches, failed, samples int64
 	queueDepth               int
+	runTotal                 time.Duration // of every batch, for the load history
+	waitMax                  time.Duration // the longest wait since the last tick
 	recent                   []batchRecord
 	waits                    []waitRecord
 }
@@ -130,10 +132,31 @@ func (s *poolStats) Batch(rows int, waits []time.Duration, run time.Duration, er
 	if err != nil {
 		s.failed++
 	}
+	s.runTotal += run
 	s.recent = appendBounded(s.recent, batchRecord{at: now, rows: rows, run: run})
 	for _, w := range waits {
 		s.waits = appendBounded(s.waits, waitRecord{at: now, wait: w})
+		s.waitMax = max(s.waitMax, w)
 	}
+}
+
+// poolTotals are a pool's running totals, which the load history
+// differences tick by tick.
+type poolTotals struct {
+	batches, samples int64
+	run              time.Duration
+	depth            int
+	waitMax          time.Duration // since the previous tick
+}
+
+// tick returns the pool's totals and resets its longest wait. Only the
+// server's load sampler calls it, once a tick.
+func (s *poolStats) tick() poolTotals {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := poolTotals{batches: s.batches, samples: s.samples, run: s.runTotal, depth: s.queueDepth, waitMax: s.waitMax}
+	s.waitMax = 0
+	return t
 }
 
 // Queue implements batch.Observer.

@@ -9,8 +9,10 @@ package ui
 
 import (
 	"embed"
+	"encoding/json"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -19,10 +21,19 @@ import (
 //go:embed all:dist
 var dist embed.FS
 
-// Handler serves the dashboard under /ui/. Vite names the assets it
-// builds by their content hash, so they may be cached for good; index.html
-// must be revalidated so that a new build is picked up.
-func Handler() http.Handler {
+// API is what the page reads from the server beside its Connect services:
+// read-only JSON under /ui/api/, no more than ListExperts and the DHT
+// already tell anyone. A nil field's path answers 404.
+type API struct {
+	// History is the server's recent load, served at /ui/api/history.
+	History *History
+}
+
+// Handler serves the dashboard under /ui/, and api under /ui/api/. Vite
+// names the assets it builds by their content hash, so they may be cached
+// for good; index.html must be revalidated so that a new build is picked
+// up.
+func Handler(api API) http.Handler {
 	sub, err := fs.Sub(dist, "dist")
 	if err != nil {
 		panic("BUG: ui: " + err.Error())
@@ -40,6 +51,66 @@ func Handler() http.Handler {
 			w.Header().Set("Cache-Control", "no-cache")
 		}
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		files.ServeHTTP(w, r)
+		switch {
+		case r.URL.Path == "/ui/api/history" && api.History != nil:
+			serveHistory(w, r, api.History)
+		case strings.HasPrefix(r.URL.Path, "/ui/api/"):
+			http.NotFound(w, r)
+		default:
+			files.ServeHTTP(w, r)
+		}
 	})
+}
+
+// historyJSON is /ui/api/history's body: the samples column by column,
+// oldest first, so that a full ring is a few tens of kilobytes.
+type historyJSON struct {
+	IntervalMs     int64     `json:"interval_ms"`
+	Capacity       int       `json:"capacity"`
+	UnixMs         []int64   `json:"unix_ms"`
+	RowsPerSecond  []float32 `json:"rows_per_second"`
+	MeanBatch      []float32 `json:"mean_batch"`
+	QueueDepth     []float32 `json:"queue_depth"`
+	QueueWaitMaxMs []float32 `json:"queue_wait_max_ms"`
+	RunMeanMs      []float32 `json:"run_mean_ms"`
+}
+
+// serveHistory answers the samples after ?since= (Unix milliseconds; all
+// held ones without it), so that a page loads the whole history once and
+// then polls for what is new.
+func serveHistory(w http.ResponseWriter, r *http.Request, h *History) {
+	var since int64
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			http.Error(w, "since: want Unix milliseconds, an integer; got "+strconv.Quote(v), http.StatusBadRequest)
+			return
+		}
+		since = n
+	}
+	samples := h.Since(since, make([]Sample, 0, h.Cap()))
+	out := historyJSON{
+		IntervalMs:     h.Interval().Milliseconds(),
+		Capacity:       h.Cap(),
+		UnixMs:         make([]int64, len(samples)),
+		RowsPerSecond:  make([]float32, len(samples)),
+		MeanBatch:      make([]float32, len(samples)),
+		QueueDepth:     make([]float32, len(samples)),
+		QueueWaitMaxMs: make([]float32, len(samples)),
+		RunMeanMs:      make([]float32, len(samples)),
+	}
+	for i, s := range samples {
+		out.UnixMs[i], out.RowsPerSecond[i], out.MeanBatch[i] = s.UnixMs, s.RowsPerSecond, s.MeanBatch
+		out.QueueDepth[i], out.QueueWaitMaxMs[i], out.RunMeanMs[i] = s.QueueDepth, s.QueueWaitMaxMs, s.RunMeanMs
+	}
+	writeJSON(w, out)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		// The client went away; nothing to tell it.
+		return
+	}
 }
