@@ -166,6 +166,70 @@ test("the dashboard lists the experts, runs a Forward and charts the load", asyn
   await page.close();
 });
 
+test("the charts draw the server's history at once on load", async () => {
+  // Load for a few seconds before the page is opened: the server samples
+  // it every second whether or not a page watches.
+  const load = forwardLoad(server.baseUrl, 2);
+  await new Promise((r) => setTimeout(r, 4000));
+  await load.stop();
+  const history = await (await fetch(`${server.baseUrl}/ui/api/history`)).json();
+  assert.equal(history.interval_ms, 1000);
+  assert.ok(history.unix_ms.length >= 4, `the server holds ${history.unix_ms.length} samples`);
+  assert.ok(Math.max(...history.rows_per_second) > 0, "the history shows no load");
+
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  try {
+    await page.goto(`${server.baseUrl}/ui/`);
+    // The first drawing of each chart already holds the history: at least
+    // the samples fetched above, and the rates under the load, where one
+    // poll of the page's own would draw one point.
+    const chart = page.locator("#chart-throughput[data-points]");
+    await chart.waitFor({ timeout: 10_000 });
+    const points = Number(await chart.getAttribute("data-points"));
+    assert.ok(points >= history.unix_ms.length, `the chart drew ${points} points at load, the server held ${history.unix_ms.length}`);
+    assert.ok(Number(await chart.getAttribute("data-max")) > 0, "the chart shows no rate at load");
+    for (const id of ["#chart-batch", "#chart-queue", "#chart-latency"]) {
+      assert.ok(Number(await page.locator(id).getAttribute("data-points")) >= history.unix_ms.length, id);
+    }
+    assert.match(await page.locator("#chart-throughput path.line").getAttribute("d"), /^M[\d.]+,[\d.]+(L[\d.]+,[\d.]+)+$/);
+
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test("counts read as counts: parameters in human units, steps singular or plural", async () => {
+  // ffn at hidden_dim 2 has 46 parameters (once shown as "46.0").
+  const tiny = await startServer(["--module", "ffn", "--hidden-dim", "2", "--experts", "tiny.0", "--no-dht", "--no-checkpoints"]);
+  const page = await browser.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  try {
+    await page.goto(`${tiny.baseUrl}/ui/`);
+    const row = page.locator("#experts tbody tr[data-uid='tiny.0']");
+    await row.waitFor({ timeout: 10_000 });
+    const params = row.locator("td:nth-child(6)");
+    assert.equal(await params.innerText(), "46");
+    assert.equal(await params.getAttribute("title"), "46 parameters");
+    assert.equal(await row.locator("td:nth-child(11)").innerText(), "0 steps");
+    const x = { dtype: "DTYPE_FLOAT32", shape: ["1", "2"], data: Buffer.alloc(8).toString("base64") };
+    const res = await fetch(`${tiny.baseUrl}/moehost.v1.ExpertService/Backward`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ uid: "tiny.0", inputs: [x], gradOutputs: [x] }),
+    });
+    assert.equal(res.status, 200, await res.text());
+    await row.locator("td:nth-child(11)").filter({ hasText: /^1 step$/ }).waitFor({ timeout: 10_000 });
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+    await tiny.stop();
+  }
+});
+
 test("the DHT panel shows the node's peer id, multiaddrs, URLs, records and peers", async () => {
   assert.match(server.peerId, /^12D3KooW/, "the server logged no DHT peer id");
   // A second server joins the first's swarm, so that the panel has a peer.

@@ -63,12 +63,15 @@ export class Chart {
     }
   }
 
-  /** push appends one value per series and redraws. */
-  push(...vs: number[]): void {
-    vs.forEach((v, i) => {
+  /**
+   * append adds a run of values to each series (columns[i] to series i,
+   * oldest first), keeps the newest capacity of them, and redraws once.
+   */
+  append(columns: number[][]): void {
+    columns.forEach((col, i) => {
       const arr = this.values[i];
-      arr.push(Number.isFinite(v) ? v : 0);
-      if (arr.length > this.capacity) arr.shift();
+      for (const v of col) arr.push(Number.isFinite(v) ? v : 0);
+      if (arr.length > this.capacity) arr.splice(0, arr.length - this.capacity);
     });
     this.draw();
   }
@@ -102,12 +105,27 @@ function niceMax(v: number): number {
   return 10 * p;
 }
 
-/** fmt prints a number in three significant digits or fewer. */
+/**
+ * fmt prints a number in three significant digits or fewer, with k, M or
+ * G for thousands, millions and billions; an integer below 10,000 prints
+ * as it is ("20", not "20.0").
+ */
 export function fmt(v: number): string {
   if (!Number.isFinite(v)) return "–";
   const a = Math.abs(v);
-  if (a >= 1e6) return `${(v / 1e6).toPrecision(3)}M`;
-  if (a >= 1e4) return `${(v / 1e3).toPrecision(3)}k`;
-  if (a >= 100 || v === 0) return v.toFixed(0);
+  if (a >= 1e9) return `${trim((v / 1e9).toPrecision(3))}G`;
+  if (a >= 1e6) return `${trim((v / 1e6).toPrecision(3))}M`;
+  if (a >= 1e4) return `${trim((v / 1e3).toPrecision(3))}k`;
+  if (a >= 100 || Number.isInteger(v)) return v.toFixed(0);
   return v.toPrecision(3);
+}
+
+/** count prints a count of things: "1 step", "2 steps", "1.05M params". */
+export function count(n: number, one: string, many = `${one}s`): string {
+  return `${fmt(n)} ${n === 1 ? one : many}`;
+}
+
+/** trim drops a fraction's trailing zeros: "1.20" → "1.2", "20.0" → "20". */
+function trim(s: string): string {
+  return s.includes(".") ? s.replace(/\.?0+$/, "") : s;
 }

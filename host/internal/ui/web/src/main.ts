@@ -1,6 +1,7 @@
 // The moehost dashboard: polls ListExperts and GetServerInfo over Connect
-// from the page's own origin, charts the load, and runs Forward on random
-// input. See ../ui.go for how it is served.
+// from the page's own origin, charts the load the server samples every
+// second (/ui/api/history: drawn whole at load, then what is new), and
+// runs Forward on random input. See ../ui.go for how it is served.
 import {
   ConnectError,
   createMoehostClient,
@@ -16,10 +17,12 @@ import {
   type TensorSchema,
 } from "@moehost/client";
 
-import { Chart, fmt } from "./chart";
+import { Chart, count, fmt } from "./chart";
 import "./style.css";
 
 const POLL_MS = 1000;
+// The server's history: 15 minutes at one sample a second.
+const HISTORY_POINTS = 900;
 const TOKEN_KEY = "moehost.token";
 
 const $ = <T extends HTMLElement = HTMLElement>(sel: string) => document.querySelector<T>(sel)!;
@@ -45,20 +48,49 @@ tokenInput.addEventListener("change", () => {
 });
 
 const charts = {
-  throughput: new Chart($("#chart-throughput"), "Throughput", "rows/s", [{ label: "rows/s", className: "s0" }]),
-  batch: new Chart($("#chart-batch"), "Mean batch size", "rows", [{ label: "rows", className: "s1" }]),
-  queue: new Chart($("#chart-queue"), "Queue depth", "requests", [{ label: "requests", className: "s2" }]),
+  throughput: new Chart($("#chart-throughput"), "Throughput", "rows/s", [{ label: "rows/s", className: "s0" }], HISTORY_POINTS),
+  batch: new Chart($("#chart-batch"), "Mean batch size", "rows", [{ label: "rows", className: "s1" }], HISTORY_POINTS),
+  queue: new Chart($("#chart-queue"), "Queue depth", "requests", [{ label: "requests", className: "s2" }], HISTORY_POINTS),
   latency: new Chart($("#chart-latency"), "Latency", "ms", [
-    { label: "queue wait p99", className: "s3" },
+    { label: "queue wait, max", className: "s3" },
     { label: "batch run, mean", className: "s0" },
-  ]),
+  ], HISTORY_POINTS),
 };
+
+/** History is /ui/api/history's body (see ../history.go): columns, oldest first. */
+interface History {
+  interval_ms: number;
+  capacity: number;
+  unix_ms: number[];
+  rows_per_second: number[];
+  mean_batch: number[];
+  queue_depth: number[];
+  queue_wait_max_ms: number[];
+  run_mean_ms: number[];
+}
+
+// The newest sample drawn: the next poll asks for what came after it.
+let historySince = 0;
+
+/** pollHistory draws the samples the charts have not drawn yet. */
+async function pollHistory(): Promise<void> {
+  const res = await fetch(`/ui/api/history?since=${historySince}`, { cache: "no-store" });
+  if (!res.ok) throw new Error(`/ui/api/history: ${res.status} ${(await res.text()).trim()}`);
+  const h = (await res.json()) as History;
+  const n = h.unix_ms.length;
+  if (!n) return;
+  historySince = h.unix_ms[n - 1];
+  charts.throughput.append([h.rows_per_second]);
+  charts.batch.append([h.mean_batch]);
+  charts.queue.append([h.queue_depth]);
+  charts.latency.append([h.queue_wait_max_ms, h.run_mean_ms]);
+}
 
 function pools(e: ExpertInfo): PoolStats[] {
   return [e.forwardPool, e.backwardPool].filter((p): p is PoolStats => p !== undefined);
 }
 
-/** load sums the experts' pools into the four charted numbers. */
+/** load sums the experts' pools into the numbers of the experts table. */
 function load(list: ExpertInfo[]) {
   let rows = 0;
   let batches = 0;
@@ -88,6 +120,13 @@ function cell(text: string, className = ""): HTMLTableCellElement {
   return td;
 }
 
+/** params is the parameter count in human units, exact in its tooltip. */
+function params(n: number): HTMLTableCellElement {
+  const td = cell(fmt(n), "num");
+  td.title = `${n.toLocaleString("en-US")} parameters`;
+  return td;
+}
+
 function renderExperts(): void {
   const body = $("#experts tbody");
   const rows = experts.map((e) => {
@@ -109,12 +148,12 @@ function renderExperts(): void {
       mod,
       // Tenants' experts name their owner; the operator's have none.
       cell(e.owner || "operator", e.owner ? "mono owner" : "muted owner"),
-      cell(fmt(Number(e.parameterCount)), "num"),
+      params(Number(e.parameterCount)),
       cell(fmt(l.rows), "num"),
       cell(l.batch ? l.batch.toFixed(1) : "–", "num"),
       cell(String(l.queue), "num"),
       cell(ps.length ? `${fmt(l.wait)} ms` : "–", "num"),
-      cell(`${e.stats?.backwardBatches ?? 0n} steps`, "num"),
+      cell(count(Number(e.stats?.backwardBatches ?? 0n), "step"), "num"),
     );
     return tr;
   });
@@ -231,17 +270,13 @@ async function poll(): Promise<void> {
     const [list, info] = await Promise.all([
       client.experts.listExperts({}),
       now - serverFetchedAt > 5000 ? client.info() : Promise.resolve(undefined),
+      pollHistory(),
     ]);
     experts = list.experts;
     if (info) {
       server = info;
       serverFetchedAt = now;
     }
-    const l = load(experts);
-    charts.throughput.push(l.rows);
-    charts.batch.push(l.batch);
-    charts.queue.push(l.queue);
-    charts.latency.push(l.wait, l.run);
     renderExperts();
     setConnected(true, "live");
   } catch (err) {
