@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -88,7 +89,7 @@ func (d *describer) Describe() *moehostv1.GetServerInfoResponse {
 	for _, m := range s.MemoryStats() {
 		res.Devices = append(res.Devices, &moehostv1.DeviceInfo{
 			Name:            m.Device,
-			Description:     fmt.Sprintf("%s/%s, %d threads", runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0)),
+			Description:     deviceDescription(m.Device),
 			LiveTensorBytes: m.LiveBytes,
 			PeakTensorBytes: m.PeakBytes,
 			PoolBytes:       m.PoolBytes,
@@ -106,6 +107,28 @@ func (d *describer) Describe() *moehostv1.GetServerInfoResponse {
 		}
 	}
 	return res
+}
+
+// deviceDescription says, for people, what a device runs on. For the CPU
+// it gives the cores this process may use and the threads its kernels run
+// on, which differ from GOMAXPROCS: the server sets that one higher than
+// the kernel threads (see kernelThreads), so that printing it as "3
+// threads" on a 2-core machine misled.
+func deviceDescription(name string) string {
+	platform := runtime.GOOS + "/" + runtime.GOARCH
+	if !strings.HasPrefix(name, "cpu") {
+		return platform + " host"
+	}
+	cores, threads := runtime.NumCPU(), kernelThreads()
+	return fmt.Sprintf("%s, %s available, kernels on %s", platform, plural(cores, "core"), plural(threads, "thread"))
+}
+
+// plural prints n things: "1 core", "2 cores".
+func plural(n int, one string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %ss", n, one)
 }
 
 var _ rpc.Server = (*describer)(nil)

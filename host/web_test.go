@@ -2,8 +2,10 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -48,6 +50,15 @@ func TestGetServerInfo(t *testing.T) {
 			}
 			if len(got.GetDevices()) != 1 || got.GetDevices()[0].GetName() != "cpu" || got.GetDevices()[0].GetDescription() == "" {
 				t.Fatalf("devices %v, want one cpu described", got.GetDevices())
+			}
+			// The CPU's description gives the cores this process may use
+			// and its kernel threads: one fewer than GOMAXPROCS, which the
+			// server raised by one for answering requests.
+			desc := got.GetDevices()[0].GetDescription()
+			cores := fmt.Sprintf("%d core", runtime.NumCPU())
+			threads := fmt.Sprintf("kernels on %d thread", runtime.GOMAXPROCS(0)-1)
+			if !strings.Contains(desc, cores) || !strings.Contains(desc, threads) || !strings.HasPrefix(desc, runtime.GOOS+"/"+runtime.GOARCH) {
+				t.Errorf("cpu description %q, want %s/%s, %q and %q", desc, runtime.GOOS, runtime.GOARCH, cores, threads)
 			}
 			// The test server's experts hold parameters, so live bytes are
 			// positive and within the limit and the recent peak.
