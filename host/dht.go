@@ -52,6 +52,9 @@ type DHTInfo struct {
 	Addrs []string
 	// Peers are the peer IDs in its routing table.
 	Peers []string
+	// PeerAddrs are the multiaddrs it knows for each of Peers, at most
+	// maxPeerAddrs each.
+	PeerAddrs map[string][]string
 	// URLs are the base URLs its records give for this server.
 	URLs []string
 	// Records are the names (uids and grid prefixes) it announces.
@@ -69,8 +72,17 @@ func (s *Server) DHT() (info DHTInfo, ok bool) {
 	if d == nil {
 		return DHTInfo{}, false
 	}
-	return DHTInfo{PeerID: d.PeerID(), Addrs: d.Addrs(), Peers: d.Peers(), URLs: d.URLs(), Records: d.Names(), Expiry: d.Expiry()}, true
+	info = DHTInfo{PeerID: d.PeerID(), Addrs: d.Addrs(), Peers: d.Peers(), URLs: d.URLs(), Records: d.Names(), Expiry: d.Expiry()}
+	info.PeerAddrs = make(map[string][]string, len(info.Peers))
+	for _, p := range info.Peers {
+		info.PeerAddrs[p] = d.PeerAddrs(p, maxPeerAddrs)
+	}
+	return info, true
 }
+
+// maxPeerAddrs bounds the multiaddrs DHTInfo gives for one peer: a peer
+// chooses how many it advertises.
+const maxPeerAddrs = 8
 
 // validateDHT checks the DHT settings in New.
 func (c *config) validateDHT() error {

@@ -280,7 +280,8 @@ func (s *Server) start(ctx context.Context) error {
 	if path, h, ok := s.checkpointHandler(ln); ok {
 		mux.Handle(path, h)
 	}
-	mux.Handle("/ui/", ui.Handler(ui.API{History: s.history}))
+	view := new(swarmView)
+	mux.Handle("/ui/", ui.Handler(ui.API{History: s.history, Swarm: func() ui.Swarm { return view.get(s) }}))
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	opts := rpc.Options{
 		MaxRequestBytes: s.cfg.maxRequestBytes,

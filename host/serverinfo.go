@@ -103,7 +103,7 @@ func (d *describer) Describe() *moehostv1.GetServerInfoResponse {
 	if info, ok := s.DHT(); ok {
 		res.PeerId, res.DhtAddresses, res.DhtRecords, res.AnnounceAddresses = info.PeerID, info.Addrs, info.Records, info.URLs
 		for _, p := range info.Peers {
-			res.Peers = append(res.Peers, &moehostv1.PeerInfo{PeerId: p})
+			res.Peers = append(res.Peers, &moehostv1.PeerInfo{PeerId: p, Addresses: info.PeerAddrs[p]})
 		}
 	}
 	return res

@@ -50,3 +50,6 @@ func StatsOf(s ds.Batching) StoreStats { return s.(*store).Stats() }
 
 // SetStoreClock sets the clock of a store made by NewStore.
 func SetStoreClock(s ds.Batching, now func() time.Time) { s.(*store).now = now }
+
+// RecordsOf calls records on a store made by NewStore.
+func RecordsOf(s ds.Batching, limit int) ([]Record, int) { return s.(*store).records(limit) }

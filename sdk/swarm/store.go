@@ -1,10 +1,12 @@
 package swarm
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +78,7 @@ type store struct {
 type entry struct {
 	value   []byte
 	owner   string
+	name    string // a value record's uid or prefix; "" for a provider entry
 	cost    int64
 	expires time.Time // zero: no signed expiry (provider entries)
 	elem    *list.Element
@@ -86,33 +89,29 @@ func newStore(self string, limit, peerLimit int64) *store {
 		entries: map[ds.Key]*entry{}, byPeer: map[string]int64{}, order: list.New()}
 }
 
-// classify returns the owner and signed expiry of an entry.
-func (s *store) classify(key ds.Key, value []byte) (owner string, expires time.Time, err error) {
+// classify returns the owner, name and signed expiry of an entry.
+func (s *store) classify(key ds.Key, value []byte) (owner, name string, expires time.Time, err error) {
 	k := key.String()
 	if strings.HasPrefix(k, providersPrefix) {
 		b, err := base32.RawStdEncoding.DecodeString(k[strings.LastIndex(k, "/")+1:])
 		if err != nil {
-			return "", time.Time{}, fmt.Errorf("provider key %.80q: %w", k, err)
+			return "", "", time.Time{}, fmt.Errorf("provider key %.80q: %w", k, err)
 		}
 		id, err := peer.IDFromBytes(b)
 		if err != nil {
-			return "", time.Time{}, fmt.Errorf("provider key %.80q: %w", k, err)
+			return "", "", time.Time{}, fmt.Errorf("provider key %.80q: %w", k, err)
 		}
-		return id.String(), time.Time{}, nil
+		return id.String(), "", time.Time{}, nil
 	}
-	var rec recpb.Record
-	if err := proto.Unmarshal(value, &rec); err != nil {
-		return "", time.Time{}, fmt.Errorf("stored record: %w", err)
-	}
-	r, err := Decode(string(rec.GetKey()), rec.GetValue(), s.now())
+	r, err := decodeStored(value, s.now())
 	if err != nil {
-		return "", time.Time{}, err
+		return "", "", time.Time{}, err
 	}
-	return r.PeerID, r.Expires, nil
+	return r.PeerID, r.Name, r.Expires, nil
 }
 
 func (s *store) Put(_ context.Context, key ds.Key, value []byte) error {
-	owner, expires, err := s.classify(key, value)
+	owner, name, expires, err := s.classify(key, value)
 	if err != nil {
 		return err
 	}
@@ -144,7 +143,7 @@ func (s *store) Put(_ context.Context, key ds.Key, value []byte) error {
 		s.stats.Refused++
 		return fmt.Errorf("%w: %d of %d bytes", ErrStoreFull, s.stats.Bytes, s.limit)
 	}
-	e := &entry{value: value, owner: owner, cost: cost, expires: expires}
+	e := &entry{value: value, owner: owner, name: name, cost: cost, expires: expires}
 	if !own {
 		e.elem = s.order.PushBack(key)
 	}
@@ -187,6 +186,46 @@ func (s *store) live(key ds.Key) *entry {
 		return nil
 	}
 	return e
+}
+
+// decodeStored decodes a stored value record: a libp2p record wrapping
+// our signed one.
+func decodeStored(value []byte, now time.Time) (Record, error) {
+	var rec recpb.Record
+	if err := proto.Unmarshal(value, &rec); err != nil {
+		return Record{}, fmt.Errorf("stored record: %w", err)
+	}
+	return Decode(string(rec.GetKey()), rec.GetValue(), now)
+}
+
+// records returns the live value records of the first limit names the
+// store holds (by name, then signer), and how many it holds in all.
+// Only those limit are decoded, so that a full store costs a scan and a
+// sort of its names, not a decode of every record.
+func (s *store) records(limit int) ([]Record, int) {
+	type named struct {
+		name, owner string
+		value       []byte // never changed once stored: a put stores a new entry
+	}
+	s.mu.Lock()
+	now := s.now()
+	all := make([]named, 0, s.stats.Records)
+	for _, e := range s.entries {
+		if e.name != "" && (e.expires.IsZero() || e.expires.After(now)) {
+			all = append(all, named{e.name, e.owner, e.value})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b named) int {
+		return cmp.Or(strings.Compare(a.name, b.name), strings.Compare(a.owner, b.owner))
+	})
+	out := make([]Record, 0, min(max(limit, 0), len(all)))
+	for _, n := range all[:cap(out)] {
+		if r, err := decodeStored(n.value, now); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out, len(all)
 }
 
 // sweepLocked drops every record past its signed expiry; s.mu is held.

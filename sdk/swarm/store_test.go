@@ -92,3 +92,55 @@ func TestStoreBoundedUnderFlood(t *testing.T) {
 		t.Errorf("Get of a record past its signed expiry = %v, want ErrNotFound", err)
 	}
 }
+
+// TestStoredRecords: the store lists its live value records by name, then
+// signer, the first limit of them decoded, with the count of all; expired
+// records and provider entries are not listed.
+func TestStoredRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	self, _ := swarm.NewIdentity()
+	other, _ := swarm.NewIdentity()
+	st := swarm.NewStore(self.PeerID(), 1<<20, 1<<20)
+	now := time.Now()
+	swarm.SetStoreClock(st, func() time.Time { return now })
+	for _, r := range []struct {
+		id      *swarm.Identity
+		name    string
+		expires time.Time
+	}{
+		{self, "ffn.1", now.Add(time.Hour)},
+		{other, "ffn.0", now.Add(time.Hour)},
+		{self, "ffn.0", now.Add(time.Hour)},
+		{other, "ffn.2", now.Add(time.Second)}, // expires below
+		{other, "attn.0", now.Add(time.Hour)},
+	} {
+		k, v := storedRecord(t, r.id, r.name, r.expires)
+		if err := st.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Put(ctx, ds.NewKey("/providers/x/"+base32.RawStdEncoding.EncodeToString([]byte(other.PeerID()))), []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Second)
+	first, second := self.PeerID(), other.PeerID()
+	if first > second {
+		first, second = second, first
+	}
+	recs, total := swarm.RecordsOf(st, 3)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Name+"@"+r.PeerID)
+	}
+	want := []string{"attn.0@" + other.PeerID(), "ffn.0@" + first, "ffn.0@" + second}
+	if total != 4 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("records = %v of %d, want %v of 4", got, total, want)
+	}
+	if recs[0].URLs[0] != "http://127.0.0.1:1" || !recs[0].Expires.After(now) {
+		t.Errorf("record %+v not decoded", recs[0])
+	}
+	if recs, total := swarm.RecordsOf(st, 0); len(recs) != 0 || total != 4 {
+		t.Errorf("limit 0: %d records of %d", len(recs), total)
+	}
+}

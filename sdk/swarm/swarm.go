@@ -262,6 +262,34 @@ func (n *Node) Peers() []string {
 	return out
 }
 
+// PeerAddrs returns the multiaddrs the node's peerstore holds for the peer
+// id, sorted, at most limit of them (a peer chooses what it advertises);
+// none for an id that does not parse.
+func (n *Node) PeerAddrs(id string, limit int) []string {
+	p, err := peer.Decode(id)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, a := range n.h.Peerstore().Addrs(p) {
+		out = append(out, a.String())
+	}
+	sort.Strings(out)
+	return out[:min(len(out), max(limit, 0))]
+}
+
+// StoredRecords returns the live records the node's DHT store holds, its
+// own and those other nodes put there, of the first limit names in name
+// order, and how many it holds in all. In a swarm no larger than the
+// DHT's replication factor (20) that is every record; in a larger one, a
+// share of them, and Find looks up the rest.
+func (n *Node) StoredRecords(limit int) ([]Record, int) {
+	if n.store == nil {
+		return nil, 0
+	}
+	return n.store.records(limit)
+}
+
 // Connect joins the node to more peers (multiaddrs with a /p2p/ part).
 func (n *Node) Connect(ctx context.Context, addrs ...string) error {
 	peers := make([]peer.AddrInfo, 0, len(addrs))

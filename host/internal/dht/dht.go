@@ -163,6 +163,13 @@ func (s *Service) Addrs() []string { return s.node.Addrs() }
 // Peers returns the peer IDs in the node's routing table.
 func (s *Service) Peers() []string { return s.node.Peers() }
 
+// PeerAddrs returns up to limit multiaddrs the node knows for a peer.
+func (s *Service) PeerAddrs(id string, limit int) []string { return s.node.PeerAddrs(id, limit) }
+
+// StoredRecords returns the first limit live records the node's DHT store
+// holds, by name, and how many it holds: see swarm.Node.StoredRecords.
+func (s *Service) StoredRecords(limit int) ([]swarm.Record, int) { return s.node.StoredRecords(limit) }
+
 // URLs returns the base URLs the node puts in its records.
 func (s *Service) URLs() []string { return slices.Clone(s.cfg.URLs) }
 

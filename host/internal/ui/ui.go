@@ -27,6 +27,10 @@ var dist embed.FS
 type API struct {
 	// History is the server's recent load, served at /ui/api/history.
 	History *History
+	// Swarm returns what the server's DHT node knows of the swarm,
+	// served at /ui/api/swarm. It must be cheap and bounded: each page
+	// asks every few seconds.
+	Swarm func() Swarm
 }
 
 // Handler serves the dashboard under /ui/, and api under /ui/api/. Vite
@@ -54,6 +58,8 @@ func Handler(api API) http.Handler {
 		switch {
 		case r.URL.Path == "/ui/api/history" && api.History != nil:
 			serveHistory(w, r, api.History)
+		case r.URL.Path == "/ui/api/swarm" && api.Swarm != nil:
+			serveSwarm(w, api.Swarm)
 		case strings.HasPrefix(r.URL.Path, "/ui/api/"):
 			http.NotFound(w, r)
 		default:
