@@ -230,7 +230,7 @@ test("counts read as counts: parameters in human units, steps singular or plural
   }
 });
 
-test("the DHT panel shows the node's peer id, multiaddrs, URLs, records and peers", async () => {
+test("the DHT panel shows the node's peer id, multiaddrs, URLs, records and peers, and the swarm its hosts and experts", async () => {
   assert.match(server.peerId, /^12D3KooW/, "the server logged no DHT peer id");
   // A second server joins the first's swarm, so that the panel has a peer.
   const peer = await startServer([
@@ -251,12 +251,28 @@ test("the DHT panel shows the node's peer id, multiaddrs, URLs, records and peer
     assert.deepEqual(await texts("#dht-announce"), [server.baseUrl]);
     // The records: every uid and the grid prefix.
     assert.deepEqual((await texts("#dht-records")).sort(), ["ffn.", "ffn.0", "ffn.1", "ffn.2"]);
-    // The peer shows once the server's info is fetched again (every 5 s).
-    // (The server fills only PeerInfo.peer_id today, not its addresses.)
+    // The peer shows once the server's info is fetched again (every 5 s),
+    // with the multiaddrs it listens on.
     const row = page.locator(`#dht-peers tbody tr[data-peer="${peer.peerId}"]`);
     await row.waitFor({ timeout: 30_000 });
     assert.match(await row.innerText(), new RegExp(`^${peer.peerId}\\s`));
+    const listen = peer.dhtAddrs[0].replace(`/p2p/${peer.peerId}`, "");
+    await row.locator("td.addrs").filter({ hasText: listen }).waitFor({ timeout: 30_000 });
     assert.equal(await page.locator("#dht-peer-count").innerText(), "1 known");
+
+    // The swarm view: both hosts and the experts each announces, with
+    // their liveness.
+    const hostRow = (id) => page.locator(`#swarm-hosts tbody tr[data-peer="${id}"]`);
+    await hostRow(peer.peerId).waitFor({ timeout: 30_000 });
+    assert.match(await hostRow(server.peerId).innerText(), /this server/);
+    assert.match(await hostRow(peer.peerId).innerText(), new RegExp(`${peer.baseUrl}\\s+1\\s+\\d+s`));
+    const swarmUids = await page.locator("#swarm-experts tbody tr").evaluateAll((trs) => trs.map((tr) => `${tr.dataset.uid}@${tr.dataset.peer}`));
+    assert.deepEqual(swarmUids, [
+      `ffn.0@${server.peerId}`, `ffn.1@${server.peerId}`, `ffn.2@${server.peerId}`, `ffn.9@${peer.peerId}`,
+    ]);
+    const nine = await page.locator('#swarm-experts tbody tr[data-uid="ffn.9"] td:last-child').innerText();
+    assert.match(nine, /^\d+s$|^\dm \d+s$/, `ffn.9 expires in ${nine}`);
+    assert.equal(await page.locator("#swarm-summary").innerText(), "2 hosts, 4 experts");
     await mkdir(OUT, { recursive: true });
     await page.locator("#dht").screenshot({ path: join(OUT, "dht.png") });
     assert.deepEqual(errors, []);
@@ -275,6 +291,8 @@ test("the DHT panel says so when the server has no DHT node", async () => {
     await page.locator("#dht-off").waitFor({ timeout: 30_000 });
     assert.ok(await page.locator("#dht-on").isHidden());
     assert.equal(await page.locator("#dht-summary").innerText(), "off");
+    await page.locator("#swarm-off").waitFor({ timeout: 10_000 });
+    assert.ok(await page.locator("#swarm-on").isHidden());
   } finally {
     await page.close();
     await solo.stop();

@@ -241,6 +241,101 @@ function renderDHT(s: GetServerInfoResponse): void {
   $("#dht-peers tbody").replaceChildren(...rows);
 }
 
+/** Swarm is /ui/api/swarm's body (see ../swarm.go). */
+interface Swarm {
+  dht: boolean;
+  self?: string;
+  now_unix_ms: number;
+  records: SwarmRecord[];
+  total: number;
+  limit: number;
+}
+
+interface SwarmRecord {
+  name: string;
+  peer_id: string;
+  urls?: string[];
+  digest?: string;
+  expires_unix_ms: number;
+  queue_depth: number;
+  samples_per_second: number;
+  children?: number[];
+}
+
+async function pollSwarm(): Promise<void> {
+  const res = await fetch("/ui/api/swarm", { cache: "no-store" });
+  if (!res.ok) throw new Error(`/ui/api/swarm: ${res.status} ${(await res.text()).trim()}`);
+  renderSwarm((await res.json()) as Swarm);
+}
+
+/** short shortens a peer id for a table cell; the cell's title has it whole. */
+function peerCell(id: string, self: string | undefined): HTMLTableCellElement {
+  const td = cell(id === self ? `${id.slice(0, 16)}… (this server)` : `${id.slice(0, 16)}…`, "mono peer");
+  td.title = id;
+  return td;
+}
+
+/**
+ * renderSwarm shows the records the server's DHT node holds: the hosts
+ * that signed them (with their URLs, experts and the latest expiry: a host
+ * whose records all expire has left) and the experts they announce.
+ */
+function renderSwarm(sw: Swarm): void {
+  $("#swarm-on").hidden = !sw.dht;
+  $("#swarm-off").hidden = sw.dht;
+  if (!sw.dht) {
+    $("#swarm-summary").textContent = "off";
+    return;
+  }
+  const expiresIn = (r: SwarmRecord) => duration(Math.max(0, (r.expires_unix_ms - sw.now_unix_ms) / 1000));
+  const uids = sw.records.filter((r) => !r.name.endsWith(".") && (r.urls?.length ?? 0) > 0);
+  const hosts = new Map<string, { urls: Set<string>; experts: number; expires: number }>();
+  for (const r of sw.records) {
+    const h = hosts.get(r.peer_id) ?? { urls: new Set<string>(), experts: 0, expires: 0 };
+    for (const u of r.urls ?? []) h.urls.add(u);
+    if (uids.includes(r)) h.experts++;
+    h.expires = Math.max(h.expires, r.expires_unix_ms);
+    hosts.set(r.peer_id, h);
+  }
+  $("#swarm-summary").textContent = `${count(hosts.size, "host")}, ${count(uids.length, "expert")}`;
+  const shown = sw.total > sw.records.length ? `; the first ${sw.records.length} by name are shown` : "";
+  $("#swarm-note").textContent =
+    `${count(sw.total, "record")} in this server's DHT store${shown}. ` +
+    "A swarm of more than 20 servers spreads its records: each holds a share, and `moehost discover` looks a grid up.";
+  $("#swarm-hosts tbody").replaceChildren(
+    ...[...hosts].map(([id, h]) => {
+      const tr = document.createElement("tr");
+      tr.dataset.peer = id;
+      tr.append(
+        peerCell(id, sw.self),
+        cell([...h.urls].join("\n") || "–", "mono addrs"),
+        cell(String(h.experts), "num"),
+        cell(duration(Math.max(0, (h.expires - sw.now_unix_ms) / 1000)), "num"),
+      );
+      return tr;
+    }),
+  );
+  $("#swarm-experts tbody").replaceChildren(
+    ...uids.map((r) => {
+      const tr = document.createElement("tr");
+      tr.dataset.uid = r.name;
+      tr.dataset.peer = r.peer_id;
+      const mod = cell((r.digest ?? "").replace(/^sha256:/, "").slice(0, 12), "mono");
+      mod.title = r.digest ?? "";
+      tr.append(
+        cell(r.name, "mono uid"),
+        peerCell(r.peer_id, sw.self),
+        cell((r.urls ?? []).join("\n"), "mono addrs"),
+        mod,
+        cell(fmt(r.samples_per_second), "num"),
+        cell(String(r.queue_depth), "num"),
+        cell(expiresIn(r), "num"),
+      );
+      return tr;
+    }),
+  );
+}
+
 function duration(s: number): string {
   const d = Math.floor(s / 86400);
   const h = Math.floor((s % 86400) / 3600);
@@ -271,6 +366,7 @@ async function poll(): Promise<void> {
       client.experts.listExperts({}),
       now - serverFetchedAt > 5000 ? client.info() : Promise.resolve(undefined),
       pollHistory(),
+      now - serverFetchedAt > 5000 ? pollSwarm() : Promise.resolve(),
     ]);
     experts = list.experts;
     if (info) {
