@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -37,13 +38,17 @@ func getSwarm(t *testing.T, srv *Server) ui.Swarm {
 // multiaddrs. A server without a DHT node says so.
 func TestSwarmView(t *testing.T) {
 	t.Parallel()
-	nop := func(uid string) ExpertConfig {
-		return ExpertConfig{UID: uid, Module: ModuleBytes(wasmexperts.Nop), Config: map[string]int64{"hidden_dim": 4}}
+	// ffn, which the test servers compiled already.
+	ffn := func(uid string) ExpertConfig {
+		return ExpertConfig{UID: uid, Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": 4}}
 	}
-	a := startTestServer(t, WithDataDir(t.TempDir()), WithUpdatePeriod(500*time.Millisecond), WithDHT(DHTConfig{}), WithExperts(nop("nop.0")))
+	// Each server needs its own data dir (its DHT key), and shares the
+	// test servers' compiled modules.
+	cache := WithCompileCache(filepath.Join(testDataDir, "cache", "wazero"))
+	a := startTestServer(t, cache, WithDataDir(t.TempDir()), WithUpdatePeriod(500*time.Millisecond), WithDHT(DHTConfig{}), WithExperts(ffn("nop.0")))
 	ai, _ := a.DHT()
-	b := startTestServer(t, WithDataDir(t.TempDir()), WithUpdatePeriod(500*time.Millisecond),
-		WithDHT(DHTConfig{InitialPeers: ai.Addrs}), WithExperts(nop("nop.1"), nop("solo")))
+	b := startTestServer(t, cache, WithDataDir(t.TempDir()), WithUpdatePeriod(500*time.Millisecond),
+		WithDHT(DHTConfig{InitialPeers: ai.Addrs}), WithExperts(ffn("nop.1"), ffn("solo")))
 	bi, _ := b.DHT()
 
 	want := []string{"nop.@" + ai.PeerID, "nop.@" + bi.PeerID, "nop.0@" + ai.PeerID, "nop.1@" + bi.PeerID, "solo@" + bi.PeerID}
@@ -100,7 +105,7 @@ func TestSwarmView(t *testing.T) {
 		t.Errorf("peer %s addresses %v, want %s among at most %d", bi.PeerID, peer.GetAddresses(), listen, maxPeerAddrs)
 	}
 
-	solo := startTestServer(t, WithDataDir(t.TempDir()), WithoutDHT(), WithExperts(nop("nop.0")))
+	solo := startTestServer(t, cache, WithDataDir(t.TempDir()), WithoutDHT(), WithExperts(ffn("nop.0")))
 	if v := getSwarm(t, solo); v.DHT || len(v.Records) != 0 {
 		t.Errorf("without a DHT node: %+v", v)
 	}
