@@ -22,6 +22,7 @@ export class Chart {
     private readonly unit: string,
     private readonly series: Series[],
     private readonly capacity = 60,
+    private readonly minSpan = 60,
   ) {
     this.values = series.map(() => []);
     el.innerHTML = "";
@@ -78,7 +79,9 @@ export class Chart {
 
   private draw(): void {
     const max = niceMax(Math.max(0, ...this.values.flat()));
-    const step = W / (this.capacity - 1);
+    // The x axis spans the points held, at least minSpan of them, so that
+    // a young history fills the plot instead of a sliver of it.
+    const step = W / (Math.min(this.capacity, Math.max(this.minSpan, this.values[0].length)) - 1);
     const paths = this.svg.querySelectorAll("path");
     this.values.forEach((arr, i) => {
       const x0 = W - (arr.length - 1) * step;

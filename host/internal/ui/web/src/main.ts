@@ -301,7 +301,7 @@ function renderSwarm(sw: Swarm): void {
   const shown = sw.total > sw.records.length ? `; the first ${sw.records.length} by name are shown` : "";
   $("#swarm-note").textContent =
     `${count(sw.total, "record")} in this server's DHT store${shown}. ` +
-    "A swarm of more than 20 servers spreads its records: each holds a share, and `moehost discover` looks a grid up.";
+    "A swarm of more than 20 servers spreads its records: each holds a share, and \"moehost discover\" looks a grid up.";
   $("#swarm-hosts tbody").replaceChildren(
     ...[...hosts].map(([id, h]) => {
       const tr = document.createElement("tr");
