@@ -1,6 +1,8 @@
 // Package ui serves moehost's web dashboard: a page that lists the hosted
 // experts, charts their load, runs Forward on random input and describes
-// the server and its DHT node, all over Connect from the browser.
+// the server, its DHT node and the swarm, over Connect from the browser,
+// plus two read-only JSON paths (API) for what Connect has no call for:
+// the load history the charts draw at once, and the swarm view.
 //
 // The page is built with Vite from web/ (TypeScript, `make ui`) into
 // dist/, which is committed and embedded, so that a server builds and
