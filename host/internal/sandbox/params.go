@@ -3,10 +3,14 @@ package sandbox
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost"
@@ -80,12 +84,15 @@ func (s *ParamStore) declare(name string, dt abi.DType, shape []int, init abi.In
 	if s.maxBytes > 0 && s.bytes+cost > s.maxBytes {
 		return nil, errf(abi.ErrBudgetExceeded, "param %q: %d bytes (%d of data, %d of overhead) would bring the expert's parameters to %d bytes; the parameter budget is %d", name, cost, 4*n, ParamOverhead, s.bytes+cost, s.maxBytes)
 	}
-	vals, err := s.initValues(name, int(n), init, a, b)
+	fill, err := s.initFill(name, init, a, b)
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.dev.FromFloat32(shape, vals)
+	t, err := gpuhost.FromFunc(s.dev, shape, fill)
 	if err != nil {
+		if errors.Is(err, gpuhost.ErrOutOfMemory) {
+			return nil, errf(abi.ErrBudgetExceeded, "param %q: %v", name, err)
+		}
 		return nil, errf(abi.ErrInternal, "param %q: %v", name, err)
 	}
 	t.Pin() // a batch's Release must never free a parameter
@@ -95,40 +102,130 @@ func (s *ParamStore) declare(name string, dt abi.DType, shape []int, init abi.In
 	return t, nil
 }
 
-// initValues draws a parameter's initial values from a stream seeded by the
-// store's seed and the parameter's name, so that declaration order does
-// not matter.
-func (s *ParamStore) initValues(name string, n int, init abi.Init, a, b float64) ([]float32, error) {
-	h := sha256.New()
-	h.Write(s.seed[:])
-	h.Write([]byte(name))
-	sum := h.Sum(nil)
-	rng := rand.New(rand.NewPCG(binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])))
-	vals := make([]float32, n)
+// initChunk is how many values one stream draws. Each chunk of a
+// parameter has its own stream, seeded by the store's seed, the
+// parameter's name and the chunk's index, so that chunks are drawn on
+// every core and the values do not depend on how many there are.
+const initChunk = 1 << 16
+
+// initFill checks a parameter's init and returns the function that writes
+// its initial values. The values depend only on the store's seed, the
+// parameter's name and its index, not on declaration order or core count.
+func (s *ParamStore) initFill(name string, init abi.Init, a, b float64) (func([]float32), error) {
 	switch init {
 	case abi.InitZeros:
+		return func(v []float32) { clear(v) }, nil
 	case abi.InitOnes:
-		for i := range vals {
-			vals[i] = 1
-		}
+		return func(v []float32) {
+			for i := range v {
+				v[i] = 1
+			}
+		}, nil
 	case abi.InitUniform:
 		if !(a <= b) {
 			return nil, errf(abi.ErrInvalidArgument, "param %q: uniform bounds [%g, %g) are not ordered", name, a, b)
-		}
-		for i := range vals {
-			vals[i] = float32(a + (b-a)*rng.Float64())
 		}
 	case abi.InitNormal:
 		if !(b >= 0) {
 			return nil, errf(abi.ErrInvalidArgument, "param %q: normal std %g is negative", name, b)
 		}
-		for i := range vals {
-			vals[i] = float32(a + b*rng.NormFloat64())
-		}
 	default:
 		return nil, errf(abi.ErrInvalidArgument, "param %q: unknown init %d", name, init)
 	}
-	return vals, nil
+	h := sha256.New()
+	h.Write(s.seed[:])
+	h.Write([]byte(name))
+	sum := h.Sum(nil)
+	key := [2]uint64{binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])}
+	return func(v []float32) { drawChunks(v, key, init, a, b) }, nil
+}
+
+// drawChunks fills v chunk by chunk, on up to GOMAXPROCS goroutines.
+func drawChunks(v []float32, key [2]uint64, init abi.Init, a, b float64) {
+	chunks := (len(v) + initChunk - 1) / initChunk
+	draw := func(c int) {
+		lo := c * initChunk
+		drawChunk(v[lo:min(lo+initChunk, len(v))], chunkRand(key, c), init, a, b)
+	}
+	workers := min(runtime.GOMAXPROCS(0), chunks)
+	if workers <= 1 {
+		for c := range chunks {
+			draw(c)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
+				draw(c)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// drawChunk fills v from r: uniform values from 24-bit float32 uniforms,
+// two per 64-bit draw; normal ones by math/rand's ziggurat.
+func drawChunk(v []float32, r *initRand, init abi.Init, a, b float64) {
+	switch init {
+	case abi.InitUniform:
+		// a + u·(b-a) for u = k/2²⁴, in float32 as the values are; the
+		// min keeps a rounding up to b out of [a, b].
+		lo, hi := float32(a), float32(b)
+		scale := float32((b - a) / (1 << 24))
+		s := r.s // in a register, not through r
+		i := 0
+		for ; i+1 < len(v); i += 2 {
+			s += wyAdd
+			hi64, lo64 := bits.Mul64(s, s^wyXor)
+			x := hi64 ^ lo64
+			v[i] = min(lo+float32(int32(x>>40))*scale, hi)
+			v[i+1] = min(lo+float32(int32(x>>8&(1<<24-1)))*scale, hi)
+		}
+		r.s = s
+		if i < len(v) {
+			v[i] = min(lo+float32(int32(r.Uint64()>>40))*scale, hi)
+		}
+	case abi.InitNormal:
+		rng := rand.New(r)
+		for i := range v {
+			v[i] = float32(a + b*rng.NormFloat64())
+		}
+	}
+}
+
+// initRand is wyrand: a Weyl sequence through a 64×64→128-bit multiply,
+// about four times as fast as math/rand's PCG behind its interface, and
+// good enough for initial weights (it passes BigCrush and PractRand).
+type initRand struct{ s uint64 }
+
+// wyrand's constants.
+const (
+	wyAdd = 0xa0761d6478bd642f
+	wyXor = 0xe7037ed1a0b428db
+)
+
+// chunkRand returns chunk c's stream of the parameter whose key is key.
+func chunkRand(key [2]uint64, c int) *initRand {
+	return &initRand{s: splitmix(key[0] ^ splitmix(key[1]+uint64(c)))}
+}
+
+// Uint64 returns the next 64 random bits; it is also rand.Source's method.
+func (r *initRand) Uint64() uint64 {
+	r.s += wyAdd
+	hi, lo := bits.Mul64(r.s, r.s^wyXor)
+	return hi ^ lo
+}
+
+// splitmix is SplitMix64's finaliser, which spreads the chunk index over
+// all bits of a stream's start.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // paramDecl is one param_new of moe_init, kept so that another expert can
