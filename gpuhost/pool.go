@@ -262,7 +262,9 @@ func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 	// Make room: live + pool stays under the recent high-water mark,
 	// so the oldest spare buffers go to the collector.
 	m.evict(m.bound())
-	return make([]float32, n, c), nil
+	b := make([]float32, n, c)
+	adviseHuge(b)
+	return b, nil
 }
 
 // putFloats takes back released storage, whose capacity is a class
