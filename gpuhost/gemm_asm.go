@@ -67,6 +67,12 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 	kcMax := (k + kBlocks - 1) / kBlocks
 	ncMax := (min(kn.nc, n) + nr - 1) / nr * nr
 	mBlocks := (m + kn.mc - 1) / kn.mc
+	if m <= kn.oneMC {
+		// All of A fits in half of L2: one A block, so that each few
+		// packed B panels are used at once by every row and then
+		// overwritten, and packed B never leaves L2 (see below).
+		mBlocks = 1
+	}
 	mcMax := ((m+mBlocks-1)/mBlocks + mr - 1) / mr * mr
 	bs := kcMax*asmNR + asmBPad
 	// One panel of slack: a 32-wide tile at the right edge reads a
@@ -94,11 +100,16 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 					continue
 				}
 				// The first A block packs B a few panels at a time, just
-				// before it uses them, while they are still in L2: for
-				// m ≤ MC, packed B never goes back to memory.
+				// before it uses them, while they are still in L2. With
+				// one A block they are packed into the same few KiB each
+				// time, which stay in L2: packing B, the larger part of
+				// the cost at small m, then only reads b.
 				for jr := 0; jr < nc; jr += kn.fuseNC {
 					w := min(kn.fuseNC, nc-jr)
-					pan := bp[jr/asmNR*bs:]
+					pan := bp
+					if m > mcMax {
+						pan = bp[jr/asmNR*bs:] // kept for the next A blocks
+					}
 					packBAsm(pan, b, ldb, tb, pc, jc+jr, kc, w, bs)
 					var bj []float32
 					if bb != nil {

@@ -112,6 +112,7 @@ func TestGemmMatchesNaive(t *testing.T) {
 			shape{kn.mc + goMC + 5, 9, 2*kn.kc + 3},
 			shape{3, kn.nc + 17, 5},
 			shape{kn.mr + 1, kn.fuseNC + kn.nr + 3, 40},
+			shape{min(kn.mc+7, kn.oneMC), 2*kn.fuseNC + 5, kn.kc + 9}, // one A block past MC
 		)
 	}
 	shapes = append(shapes,
