@@ -898,6 +898,7 @@ TEXT ·packBRows16(SB), NOSPLIT, $0-48
 	MOVQ bs+40(FP), R10
 	SHLQ $2, R8
 	SHLQ $2, R10
+	IMUL3Q $8, R8, R11
 	TESTQ CX, CX
 	JZ rdone
 	TESTQ R9, R9
@@ -909,6 +910,7 @@ rrow:
 	MOVQ R9, DX
 
 rpanel:
+	PREFETCHT0 (AX)(R11*1)
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y0, (BX)

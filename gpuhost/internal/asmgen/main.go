@@ -313,6 +313,9 @@ func transpose(p func(string, ...any)) {
 	p("\tRET")
 }
 
+// rowsAhead is how many rows of b packBRows16 prefetches ahead.
+const rowsAhead = 8
+
 // copyRows writes packBRows16, which packs whole 16-wide panels of a
 // row-major B, reading B row by row.
 func copyRows(p func(string, ...any)) {
@@ -329,6 +332,10 @@ func copyRows(p func(string, ...any)) {
 	p("\tMOVQ bs+40(FP), R10")
 	p("\tSHLQ $2, R8")
 	p("\tSHLQ $2, R10")
+	// R11: rowsAhead rows of b, the distance software prefetch reads
+	// ahead; each row touches a new page of a wide b, which defeats the
+	// hardware prefetchers.
+	p("\tIMUL3Q $%d, R8, R11", rowsAhead)
 	p("\tTESTQ CX, CX")
 	p("\tJZ rdone")
 	p("\tTESTQ R9, R9")
@@ -340,6 +347,7 @@ func copyRows(p func(string, ...any)) {
 	p("\tMOVQ R9, DX")
 	p("")
 	p("rpanel:")
+	p("\tPREFETCHT0 (AX)(R11*1)")
 	p("\tVMOVUPS (AX), Y0")
 	p("\tVMOVUPS 32(AX), Y1")
 	p("\tVMOVUPS Y0, (BX)")
