@@ -289,6 +289,7 @@ func (s *Server) start(ctx context.Context) error {
 		CORSOrigins:     s.cfg.corsOrigins,
 		Services:        services,
 		Codes:           errorCodes,
+		Bodies:          s.bodyLimits(),
 	}
 	if s.tenants != nil {
 		opts.Auth, opts.Modules, opts.Uploads = (*authenticator)(s), (*moduleAPI)(s), s.uploadLimits()
@@ -300,11 +301,13 @@ func (s *Server) start(ctx context.Context) error {
 	// ReadHeaderTimeout cuts a client that never finishes its headers,
 	// IdleTimeout closes a connection (its descriptor) that carries no
 	// request. There is no ReadTimeout or WriteTimeout: on HTTP/1 either
-	// one cuts a Forward that runs longer, however healthy; module
-	// uploads, the one streaming request, get their own idle and total
-	// deadlines (rpc.UploadLimits).
+	// one cuts a Forward that runs longer, however healthy. Instead each
+	// request body has idle and total deadlines that end with the body
+	// (rpc.BodyDeadlines, over the whole mux so that the checkpoint
+	// service and the rest are bound too), and module uploads, the one
+	// streaming request, their own (rpc.UploadLimits).
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           rpc.BodyDeadlines(mux, s.bodyLimits()),
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

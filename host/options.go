@@ -13,6 +13,7 @@ import (
 	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/internal/batch"
 	"github.com/moehost/moehost/host/internal/sandbox"
+	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/modules"
 	"github.com/moehost/moehost/sdk/swarm"
 )
@@ -52,6 +53,8 @@ type config struct {
 	// WithPublicBackward's and WithUploadTimeouts' (tenants.go).
 	publicBackward            bool
 	uploadIdle, uploadTimeout time.Duration
+	// bodyIdle and bodyTimeout are WithBodyTimeouts'.
+	bodyIdle, bodyTimeout time.Duration
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
 	dht                *DHTConfig
@@ -141,6 +144,23 @@ func WithOptimizer(o OptimizerConfig) Option {
 // WithMaxRequestBytes caps the size of one request message. Default 256 MiB.
 func WithMaxRequestBytes(n int) Option {
 	return optionFunc(func(c *config) { c.maxRequestBytes = n })
+}
+
+// The defaults of WithBodyTimeouts.
+const (
+	DefaultBodyIdleTimeout = rpc.DefaultBodyIdleTimeout
+	DefaultBodyTimeout     = rpc.DefaultBodyTimeout
+)
+
+// WithBodyTimeouts bounds the request body of every call but a module
+// upload (WithUploadTimeouts): it is cut (with DeadlineExceeded) when it
+// sends nothing for idle, or is not all in after total, so that a client
+// trickling a Forward's body cannot hold a goroutine, a buffer and a file
+// descriptor for minutes. They bound the body only; the call then runs
+// as long as its work takes. Zero takes the defaults,
+// DefaultBodyIdleTimeout and DefaultBodyTimeout.
+func WithBodyTimeouts(idle, total time.Duration) Option {
+	return optionFunc(func(c *config) { c.bodyIdle, c.bodyTimeout = idle, total })
 }
 
 // ExpertConfig describes one expert to host.

@@ -72,6 +72,11 @@ func (s *Server) uploadLimits() rpc.UploadLimits {
 	return rpc.UploadLimits{MaxBytes: s.maxUploadBytes(), IdleTimeout: s.cfg.uploadIdle, Timeout: s.cfg.uploadTimeout}
 }
 
+// bodyLimits are WithBodyTimeouts, for rpc, which applies the defaults.
+func (s *Server) bodyLimits() rpc.BodyLimits {
+	return rpc.BodyLimits{IdleTimeout: s.cfg.bodyIdle, Timeout: s.cfg.bodyTimeout}
+}
+
 // openTenants opens the tenants file, with the configured experts' uids
 // reserved for the operator, and starts watching SIGHUP.
 func (s *Server) openTenants(ctx context.Context) error {

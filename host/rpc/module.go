@@ -193,7 +193,7 @@ func uploadDeadlines(h http.Handler, idle, total time.Duration) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: idle, total: total, end: time.Now().Add(total)}
+		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), what: "the upload", idle: idle, total: total, end: time.Now().Add(total)}
 		r = r.WithContext(context.WithValue(r.Context(), deadlineKey{}, b))
 		r.Body = b
 		h.ServeHTTP(w, r)
@@ -206,9 +206,15 @@ type deadlineKey struct{}
 // before each read, and remembers which deadline cut it.
 type deadlineBody struct {
 	io.ReadCloser
-	rc          *http.ResponseController
+	rc *http.ResponseController
+	// what names the body in the cut's message ("the upload").
+	what        string
 	idle, total time.Duration
 	end         time.Time
+	// coded makes Read return the cut's *connect.Error itself, for
+	// unary calls, whose body connect reads before any code of ours
+	// runs; connect passes a *connect.Error from the body on as it is.
+	coded bool
 
 	mu  sync.Mutex
 	cut error // set once a deadline cut the body
@@ -234,9 +240,12 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		b.mu.Lock()
 		if time.Now().Before(b.end) {
-			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the upload sent nothing for %v; it was cut", b.idle))
+			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s sent nothing for %v; it was cut", b.what, b.idle))
 		} else {
-			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the upload took longer than %v; it was cut", b.total))
+			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s took longer than %v; it was cut", b.what, b.total))
+		}
+		if b.coded {
+			err = b.cut
 		}
 		b.mu.Unlock()
 	}

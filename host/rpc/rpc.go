@@ -84,6 +84,9 @@ type Options struct {
 	MaxUploadBytes int64
 	// Uploads bound each module upload; zero fields take the defaults.
 	Uploads UploadLimits
+	// Bodies bound every other request's body (BodyDeadlines); zero
+	// fields take the defaults.
+	Bodies BodyLimits
 }
 
 // smallMessageBytes caps the requests of the services whose requests
@@ -158,5 +161,5 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, readLimit(smallMessageBytes)))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, readLimit(smallMessageBytes)))
-	return withCORS(needContentType(mux), opts.CORSOrigins)
+	return BodyDeadlines(withCORS(needContentType(mux), opts.CORSOrigins), opts.Bodies)
 }

@@ -71,6 +71,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		device                                                              string
 		publicBackward                                                      bool
 		uploadIdle, uploadTimeout                                           time.Duration
+		bodyIdle, bodyTimeout                                               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -136,6 +137,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 				host.WithMaxUploadBytes(maxUploadBytes),
 				host.WithPublicBackward(publicBackward),
 				host.WithUploadTimeouts(uploadIdle, uploadTimeout),
+				host.WithBodyTimeouts(bodyIdle, bodyTimeout),
 				host.WithDevice(device),
 			)
 			if err != nil {
@@ -188,6 +190,8 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.BoolVar(&publicBackward, "public-backward", false, "with --tenants, let anyone call Backward (train) on the experts given here; by default only the admin token may, as only a tenant may train its own")
 	f.DurationVar(&uploadIdle, "upload-idle-timeout", host.DefaultUploadIdleTimeout, "with --tenants, longest a module upload may send nothing before it is cut")
 	f.DurationVar(&uploadTimeout, "upload-timeout", host.DefaultUploadTimeout, "with --tenants, longest one module upload may take in all")
+	f.DurationVar(&bodyIdle, "body-idle-timeout", host.DefaultBodyIdleTimeout, "longest a request's body (but a module upload's) may send nothing before the call is cut; the call itself may then run longer")
+	f.DurationVar(&bodyTimeout, "body-timeout", host.DefaultBodyTimeout, "longest a request's body (but a module upload's) may take to arrive in all; the call itself may then run longer")
 	f.StringVar(&device, "device", "cpu", "devices to run experts on: cpu, cuda (GPU 0), cuda:N, or cuda:N,M,... (experts assigned round-robin, one worker per GPU); CUDA needs a binary from make build-cuda")
 	return cmd
 }

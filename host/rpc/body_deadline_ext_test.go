@@ -1,0 +1,181 @@
+package rpc_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/rpc"
+)
+
+// slowExpert is an expert with no inputs or outputs whose Forward takes
+// run, or fails with its context's error if the call is cancelled first.
+type slowExpert struct {
+	dev gpuhost.Device
+	run time.Duration
+}
+
+func (s slowExpert) Info() *moehostv1.ExpertInfo { return &moehostv1.ExpertInfo{Uid: "slow"} }
+func (s slowExpert) Schema() (in, out []*moehostv1.TensorSchema) {
+	return nil, nil
+}
+func (s slowExpert) Device() gpuhost.Device { return s.dev }
+func (s slowExpert) Forward(ctx context.Context, _ []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+	select {
+	case <-time.After(s.run):
+		return nil, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+func (s slowExpert) Backward(ctx context.Context, in, _ []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+	return s.Forward(ctx, in)
+}
+
+// rawForward starts a Forward whose request body the test writes byte by
+// byte, over gRPC on HTTP/2 or the Connect protocol on HTTP/1.1, and
+// returns the writer and the call's outcome once the server answers: the
+// grpc-status and grpc-message, or the HTTP status and the Connect error.
+func rawForward(t *testing.T, base string, grpc bool) (*io.PipeWriter, <-chan string) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest(http.MethodPost, base+moehostv1connect.ExpertServiceForwardProcedure, pr)
+	client := http.DefaultClient
+	if grpc {
+		client = h2c()
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("Te", "trailers")
+	} else {
+		req.Header.Set("Content-Type", "application/proto")
+	}
+	out := make(chan string, 1)
+	go func() {
+		res, err := client.Do(req)
+		if err != nil {
+			out <- "error: " + err.Error()
+			return
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if grpc {
+			msg, _ := url.PathUnescape(res.Header.Get("Grpc-Message") + res.Trailer.Get("Grpc-Message"))
+			out <- res.Header.Get("Grpc-Status") + res.Trailer.Get("Grpc-Status") + " " + msg
+			return
+		}
+		out <- res.Status + " " + string(body)
+	}()
+	t.Cleanup(func() { pw.Close() })
+	return pw, out
+}
+
+// TestBodyDeadlines checks that a unary call's body that stalls is cut
+// after the idle timeout, and one that trickles (a byte more often than
+// the idle timeout) after the total timeout, with DeadlineExceeded and a
+// message naming the deadline, over gRPC on HTTP/2 and Connect on
+// HTTP/1.1.
+func TestBodyDeadlines(t *testing.T) {
+	t.Parallel()
+	const idle, total = 300 * time.Millisecond, 1500 * time.Millisecond
+	experts := noExperts{slowExpert{dev: gpuhost.NewCPU(1)}}
+	base := server(t, experts, rpc.Options{Bodies: rpc.BodyLimits{IdleTimeout: idle, Timeout: total}})
+	for _, tt := range []struct {
+		name    string
+		grpc    bool
+		every   time.Duration // between bytes; 0: stall after the first
+		atLeast time.Duration
+		atMost  time.Duration
+		want    []string
+	}{
+		{"gRPC stalled", true, 0, idle, total - 200*time.Millisecond, []string{"4 ", "sent nothing for 300ms"}},
+		{"gRPC trickling", true, idle / 3, total, total + time.Second, []string{"4 ", "took longer than 1.5s"}},
+		{"Connect stalled", false, 0, idle, total - 200*time.Millisecond, []string{"504 ", "deadline_exceeded", "sent nothing for 300ms"}},
+		{"Connect trickling", false, idle / 3, total, total + time.Second, []string{"504 ", "deadline_exceeded", "took longer than 1.5s"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pw, out := rawForward(t, base, tt.grpc)
+			start := time.Now()
+			// A gRPC message that declares 100 bytes, or the start of
+			// a ForwardRequest's uid.
+			first := binary.BigEndian.AppendUint32([]byte{0}, 100)
+			if !tt.grpc {
+				first = []byte{0x0a, 100}
+			}
+			if _, err := pw.Write(first); err != nil {
+				t.Fatal(err)
+			}
+			every := tt.every
+			if every == 0 {
+				every = time.Hour
+			}
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			giveUp := time.After(total + 3*time.Second)
+			var got string
+		wait:
+			for {
+				select {
+				case got = <-out:
+					break wait
+				case <-tick.C:
+					pw.Write([]byte{'a'})
+				case <-giveUp:
+					t.Fatal("the body was never cut")
+				}
+			}
+			took := time.Since(start)
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("got %q after %v; want it to have %q", got, took, w)
+				}
+			}
+			if took < tt.atLeast || took > tt.atMost {
+				t.Errorf("cut after %v; want %v to %v", took, tt.atLeast, tt.atMost)
+			}
+		})
+	}
+}
+
+// TestBodyDeadlinesEndWithTheBody checks that the body timeouts bound
+// only the body: a Forward and a Backward that run for longer than both
+// after their body arrived answer, over HTTP/1.1 (where a read deadline
+// left on the connection cancels the call once the server's background
+// read hits it) and over HTTP/2.
+func TestBodyDeadlinesEndWithTheBody(t *testing.T) {
+	t.Parallel()
+	const idle, total = 200 * time.Millisecond, 400 * time.Millisecond
+	experts := noExperts{slowExpert{dev: gpuhost.NewCPU(1), run: 3 * total}}
+	base := server(t, experts, rpc.Options{Bodies: rpc.BodyLimits{IdleTimeout: idle, Timeout: total}})
+	for _, tt := range []struct {
+		name   string
+		client *http.Client
+		opts   []connect.ClientOption
+	}{
+		{"connect over HTTP/1.1", http.DefaultClient, nil},
+		// gRPC-Web reads the body once more after its end, to check
+		// that the one message is all.
+		{"gRPC-Web over HTTP/1.1", http.DefaultClient, []connect.ClientOption{connect.WithGRPCWeb()}},
+		{"gRPC over HTTP/2", h2c(), []connect.ClientOption{connect.WithGRPC()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := moehostv1connect.NewExpertServiceClient(tt.client, base, tt.opts...)
+			if _, err := c.Forward(context.Background(), connect.NewRequest(&moehostv1.ForwardRequest{Uid: "slow"})); err != nil {
+				t.Errorf("a Forward that outlasts the body timeouts: %v", err)
+			}
+			if _, err := c.Backward(context.Background(), connect.NewRequest(&moehostv1.BackwardRequest{Uid: "slow"})); err != nil {
+				t.Errorf("a Backward that outlasts the body timeouts: %v", err)
+			}
+		})
+	}
+}
