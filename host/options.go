@@ -72,6 +72,10 @@ type BatchLimits = batch.Limits
 // fields take the defaults documented on the fields.
 type GuestLimits = sandbox.Limits
 
+// ModuleLimits bound what a module may declare, checked before it is
+// compiled; they are GuestLimits' Module. Zero fields take the defaults.
+type ModuleLimits = sandbox.ModuleLimits
+
 // WithGuestLimits sets the limits of every expert's instances.
 func WithGuestLimits(l GuestLimits) Option {
 	return optionFunc(func(c *config) { c.limits = l })

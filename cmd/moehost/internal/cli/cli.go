@@ -72,6 +72,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		publicBackward                                                      bool
 		uploadIdle, uploadTimeout                                           time.Duration
 		bodyIdle, bodyTimeout                                               time.Duration
+		moduleLimits                                                        moduleLimitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -92,6 +93,9 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 			}
 			src, err := moduleSource(module)
 			if err != nil {
+				return err
+			}
+			if err := moduleLimits.check(); err != nil {
 				return err
 			}
 			if maxRequestBytes <= 0 {
@@ -173,6 +177,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.IntVar(&batching.QueueSize, "queue-size", 1024, "most pending requests per expert and pool; more get ResourceExhausted")
 	f.DurationVar(&guest.InitTimeout, "init-timeout", 30*time.Second, "longest an expert's instance may take to start (_initialize and moe_init)")
 	f.Int64Var(&guest.BytesPerCall, "bytes-per-call", 2<<30, "most host memory one batch may make in an expert (tensor bytes plus 512 per tensor)")
+	moduleLimits.register(f, &guest.Module)
 	f.StringVar(&memoryLimit, "memory-limit", "75%", `memory limit: the Go runtime's soft limit and the ceiling on live tensor bytes, past which new work gets ResourceExhausted; bytes with a unit (2GiB, 1500MB), a percentage of the cgroup's or machine's memory, or "none"`)
 	train.register(f)
 	f.StringVar(&logFormat, "log-format", "text", "log format: text (logfmt) or json")

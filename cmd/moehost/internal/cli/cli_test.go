@@ -37,6 +37,14 @@ func TestServeErrors(t *testing.T) {
 		{"log format", []string{"--log-format", "xml"}, []string{`--log-format "xml": want text or json`}},
 		{"log level", []string{"--log-level", "loud"}, []string{`--log-level "loud"`}},
 		{"max request bytes", []string{"--max-request-bytes", "0"}, []string{"--max-request-bytes 0"}},
+		// ste_relu passes the default module limits (and fails later, at
+		// moe_init, on its hidden_dim) but not a lowered one.
+		{"default module limits accept", []string{"--module", "ste_relu", "--hidden-dim", "0", "--no-dht"}, []string{"dim 1 of shape [-1 0] is 0"}},
+		{"a lowered module limit refuses", []string{"--module", "ste_relu", "--hidden-dim", "0", "--no-dht", "--module-function-body-bytes", "16"}, []string{"bytes of one function body", "the limit is 16"}},
+		// --update-period 0s fails the server at once should the limit
+		// pass.
+		{"module limit 0", []string{"--module-locals", "0", "--update-period", "0s"}, []string{"--module-locals 0: must be positive"}},
+		{"module limit negative", []string{"--module-compile-timeout", "-1s", "--update-period", "0s"}, []string{"--module-compile-timeout -1s: must be positive"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
