@@ -73,7 +73,8 @@ func startFrontDoor(t *testing.T) *frontDoor {
 	cmd, addr := startServe(t, bin, "--data-dir", dataDir, "--tenants", file, "--no-dht",
 		"--experts", "ffn.0", "--module", "ffn-c", "--hidden-dim", "8", "--max-upload-bytes", "8388608",
 		"--max-request-bytes", "4194304", "--admin-token", frontAdmin,
-		"--upload-idle-timeout", "1s", "--upload-timeout", "3s")
+		"--upload-idle-timeout", "1s", "--upload-timeout", "3s",
+		"--body-idle-timeout", "1s", "--body-timeout", "3s")
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	url := "http://" + addr
 	f.tenantsHost = &tenantsHost{
@@ -247,73 +248,7 @@ func TestFrontDoorAPI(t *testing.T) {
 	// and their descriptors go once the clients close; a third upload of
 	// mallory's in flight is refused at once.
 	t.Run("trickling uploads", func(t *testing.T) {
-		before := fdsOf(t, pid)
-		w := f.watchAlice()
-		const n = 200
-		header := binary.BigEndian.AppendUint32([]byte{0}, 100) // a 100-byte message, never finished
-		var wg sync.WaitGroup
-		statuses := make([]string, n)
-		var clients []*http.Transport
-		start := time.Now()
-		for i := range n {
-			p := new(http.Protocols)
-			p.SetUnencryptedHTTP2(true)
-			tr := &http.Transport{Protocols: p}
-			clients = append(clients, tr)
-			pr, pw := io.Pipe()
-			wg.Go(func() {
-				defer pw.Close()
-				req, _ := http.NewRequest(http.MethodPost, f.url+moehostv1connect.ModuleServiceUploadModuleProcedure, pr)
-				req.Header.Set("Content-Type", "application/grpc")
-				req.Header.Set("Te", "trailers")
-				req.Header.Set("Authorization", "Bearer "+f.mallory)
-				go func() {
-					pw.Write(header)
-					for range 10 {
-						time.Sleep(2 * time.Second)
-						if _, err := pw.Write([]byte{0x0a}); err != nil {
-							return
-						}
-					}
-				}()
-				res, err := (&http.Client{Transport: tr, Timeout: 15 * time.Second}).Do(req)
-				if err != nil {
-					statuses[i] = "error: " + err.Error()
-					return
-				}
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				statuses[i] = res.Header.Get("Grpc-Status") + res.Trailer.Get("Grpc-Status")
-			})
-		}
-		time.Sleep(200 * time.Millisecond)
-		during := fdsOf(t, pid)
-		wg.Wait()
-		cut := time.Since(start)
-		for _, tr := range clients {
-			tr.CloseIdleConnections()
-		}
-		var after int
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if after = fdsOf(t, pid); after <= before+5 || time.Now().After(deadline) {
-				break
-			}
-		}
-		w.end(t, "200 trickling uploads")
-		counts := map[string]int{}
-		for _, s := range statuses {
-			counts[s]++
-		}
-		t.Logf("server descriptors: %d before, %d during, %d after; all %d streams ended after %v: %v", before, during, after, n, cut, counts)
-		if counts["4"] != n { // DEADLINE_EXCEEDED
-			t.Errorf("stream endings %v; want all %d cut with DEADLINE_EXCEEDED (4)", counts, n)
-		}
-		if cut > 5*time.Second {
-			t.Errorf("the streams lived %v", cut)
-		}
-		if after > before+5 {
-			t.Errorf("server descriptors: %d before, %d after", before, after)
-		}
+		trickle(t, f, pid, moehostv1connect.ModuleServiceUploadModuleProcedure, f.mallory, "200 trickling uploads")
 
 		// The cap on uploads in flight: two stall after their first
 		// chunk, the third is refused at once.
@@ -331,6 +266,13 @@ func TestFrontDoorAPI(t *testing.T) {
 			_, err := s.CloseAndReceive()
 			_ = err
 		}
+	})
+
+	// The same for unary calls: 200 Forward bodies trickled a byte every
+	// 2 s are cut at --body-idle-timeout (1s here), and their
+	// descriptors go.
+	t.Run("trickling forwards", func(t *testing.T) {
+		trickle(t, f, pid, moehostv1connect.ExpertServiceForwardProcedure, f.mallory, "200 trickling forwards")
 	})
 
 	// Item 5: CheckpointService under --tenants.
@@ -569,4 +511,80 @@ func pollFor(t *testing.T, what string, cond func() bool) {
 func newGzipWriter(w io.Writer) *gzip.Writer {
 	zw, _ := gzip.NewWriterLevel(w, gzip.BestCompression)
 	return zw
+}
+
+// trickle opens 200 gRPC calls of proc, each on its own connection and
+// trickling a 100-byte message a byte every 2 s, and checks that the
+// server cuts them all with DEADLINE_EXCEEDED within 5 s, that their
+// descriptors go once the clients close, and that alice's answers hold
+// meanwhile.
+func trickle(t *testing.T, f *frontDoor, pid int, proc, token, what string) {
+	t.Helper()
+	before := fdsOf(t, pid)
+	w := f.watchAlice()
+	const n = 200
+	header := binary.BigEndian.AppendUint32([]byte{0}, 100) // a 100-byte message, never finished
+	var wg sync.WaitGroup
+	statuses := make([]string, n)
+	var clients []*http.Transport
+	start := time.Now()
+	for i := range n {
+		p := new(http.Protocols)
+		p.SetUnencryptedHTTP2(true)
+		tr := &http.Transport{Protocols: p}
+		clients = append(clients, tr)
+		pr, pw := io.Pipe()
+		wg.Go(func() {
+			defer pw.Close()
+			req, _ := http.NewRequest(http.MethodPost, f.url+proc, pr)
+			req.Header.Set("Content-Type", "application/grpc")
+			req.Header.Set("Te", "trailers")
+			req.Header.Set("Authorization", "Bearer "+token)
+			go func() {
+				pw.Write(header)
+				for range 10 {
+					time.Sleep(2 * time.Second)
+					if _, err := pw.Write([]byte{0x0a}); err != nil {
+						return
+					}
+				}
+			}()
+			res, err := (&http.Client{Transport: tr, Timeout: 15 * time.Second}).Do(req)
+			if err != nil {
+				statuses[i] = "error: " + err.Error()
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			statuses[i] = res.Header.Get("Grpc-Status") + res.Trailer.Get("Grpc-Status")
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	during := fdsOf(t, pid)
+	wg.Wait()
+	cut := time.Since(start)
+	for _, tr := range clients {
+		tr.CloseIdleConnections()
+	}
+	var after int
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if after = fdsOf(t, pid); after <= before+5 || time.Now().After(deadline) {
+			break
+		}
+	}
+	w.end(t, what)
+	counts := map[string]int{}
+	for _, s := range statuses {
+		counts[s]++
+	}
+	t.Logf("server descriptors: %d before, %d during, %d after; all %d streams ended after %v: %v", before, during, after, n, cut, counts)
+	if counts["4"] != n { // DEADLINE_EXCEEDED
+		t.Errorf("stream endings %v; want all %d cut with DEADLINE_EXCEEDED (4)", counts, n)
+	}
+	if cut > 5*time.Second {
+		t.Errorf("the streams lived %v", cut)
+	}
+	if after > before+5 {
+		t.Errorf("server descriptors: %d before, %d after", before, after)
+	}
 }
