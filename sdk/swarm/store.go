@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -28,8 +29,9 @@ const (
 )
 
 // entryOverhead is what one stored entry is charged beyond its key and
-// value: the map entry, the eviction list element and their bookkeeping.
-const entryOverhead = 160
+// value: the map entry, the eviction list element, the provider index's
+// entry and their bookkeeping.
+const entryOverhead = 200
 
 // providersPrefix is where the DHT keeps provider records in its datastore.
 const providersPrefix = "/providers/"
@@ -63,6 +65,12 @@ type StoreStats struct {
 // that does not fit once only ours remain is refused). A value record is
 // dropped at the expiry its signature covers: Get no longer returns it,
 // and sweep frees it.
+//
+// Provider entries are also indexed by their parent key (one content
+// ID's provider set), because every GET_PROVIDERS that misses the DHT's
+// small cache queries exactly that prefix: answered from the index, the
+// query costs the providers of one name instead of a pass over the
+// whole store.
 type store struct {
 	self             string
 	limit, peerLimit int64
@@ -70,6 +78,7 @@ type store struct {
 
 	mu      sync.Mutex
 	entries map[ds.Key]*entry
+	sets    map[string]map[ds.Key]struct{} // provider set's key → its entries' keys
 	byPeer  map[string]int64
 	order   *list.List // strangers' keys, oldest put first
 	stats   StoreStats
@@ -86,7 +95,23 @@ type entry struct {
 
 func newStore(self string, limit, peerLimit int64) *store {
 	return &store{self: self, limit: limit, peerLimit: peerLimit, now: time.Now,
-		entries: map[ds.Key]*entry{}, byPeer: map[string]int64{}, order: list.New()}
+		entries: map[ds.Key]*entry{}, sets: map[string]map[ds.Key]struct{}{},
+		byPeer: map[string]int64{}, order: list.New()}
+}
+
+// providerSet returns the key of the provider set that key belongs to
+// ("/providers/<content ID>", from a key "/providers/<content ID>/..."),
+// or "" if key is under no such set.
+func providerSet(key string) string {
+	rest, ok := strings.CutPrefix(key, providersPrefix)
+	if !ok {
+		return ""
+	}
+	i := strings.IndexByte(rest, '/')
+	if i <= 0 {
+		return ""
+	}
+	return key[:len(providersPrefix)+i]
 }
 
 // classify returns the owner, name and signed expiry of an entry.
@@ -150,6 +175,12 @@ func (s *store) Put(_ context.Context, key ds.Key, value []byte) error {
 	s.entries[key] = e
 	s.byPeer[owner] += cost
 	s.stats.Bytes += cost
+	if set := providerSet(key.String()); set != "" {
+		if s.sets[set] == nil {
+			s.sets[set] = map[ds.Key]struct{}{}
+		}
+		s.sets[set][key] = struct{}{}
+	}
 	if strings.HasPrefix(key.String(), providersPrefix) {
 		s.stats.Providers++
 	} else {
@@ -169,6 +200,12 @@ func (s *store) remove(key ds.Key, e *entry) {
 		delete(s.byPeer, e.owner)
 	}
 	s.stats.Bytes -= e.cost
+	if set := providerSet(key.String()); set != "" {
+		delete(s.sets[set], key)
+		if len(s.sets[set]) == 0 {
+			delete(s.sets, set)
+		}
+	}
 	if strings.HasPrefix(key.String(), providersPrefix) {
 		s.stats.Providers--
 	} else {
@@ -290,19 +327,42 @@ func (s *store) Delete(_ context.Context, key ds.Key) error {
 	return nil
 }
 
+// Query answers a query of one provider set from the index, and any
+// other by a pass over the store that keeps only the entries under the
+// prefix; NaiveQueryApply then applies the rest of q (and the prefix
+// again, by the same rule: a prefix of /a finds /a/b, not /ab).
 func (s *store) Query(_ context.Context, q dsq.Query) (dsq.Results, error) {
+	prefix := ""
+	if q.Prefix != "" {
+		prefix = path.Clean("/" + strings.TrimPrefix(q.Prefix, "/"))
+		if prefix == "/" {
+			prefix = ""
+		}
+	}
 	s.mu.Lock()
 	now := s.now()
 	var es []dsq.Entry
-	for k, e := range s.entries {
+	add := func(k ds.Key, e *entry) {
 		if !e.expires.IsZero() && !e.expires.After(now) {
-			continue
+			return
 		}
 		en := dsq.Entry{Key: k.String(), Size: len(e.value)}
 		if !q.KeysOnly {
 			en.Value = e.value
 		}
 		es = append(es, en)
+	}
+	if prefix != "" && providerSet(prefix+"/") == prefix {
+		// Exactly the entries of one provider set, maybe none.
+		for k := range s.sets[prefix] {
+			add(k, s.entries[k])
+		}
+	} else {
+		for k, e := range s.entries {
+			if prefix == "" || strings.HasPrefix(k.String(), prefix+"/") {
+				add(k, e)
+			}
+		}
 	}
 	s.mu.Unlock()
 	return dsq.NaiveQueryApply(q, dsq.ResultsWithEntries(q, es)), nil

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	ds "github.com/ipfs/go-datastore"
+	dsq "github.com/ipfs/go-datastore/query"
 	recpb "github.com/libp2p/go-libp2p-record/pb"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/multiformats/go-base32"
 	"google.golang.org/protobuf/proto"
 
@@ -142,5 +145,84 @@ func TestStoredRecords(t *testing.T) {
 	}
 	if recs, total := swarm.RecordsOf(st, 0); len(recs) != 0 || total != 4 {
 		t.Errorf("limit 0: %d records of %d", len(recs), total)
+	}
+}
+
+// TestStoreQuery checks that the store answers each query, a provider
+// set's from its index and the others by a pass, exactly as a plain map
+// datastore holding the same entries does.
+func TestStoreQuery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	self, _ := swarm.NewIdentity()
+	st := swarm.NewStore(self.PeerID(), 1<<20, 1<<20)
+	ref := ds.NewMapDatastore()
+	put := func(k ds.Key, v []byte) {
+		t.Helper()
+		if err := st.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []*swarm.Identity
+	for range 3 {
+		id, _ := swarm.NewIdentity()
+		ids = append(ids, id)
+	}
+	// Two content IDs whose encodings share a leading part, so that one
+	// is a string prefix (but no path prefix) of the other.
+	sets := []string{"/providers/CIQABC", "/providers/CIQABCD", "/providers/CIQXYZ"}
+	for i, set := range sets {
+		for _, id := range ids[:i+1] {
+			pid, _ := peer.Decode(id.PeerID())
+			put(ds.NewKey(set+"/"+base32.RawStdEncoding.EncodeToString([]byte(pid))), []byte{byte(i)})
+		}
+	}
+	pid, _ := peer.Decode(ids[0].PeerID())
+	put(ds.NewKey("/providers/"+base32.RawStdEncoding.EncodeToString([]byte(pid))), []byte{9})       // no content ID
+	put(ds.NewKey(sets[0]+"/deeper/"+base32.RawStdEncoding.EncodeToString([]byte(pid))), []byte{10}) // one level more
+	for i, id := range ids {
+		put(storedRecord(t, id, fmt.Sprintf("ffn.%d", i), time.Now().Add(time.Hour)))
+	}
+	// A provider entry dropped again leaves its set.
+	gone := ds.NewKey(sets[2] + "/" + base32.RawStdEncoding.EncodeToString([]byte(pid)))
+	for _, d := range []ds.Datastore{st, ref} {
+		if err := d.Delete(ctx, gone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func(d ds.Datastore, q dsq.Query) []string {
+		t.Helper()
+		res, err := d.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := res.Rest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range es {
+			out = append(out, fmt.Sprintf("%s=%x", e.Key, e.Value))
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, prefix := range []string{"", "/", sets[0], sets[0] + "/", sets[1], sets[2], "/providers/CIQAB", "/providers/NONE", sets[0] + "/deeper", "/providers", "/providers/", "providers", "/moehost", "/nothing"} {
+		for _, keysOnly := range []bool{false, true} {
+			q := dsq.Query{Prefix: prefix, KeysOnly: keysOnly}
+			got, want := keys(st, q), keys(ref, q)
+			if !slices.Equal(got, want) {
+				t.Errorf("Query(%q, keys only %v) = %d entries %v, want %d %v", prefix, keysOnly, len(got), got, len(want), want)
+			}
+			if prefix == sets[0] && len(got) != 2 {
+				t.Errorf("Query(%q) = %d entries, want 2", prefix, len(got))
+			}
+			if prefix == sets[1] && len(got) != 2 {
+				t.Errorf("Query(%q) = %d entries, want 2", prefix, len(got))
+			}
+		}
 	}
 }
