@@ -84,7 +84,10 @@ func TestSwarmSybilEclipse(t *testing.T) {
 		sybils = append(sybils, o)
 		all = append(all, peer.AddrInfo{ID: o.h.ID(), Addrs: o.h.Addrs()})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Each round sleeps half a second: the context outlives every round
+	// (the long run's 240 rounds alone took its 2 minutes).
+	rounds := adversarial(24, 240)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+time.Duration(rounds)*time.Second)
 	defer cancel()
 	for _, o := range sybils {
 		for _, s := range []*served{a, b} {
@@ -105,7 +108,6 @@ func TestSwarmSybilEclipse(t *testing.T) {
 	// B's copy of A's record (3 s expiry) is gone after a few seconds; A
 	// must be found throughout.
 	misses := 0
-	rounds := adversarial(24, 240)
 	for i := range rounds {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		found, err := dc.Discover(lctx, []string{"ffn.0"})
