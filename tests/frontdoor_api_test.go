@@ -67,7 +67,7 @@ func startFrontDoor(t *testing.T) *frontDoor {
 	f := &frontDoor{bin: bin, file: file}
 	f.alice = addTenant(t, bin, file, "alice", "alice")
 	f.mallory = addTenant(t, bin, file, "mallory", "mallory")
-	if out, err := exec.Command(bin, "tenant", "caps", "mallory", "--tenants", file, "--cap-init-timeout", "4s").CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "tenant", "caps", "mallory", "--tenants", file, "--cap-init-timeout", "10s").CombinedOutput(); err != nil {
 		t.Fatalf("tenant caps: %v\n%s", err, out)
 	}
 	cmd, addr := startServe(t, bin, "--data-dir", dataDir, "--tenants", file, "--no-dht",
@@ -183,7 +183,7 @@ func TestFrontDoorAPI(t *testing.T) {
 	pid := f.cmd.Process.Pid
 
 	// Item 3: a deploy whose moe_init spins holds no lock other tenants
-	// need; it ends at mallory's init_timeout cap (4s, not the server's
+	// need; it ends at mallory's init_timeout cap (10s, not the server's
 	// 30s), and a third concurrent deploy of hers is refused at once.
 	t.Run("slow deploy", func(t *testing.T) {
 		spin, err := f.upload(ctx, f.mallory, spinInitWasm)
@@ -225,7 +225,8 @@ func TestFrontDoorAPI(t *testing.T) {
 		t.Logf("mallory's deploys ended after %v (%v, %v); alice's refused deploy, deploy and upload took %v", took, errs[0], errs[1], aliceTook)
 		// Behind the old lock they ended after mallory's deploys (5.8 s
 		// at a 2 s cap). Compared with those, not with a fixed bound:
-		// under CI's load alice's compile alone took 1.75 s.
+		// her compile runs at nice 19, and beside make test's race run
+		// it took 4.5 s; the 10 s cap leaves room for that.
 		first := ended[0]
 		if ended[1].Before(first) {
 			first = ended[1]
@@ -234,8 +235,8 @@ func TestFrontDoorAPI(t *testing.T) {
 			t.Errorf("alice's deploy and upload ended %v after mallory's first spinning deploy: alice waited behind it", aliceEnded.Sub(first))
 		}
 		for i := range 2 {
-			if errs[i] == nil || took[i] > 8*time.Second {
-				t.Errorf("mallory's spinning deploy %d: %v after %v; want an error at her 4s init cap", i, errs[i], took[i])
+			if errs[i] == nil || took[i] > 20*time.Second {
+				t.Errorf("mallory's spinning deploy %d: %v after %v; want an error at her 10s init cap", i, errs[i], took[i])
 			}
 		}
 		if worst > 1500*time.Millisecond {

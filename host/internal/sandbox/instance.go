@@ -90,7 +90,10 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		st:       st,
 	}
 	st.gate = gateFrom(ctx)
-	err = inst.start(ictx)
+	// moe_init is deploy-time guest code, like the compile before it: a
+	// tenant whose init spins for its whole init_timeout must not take
+	// cores from other tenants' calls (2 spinning inits took both).
+	lowPriority(func() { err = inst.start(ictx) })
 	st.gate = nil
 	if err != nil {
 		inst.Close(context.WithoutCancel(ctx))
