@@ -67,6 +67,19 @@ func TestSwarmSybilEclipse(t *testing.T) {
 	b := serve(t, "--experts", "ffn.[1:3]", "--update-period", "1s", "--initial-peers", a.addrs[0])
 	apeer := a.addrs[0][strings.LastIndex(a.addrs[0], "/")+1:]
 	target := kb.ConvertKey(swarm.Key(apeer, "ffn.0"))
+	// The attack's premise: B has learned A as a provider of ffn.0 before
+	// the sybils gather around its key. Under load A's first announcement
+	// can come after they do, and then it reaches only them (a record
+	// published into an eclipse already in place; see the notes of the
+	// swarm issue).
+	dc := client.NewDiscoveryClient(b.url)
+	defer dc.Close()
+	waitFor(t, time.Minute, "A found for ffn.0 through B", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		found, err := dc.Discover(ctx, []string{"ffn.0"})
+		return err == nil && slices.Contains(urlsOf(found["ffn.0"]), a.url), fmt.Sprint(urlsOf(found["ffn.0"]), err)
+	})
 
 	var sybils []*outsider
 	var all []peer.AddrInfo
@@ -103,8 +116,6 @@ func TestSwarmSybilEclipse(t *testing.T) {
 		})
 	}
 
-	dc := client.NewDiscoveryClient(b.url)
-	defer dc.Close()
 	// B's copy of A's record (3 s expiry) is gone after a few seconds; A
 	// must be found throughout.
 	misses := 0
