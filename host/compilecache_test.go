@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/host"
 )
 
@@ -19,7 +18,7 @@ func TestCompileCache(t *testing.T) {
 		t.Helper()
 		ctx := context.Background()
 		srv, err := host.New(append([]host.Option{host.WithListen("127.0.0.1:*"), host.WithDataDir(dataDir),
-			host.WithExperts(host.ExpertConfig{UID: "nop.0", Module: host.ModuleBytes(wasmexperts.Nop), Config: map[string]int64{"hidden_dim": 4}})}, opts...)...)
+			host.WithExperts(host.ExpertConfig{UID: "trap.0", Module: host.ModuleBytes(host.TrapWasm())})}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

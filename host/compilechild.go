@@ -1,6 +1,11 @@
 package host
 
-import "github.com/moehost/moehost/host/internal/sandbox"
+import (
+	"context"
+	"fmt"
+
+	"github.com/moehost/moehost/host/internal/sandbox"
+)
 
 // CompileChildMain runs this process as a compile child when args (the
 // process's arguments less the binary's name) ask for one, and returns its
@@ -15,3 +20,24 @@ func CompileChildMain(args []string) (int, bool) { return sandbox.ChildMain(args
 // Only a binary whose main calls CompileChildMain may call it; without
 // it, modules compile in the process (see RATIONALE).
 func CompileInChild() error { return sandbox.CompileInChild() }
+
+// Precompile compiles modules into the compilation cache in dir, so that
+// servers sharing it (WithCompileCache) start without compiling them: at
+// an image's build, say, or before a test run. Each module is checked as
+// an upload is, under the default guest limits, which are what a server's
+// cache entries are made under too.
+func Precompile(ctx context.Context, dir string, wasm ...[]byte) error {
+	rt, err := sandbox.NewRuntime(ctx, dir, sandbox.Limits{})
+	if err != nil {
+		return err
+	}
+	defer rt.Close(ctx)
+	for i, w := range wasm {
+		m, err := rt.Compile(ctx, w)
+		if err != nil {
+			return fmt.Errorf("module %d of %d: %w", i+1, len(wasm), err)
+		}
+		m.Close(ctx)
+	}
+	return nil
+}

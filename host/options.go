@@ -115,14 +115,19 @@ func WithCompileCache(dir string) Option {
 
 // compileCacheDir is where the compilation cache lives (see
 // WithCompileCache).
-func (c *config) compileCacheDir() string {
-	if c.compileCache != "" {
-		return c.compileCache
+func (c *config) compileCacheDir() string { return CompileCacheDir(c.dataDir, c.compileCache) }
+
+// CompileCacheDir is the compilation cache of a server with data dir
+// dataDir and WithCompileCache(dir) (dir may be empty): dir, else
+// $MOEHOST_COMPILE_CACHE, else "cache/wazero" in the data dir.
+func CompileCacheDir(dataDir, dir string) string {
+	if dir != "" {
+		return dir
 	}
 	if dir := os.Getenv(CompileCacheEnv); dir != "" {
 		return dir
 	}
-	return filepath.Join(c.dataDir, "cache", "wazero")
+	return filepath.Join(dataDir, "cache", "wazero")
 }
 
 // WithLogger sets the logger. Default: discard.

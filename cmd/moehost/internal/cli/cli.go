@@ -38,7 +38,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
 	root.AddCommand(checkpointCmd(stdout))
 	root.AddCommand(benchMemoryCmd(stdout))
-	root.AddCommand(versionCmd(stdout))
+	root.AddCommand(versionCmd(stdout), compileCmd(stdout))
 	root.AddCommand(discoverCmd(stdout, stderr))
 	root.AddCommand(tenantCmd(stdout, stderr))
 	root.AddCommand(uploadCmd(stdout, stderr), deployCmd(stdout), undeployCmd(stdout), modulesCmd(stdout), expertsCmd(stdout))

@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host"
 	"github.com/moehost/moehost/host/rpc"
 )
 
@@ -248,5 +250,42 @@ func TestModuleCommands(t *testing.T) {
 	}
 	if _, stderr, code := run("modules", "--server", url); code != 1 || !strings.Contains(stderr, "--token or $MOEHOST_TOKEN") {
 		t.Errorf("modules without a token: exit %d, %q", code, stderr)
+	}
+}
+
+// TestCompileCommand fills a cache with `moehost compile` and checks that
+// a server using it finds the module there: it adds no entry of its own.
+func TestCompileCommand(t *testing.T) {
+	cache := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"compile", "--compile-cache", cache, "ffn-c"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("compile: exit %d: %s", code, stderr.String())
+	}
+	entries := func() int {
+		ents, err := os.ReadDir(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	n := entries()
+	if n == 0 || !strings.Contains(stdout.String(), "ffn-c\t") {
+		t.Fatalf("compile printed %q and left %d cache entries", stdout.String(), n)
+	}
+	ctx := context.Background()
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()), host.WithCompileCache(cache),
+		host.WithExperts(host.ExpertConfig{UID: "f.0", Module: host.ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hidden_dim": 4}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown(ctx)
+	if got := entries(); got != n {
+		t.Errorf("the server's cache has %d entries after its start, %d after moehost compile: it compiled again", got, n)
+	}
+	if code := Main([]string{"compile", "--compile-cache", cache, "no-such-module"}, &stdout, &stderr); code == 0 {
+		t.Error("compile of an unknown module succeeded")
 	}
 }
