@@ -412,10 +412,36 @@ func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
 		return nil, fmt.Errorf("%q is not a valid uid or prefix", name)
 	}
 	var (
-		mu  sync.Mutex
-		out []Record
-		wg  sync.WaitGroup
+		mu   sync.Mutex
+		out  []Record
+		seen = map[string]bool{}
+		wg   sync.WaitGroup
 	)
+	add := func(r Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[r.PeerID] {
+			seen[r.PeerID] = true
+			out = append(out, r)
+		}
+	}
+	// The providers that the DHT knows, and, on a path of their own, the
+	// moehost peers this node is connected to: sybils gathered around a
+	// name's key can keep its provider records from this node, but not
+	// the record of a host it talks to directly.
+	for _, p := range n.directPeers(maxDirectAsks) {
+		wg.Go(func() {
+			fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+			v, err := n.fetch(fctx, p, name)
+			cancel()
+			if err != nil || len(v) == 0 {
+				return // no record of the name there
+			}
+			if r, err := Decode(Key(p.String(), name), v, time.Now()); err == nil && r.Live() {
+				add(r)
+			}
+		})
+	}
 	for ai := range n.dht.FindProvidersAsync(ctx, contentID(name), 0) {
 		if ai.ID != n.h.ID() && len(ai.Addrs) > 0 {
 			n.h.Peerstore().AddAddrs(ai.ID, ai.Addrs, time.Minute)
@@ -425,9 +451,7 @@ func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
 			if !ok || !r.Live() {
 				return // expired, withdrawn, never stored or unreachable
 			}
-			mu.Lock()
-			out = append(out, r)
-			mu.Unlock()
+			add(r)
 		})
 	}
 	wg.Wait()
@@ -436,6 +460,25 @@ func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
 	return out, nil
+}
+
+// maxDirectAsks bounds the connected peers one Find asks directly.
+const maxDirectAsks = 8
+
+// directPeers returns up to max peers this node is connected to that
+// serve RecordProtocol (moehost servers, as identify told us).
+func (n *Node) directPeers(max int) []peer.ID {
+	var out []peer.ID
+	ps := n.h.Peerstore()
+	for _, p := range n.h.Network().Peers() {
+		if len(out) == max {
+			break
+		}
+		if ok, err := ps.SupportsProtocols(p, RecordProtocol); err == nil && len(ok) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // recordOf returns provider p's record of name: asked of p itself over
