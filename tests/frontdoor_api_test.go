@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"io"
@@ -23,6 +22,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/internal/gzipbomb"
 )
 
 // The front door through the real API: `moehost serve --tenants` in a
@@ -371,11 +371,7 @@ func TestFrontDoorAPI(t *testing.T) {
 		}
 	})
 	t.Run("gzip bomb", func(t *testing.T) {
-		var member bytes.Buffer
-		zw := newGzipWriter(&member)
-		zw.Write(make([]byte, 1<<20))
-		zw.Close()
-		bomb := bytes.Repeat(member.Bytes(), 960) // 960 MiB of zeros in about 1 MiB
+		bomb := gzipbomb.Zeros(960) // 960 MiB of zeros in about 1 MiB
 		w := f.watchAlice()
 		cpu := cpuOf(t, pid)
 		for range 3 {
@@ -506,12 +502,6 @@ func pollFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("waiting for %s: gave up after 10s", what)
 		}
 	}
-}
-
-// newGzipWriter is gzip at its best compression.
-func newGzipWriter(w io.Writer) *gzip.Writer {
-	zw, _ := gzip.NewWriterLevel(w, gzip.BestCompression)
-	return zw
 }
 
 // trickle opens 200 gRPC calls of proc, each on its own connection and

@@ -2,7 +2,6 @@ package rpc_test
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/binary"
 	"io"
 	"net/http"
@@ -13,17 +12,8 @@ import (
 
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/internal/gzipbomb"
 )
-
-// gzipZeros returns n MiB of zero bytes as n gzip members of 1 MiB each
-// (gzip readers read concatenated members as one stream): about n KiB.
-func gzipZeros(n int) []byte {
-	var member bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&member, gzip.BestCompression)
-	zw.Write(make([]byte, 1<<20))
-	zw.Close()
-	return bytes.Repeat(member.Bytes(), n)
-}
 
 // cpuTime is the process's user and system CPU time so far.
 func cpuTime() time.Duration {
@@ -40,7 +30,7 @@ func cpuTime() time.Duration {
 // it all to report its size: about a second of CPU).
 func TestGzipBombStopsAtTheLimit(t *testing.T) {
 	url := server(t, noExperts{}, rpc.Options{MaxRequestBytes: 1 << 20})
-	bomb := gzipZeros(960) // under the 1 MiB limit compressed
+	bomb := gzipbomb.Zeros(960) // under the 1 MiB limit compressed
 	t.Logf("960 MiB of zeros is %d bytes of gzip", len(bomb))
 	grpcMsg := binary.BigEndian.AppendUint32([]byte{1}, uint32(len(bomb)))
 	grpcMsg = append(grpcMsg, bomb...)

@@ -2,7 +2,6 @@ package dht_test
 
 import (
 	"bytes"
-	"compress/gzip"
 	"io"
 	"net/http"
 	"runtime"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/internal/gzipbomb"
 )
 
 // TestDiscoveryGzipBomb sends DiscoveryService 960 MiB of zeros in about
@@ -19,12 +19,7 @@ import (
 // the cap inflated the whole message into memory first.
 func TestDiscoveryGzipBomb(t *testing.T) {
 	srv := startServer(t, t.TempDir(), host.DHTConfig{}, "x.0")
-	var member bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&member, gzip.BestCompression)
-	zw.Write(make([]byte, 1<<20))
-	zw.Close()
-	// gzip readers read concatenated members as one stream.
-	bomb := bytes.Repeat(member.Bytes(), 960)
+	bomb := gzipbomb.Zeros(960)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+srv.Addr()+moehostv1connect.DiscoveryServiceFindExpertsProcedure, bytes.NewReader(bomb))
