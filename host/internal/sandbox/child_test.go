@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -29,15 +28,6 @@ func withChild(t *testing.T) {
 	t.Cleanup(func() { childExe.Store(nil) })
 }
 
-// heapAllocated returns the bytes f allocated on the Go heap.
-func heapAllocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // TestCompileInChild compiles the Go ffn example in a child, and checks
 // that the server's heap saw a small part of what an in-process compile
 // allocates: the child's compile fills the file cache, and the parent's
@@ -53,7 +43,7 @@ func TestCompileInChild(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rt.Close(ctx)
-		n := heapAllocated(func() { _, err = rt.Compile(ctx, wasmexperts.FFN) })
+		n := AllocatedDuring(func() { _, err = rt.Compile(ctx, wasmexperts.FFN) })
 		if err != nil {
 			t.Fatalf("child %v: %v", child, err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -36,17 +35,6 @@ var hostileInitWasm []byte
 // memory far past the budget.
 const hostileBudget = 32 << 20
 
-// allocatedDuring returns the bytes the process allocated while f ran. It
-// is an upper bound on what f allocated; the suite runs its cases one at a
-// time so that little else runs.
-func allocatedDuring(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // TestHostileGuests runs each hostile case against a budgeted instance and
 // checks its documented error, that the host allocated no more than the
 // budget (and a little slack for wazero and the host's bookkeeping), and
@@ -71,7 +59,7 @@ func TestHostileGuests(t *testing.T) {
 			bad, good := newHostile(t, m), newHostile(t, m)
 			good.identity(t)
 			var callErr error
-			grew := allocatedDuring(func() { _, callErr = bad.call(tt.c, 0) })
+			grew := sandbox.AllocatedDuring(func() { _, callErr = bad.call(tt.c, 0) })
 			var ge *sandbox.GuestError
 			if !errors.As(callErr, &ge) || ge.Code != tt.code || !strings.Contains(ge.Msg, tt.msg) {
 				t.Fatalf("got %v; want %v with a message containing %q", callErr, tt.code, tt.msg)
@@ -125,7 +113,7 @@ func TestHostileParams(t *testing.T) {
 	const budget = 16 << 20
 	ps := sandbox.NewParamStore(dev, []byte("p"), budget)
 	var instErr error
-	grew := allocatedDuring(func() {
+	grew := sandbox.AllocatedDuring(func() {
 		_, instErr = m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: ps})
 	})
 	if !errors.Is(instErr, sandbox.ErrInvalidModule) || !strings.Contains(instErr.Error(), "parameter budget") {
@@ -273,7 +261,7 @@ func TestHostileMemoryGrowth(t *testing.T) {
 	h := newHostile(t, m)
 	var got []float32
 	var callErr error
-	grew := allocatedDuring(func() { got, callErr = h.call(6, 3) })
+	grew := sandbox.AllocatedDuring(func() { got, callErr = h.call(6, 3) })
 	if callErr != nil || !slices.Equal(got, []float32{6, 3}) {
 		t.Fatalf("got %v, %v; want [6 3]", got, callErr)
 	}
