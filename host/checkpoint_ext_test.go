@@ -25,7 +25,7 @@ func ckptServer(t *testing.T, dir string, wasm []byte, h int64, ck host.Checkpoi
 	ck.Dir = dir
 	opts := append([]host.Option{
 		host.WithListen("127.0.0.1:*"),
-		host.WithDataDir(host.SharedTestDataDir()),
+		host.WithDataDir(t.TempDir()),
 		host.WithOptimizer(host.OptimizerConfig{Name: "adam", LR: 0.01}),
 		host.WithExperts(host.ExpertConfig{UID: "ffn.0", Module: host.ModuleBytes(wasm), Config: map[string]int64{"hidden_dim": h}}),
 		host.WithCheckpoints(ck),

@@ -131,7 +131,7 @@ func TestCheckpointService(t *testing.T) {
 func TestCheckpointServiceAccess(t *testing.T) {
 	ctx := context.Background()
 	start := func(listen string, opts ...host.Option) *host.Server {
-		srv, err := host.New(append([]host.Option{host.WithListen(listen), host.WithDataDir(host.SharedTestDataDir()),
+		srv, err := host.New(append([]host.Option{host.WithListen(listen), host.WithDataDir(t.TempDir()),
 			host.WithExperts(host.ExpertConfig{UID: "trap.0", Module: host.ModuleBytes(host.TrapWasm())})}, opts...)...)
 		if err != nil {
 			t.Fatal(err)

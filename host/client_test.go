@@ -16,7 +16,7 @@ import (
 // protocol and checks that they agree, and that errors keep their codes.
 func TestClientProtocols(t *testing.T) {
 	ctx := context.Background()
-	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(host.SharedTestDataDir()),
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
 		host.WithExperts(host.ExpertConfig{UID: "nop.0", Module: host.ModuleBytes(wasmexperts.Nop), Config: map[string]int64{"hidden_dim": 4}}))
 	if err != nil {
 		t.Fatal(err)

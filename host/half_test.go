@@ -57,7 +57,7 @@ func TestHalfWire(t *testing.T) {
 	// SGD with a negligible rate: Backward still runs its optimizer step,
 	// but the parameters stay put, so the float32 and half backward calls
 	// see the same expert.
-	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(host.SharedTestDataDir()),
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
 		host.WithOptimizer(host.OptimizerConfig{Name: "sgd", LR: 1e-30}),
 		host.WithExperts(host.ExpertConfig{UID: "ffn.0", Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}}))
 	if err != nil {

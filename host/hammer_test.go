@@ -92,9 +92,11 @@ func TestHammerBatching(t *testing.T) {
 // test.
 func startTestServer(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	// The shared data dir holds the compilation cache, so that each
-	// server does not compile the modules again (slow under -race).
-	opts = append([]Option{WithListen("127.0.0.1:*"), WithDataDir(testDataDir)}, opts...)
+	// Each server has its own data dir, so that one test's checkpoints
+	// and deployments never reach another's server (a failed deploy test
+	// once left its experts to the next test); all share one
+	// compilation cache (TestMain).
+	opts = append([]Option{WithListen("127.0.0.1:*"), WithDataDir(t.TempDir())}, opts...)
 	srv, err := New(opts...)
 	if err != nil {
 		t.Fatal(err)

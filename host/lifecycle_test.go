@@ -51,7 +51,7 @@ func settle(t *testing.T, g0, fd0 int) {
 }
 
 func TestStartShutdownLoopLeavesNothing(t *testing.T) {
-	dir := host.SharedTestDataDir()
+	dir := t.TempDir()
 	ctx := context.Background()
 	// Small WAT experts keep 50 servers quick under -race. One warm-up
 	// run fills the compilation cache.
@@ -95,7 +95,7 @@ func TestStartShutdownLoopLeavesNothing(t *testing.T) {
 }
 
 func TestStartFailsPromptlyAndCleanly(t *testing.T) {
-	dir := host.SharedTestDataDir()
+	dir := t.TempDir()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestStartFailsPromptlyAndCleanly(t *testing.T) {
 
 func TestConcurrentShutdownWithRequestsInFlight(t *testing.T) {
 	ctx := context.Background()
-	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(host.SharedTestDataDir()),
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
 		host.WithBatching(host.BatchLimits{MaxBatchSize: 4, MinBatchSize: 4, MaxWait: 20 * time.Millisecond}),
 		host.WithExperts(smallFFN("ffn.0"), smallFFN("ffn.1")))
 	if err != nil {
@@ -223,7 +223,7 @@ var spinInitWasm []byte
 func TestShutdownDuringStart(t *testing.T) {
 	g0, fd0 := counts(t)
 	for i := range 5 {
-		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(host.SharedTestDataDir()),
+		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
 			// Without Shutdown, Start would wait 20s for the init.
 			host.WithGuestLimits(host.GuestLimits{InitTimeout: 20 * time.Second}),
 			host.WithExperts(smallFFN("ffn.0"), smallFFN("ffn.1"),

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	testDataDir = dir
+	if os.Getenv(CompileCacheEnv) == "" {
+		// Every server of the run shares one compilation cache, as under
+		// make test, so that each does not compile the modules again.
+		os.Setenv(CompileCacheEnv, filepath.Join(dir, "cache", "wazero"))
+	}
 	srv, err := New(
 		WithListen("127.0.0.1:*"),
 		WithDataDir(dir),

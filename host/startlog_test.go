@@ -36,7 +36,7 @@ func (l *lockedBuffer) String() string {
 func TestStartupLogSaysWhatIsServed(t *testing.T) {
 	ctx := context.Background()
 	var buf lockedBuffer
-	dataDir := host.SharedTestDataDir()
+	dataDir := t.TempDir()
 	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(dataDir),
 		host.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))),
 		host.WithExperts(

@@ -82,7 +82,11 @@ type Observer interface {
 	// get their answers: how long each piece waited in the queue, how
 	// long the batch ran, and its error.
 	Batch(rows int, waits []time.Duration, run time.Duration, err error)
-	// Queue reports the number of pending pieces after it changed.
+	// Queue reports the number of pending pieces after it changed. The
+	// pool calls it under its lock, so that reports arrive in the order
+	// of the changes (a report made after unlocking could overtake a
+	// later one and leave a stale depth for good); it must be quick and
+	// must not call back into the pool.
 	Queue(depth int)
 }
 

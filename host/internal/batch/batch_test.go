@@ -441,3 +441,69 @@ func TestBatchObservedBeforeAnswers(t *testing.T) {
 		}
 	}
 }
+
+// depthObserver keeps the last depth reported, and takes its time over the
+// first report, as a descheduled caller may.
+type depthObserver struct {
+	mu    sync.Mutex
+	calls int
+	last  int
+}
+
+func (o *depthObserver) Batch(int, []time.Duration, time.Duration, error) {}
+func (o *depthObserver) Queue(depth int) {
+	o.mu.Lock()
+	o.calls++
+	first := o.calls == 1
+	o.mu.Unlock()
+	if first {
+		time.Sleep(50 * time.Millisecond)
+	}
+	o.mu.Lock()
+	o.last = depth
+	o.mu.Unlock()
+}
+
+// TestQueueDepthReportsInOrder checks that the last depth reported is the
+// pool's: three requests queue at once while the first report is slow,
+// and the gauge must end at 3, not at the first report's 1 that arrived
+// last.
+func TestQueueDepthReportsInOrder(t *testing.T) {
+	var rec recorder
+	obs := &depthObserver{}
+	w := sched.NewWorker()
+	p := batch.NewPool(batch.Limits{MinBatchSize: 100, MaxWait: time.Minute}, rec.ops(), obs, w.Notify)
+	w.Add(p)
+	w.Start(context.Background())
+	defer func() {
+		p.Close(nil)
+		w.Close(context.Background())
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	var chans []chan result
+	chans = append(chans, submitAsync(p, ctx, []int{0}))
+	for obs.reported() == 0 {
+		time.Sleep(time.Millisecond) // the first report is under way
+	}
+	for i := 1; i < 3; i++ {
+		chans = append(chans, submitAsync(p, ctx, []int{i}))
+	}
+	waitDepth(t, p, 3)
+	time.Sleep(100 * time.Millisecond) // the slow first report is over
+	obs.mu.Lock()
+	last := obs.last
+	obs.mu.Unlock()
+	if last != 3 {
+		t.Errorf("the observer's last depth is %d, want the pool's 3", last)
+	}
+	cancel()
+	for _, ch := range chans {
+		<-ch
+	}
+}
+
+func (o *depthObserver) reported() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.calls
+}

@@ -181,10 +181,9 @@ func (p *Pool[T, R]) Submit(ctx context.Context, req T) (R, error) {
 	for i, pl := range payloads {
 		p.queue = append(p.queue, &piece[T, R]{req: r, idx: i, payload: pl, rows: p.ops.Rows(pl), enq: now})
 	}
-	depth := len(p.queue)
+	p.obs.Queue(len(p.queue))
 	p.mu.Unlock()
 	p.dropPieces(pruned)
-	p.obs.Queue(depth)
 	p.notify()
 
 	select {
@@ -221,11 +220,10 @@ func (p *Pool[T, R]) withdraw(r *request[R]) {
 	}
 	clear(p.queue[len(live):])
 	p.queue = live
-	depth := len(p.queue)
-	p.mu.Unlock()
 	if len(mine) > 0 {
-		p.obs.Queue(depth)
+		p.obs.Queue(len(p.queue))
 	}
+	p.mu.Unlock()
 	p.dropPieces(mine)
 	p.discard(r.abandon()...)
 }
@@ -316,13 +314,14 @@ func (p *Pool[T, R]) RunBatch(ctx context.Context) {
 		p.queue[0] = nil
 		p.queue = p.queue[1:]
 	}
-	depth := len(p.queue)
+	if len(batch) > 0 {
+		p.obs.Queue(len(p.queue))
+	}
 	p.mu.Unlock()
 	p.dropPieces(pruned)
 	if len(batch) == 0 {
 		return
 	}
-	p.obs.Queue(depth)
 
 	start := time.Now()
 	waits := make([]time.Duration, len(batch))
@@ -430,13 +429,13 @@ func (p *Pool[T, R]) Close(err error) {
 	}
 	queue := p.queue
 	p.queue = nil
+	p.obs.Queue(0)
 	p.mu.Unlock()
 	var zero R
 	for _, pc := range queue {
 		p.discard(pc.req.complete(pc.idx, zero, err)...)
 		p.drop(pc.payload)
 	}
-	p.obs.Queue(0)
 }
 
 type nopObserver struct{}
