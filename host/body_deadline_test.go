@@ -17,7 +17,7 @@ import (
 func TestBodyTimeouts(t *testing.T) {
 	t.Parallel()
 	const idle = 300 * time.Millisecond
-	srv := startTestServer(t, WithoutDHT(), WithDataDir(t.TempDir()), WithBodyTimeouts(idle, 10*time.Second))
+	srv := startTestServer(t, WithoutDHT(), WithBodyTimeouts(idle, 10*time.Second))
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	client := &http.Client{Transport: &http.Transport{Protocols: p}}

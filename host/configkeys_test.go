@@ -16,7 +16,7 @@ func TestDeployRefusesUnknownConfigKeys(t *testing.T) {
 	ctx := context.Background()
 	// Its own data dir: a deployment is saved there, and a server on the
 	// shared one would restore typo.0 in other tests.
-	srv := startTestServer(t, WithoutDHT(), WithDataDir(t.TempDir()))
+	srv := startTestServer(t, WithoutDHT())
 	err := srv.Deploy(ctx, ExpertConfig{UID: "typo.0", Module: ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hiden_dim": 4}})
 	if errorCodes.Of(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `"hiden_dim": the module's moe_init does not read it (it reads: hidden_dim)`) {
 		t.Fatalf("deploy with hiden_dim: %v, want InvalidArgument naming hidden_dim", err)

@@ -33,7 +33,7 @@ var spinInit = []byte{
 // spins until its 2 s init timeout, and meanwhile deploys and undeploys
 // another owner's experts, which must not wait for it.
 func TestDeployDoesNotWaitForAnotherInit(t *testing.T) {
-	srv := startTestServer(t, WithDataDir(t.TempDir()), WithGuestLimits(GuestLimits{InitTimeout: 2 * time.Second}))
+	srv := startTestServer(t, WithGuestLimits(GuestLimits{InitTimeout: 2 * time.Second}))
 	ctx := context.Background()
 	slow := make(chan error, 1)
 	go func() {
@@ -64,7 +64,7 @@ func TestDeployDoesNotWaitForAnotherInit(t *testing.T) {
 // and checks that every deploy either serves or is refused cleanly, and
 // that nothing is left behind.
 func TestLoaderHammer(t *testing.T) {
-	srv := startTestServer(t, WithDataDir(t.TempDir()))
+	srv := startTestServer(t)
 	ctx := context.Background()
 	cfg := map[string]int64{"hidden_dim": 8}
 	var wg sync.WaitGroup

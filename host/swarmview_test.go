@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -42,12 +41,11 @@ func TestSwarmView(t *testing.T) {
 	ffn := func(uid string) ExpertConfig {
 		return ExpertConfig{UID: uid, Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": 4}}
 	}
-	// Each server needs its own data dir (its DHT key), and shares the
-	// test servers' compiled modules.
-	cache := WithCompileCache(filepath.Join(testDataDir, "cache", "wazero"))
-	a := startTestServer(t, cache, WithDataDir(t.TempDir()), WithUpdatePeriod(500*time.Millisecond), WithDHT(DHTConfig{}), WithExperts(ffn("nop.0")))
+	// Each server has its own data dir (its DHT key) and shares the
+	// test servers' compiled modules (startTestServer).
+	a := startTestServer(t, WithUpdatePeriod(500*time.Millisecond), WithDHT(DHTConfig{}), WithExperts(ffn("nop.0")))
 	ai, _ := a.DHT()
-	b := startTestServer(t, cache, WithDataDir(t.TempDir()), WithUpdatePeriod(500*time.Millisecond),
+	b := startTestServer(t, WithUpdatePeriod(500*time.Millisecond),
 		WithDHT(DHTConfig{InitialPeers: ai.Addrs}), WithExperts(ffn("nop.1"), ffn("solo")))
 	bi, _ := b.DHT()
 
@@ -105,7 +103,7 @@ func TestSwarmView(t *testing.T) {
 		t.Errorf("peer %s addresses %v, want %s among at most %d", bi.PeerID, peer.GetAddresses(), listen, maxPeerAddrs)
 	}
 
-	solo := startTestServer(t, cache, WithDataDir(t.TempDir()), WithoutDHT(), WithExperts(ffn("nop.0")))
+	solo := startTestServer(t, WithoutDHT(), WithExperts(ffn("nop.0")))
 	if v := getSwarm(t, solo); v.DHT || len(v.Records) != 0 {
 		t.Errorf("without a DHT node: %+v", v)
 	}
