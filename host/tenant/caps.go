@@ -32,8 +32,8 @@ type Caps struct {
 	// with share 2 gets twice the device time of one with share 1 when
 	// both have work queued.
 	QueueShare int64
-	// InitTimeout caps how long one of the tenant's instances may take
-	// to start (_initialize and moe_init).
+	// InitTimeout caps the CPU time one of the tenant's instances may
+	// take to start (_initialize and moe_init; see sandbox.Limits).
 	InitTimeout time.Duration
 	// Uploads caps the tenant's module uploads in flight at once.
 	Uploads int64

@@ -72,7 +72,9 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		phase:  phaseStart,
 	}
 	st.nextCall, st.paramBase = newHandleState()
-	ictx, cancel := context.WithTimeout(withState(ctx, st), m.rt.limits.InitTimeout)
+	// InitTimeout is CPU time (lowPriority); wall time gets initWallFactor
+	// times as long, for a thread that nice 19 keeps waiting.
+	ictx, cancel := context.WithTimeout(withState(ctx, st), initWallFactor*m.rt.limits.InitTimeout)
 	if mmapAllocator != nil {
 		ictx = experimental.WithMemoryAllocator(ictx, mmapAllocator)
 	}
@@ -93,8 +95,11 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 	// moe_init is deploy-time guest code, like the compile before it: a
 	// tenant whose init spins for its whole init_timeout must not take
 	// cores from other tenants' calls (2 spinning inits took both).
-	lowPriority(func() { err = inst.start(ictx) })
+	overCPU := lowPriority(ictx, m.rt.limits.InitTimeout, func(ctx context.Context) { err = inst.start(ctx) })
 	st.gate = nil
+	if err != nil && overCPU {
+		err = fmt.Errorf("%w in init: it ran for its init timeout, %v of CPU time: %w", ErrTrap, m.rt.limits.InitTimeout, context.DeadlineExceeded)
+	}
 	if err != nil {
 		inst.Close(context.WithoutCancel(ctx))
 		return nil, err

@@ -44,7 +44,7 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	var cm wazero.CompiledModule
 	compiling.Lock()
-	lowPriority(func() {
+	lowPriority(ctx, 0, func(ctx context.Context) {
 		// A child compiles into the file cache, so that the compile
 		// below only reads the machine code back.
 		if err = rt.compileInChild(ctx, wasm, shape); err == nil {

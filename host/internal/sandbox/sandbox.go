@@ -66,7 +66,10 @@ type Limits struct {
 	// ParamBytes caps the parameter bytes of one expert, ParamOverhead
 	// per parameter included. Default 4 GiB.
 	ParamBytes int64
-	// InitTimeout bounds _initialize and moe_init together. Default 30s.
+	// InitTimeout bounds the CPU time of _initialize and moe_init together,
+	// which run on a thread of their own at nice 19; their wall time is
+	// bounded at 4 times as long (on Linux; elsewhere InitTimeout bounds
+	// wall time). Default 30s.
 	InitTimeout time.Duration
 	// CallTimeout bounds one moe_forward or moe_backward call; a guest
 	// past it is stopped and its instance discarded. Default 60s: about

@@ -166,7 +166,7 @@ func (c *capFlags) register(f *pflag.FlagSet) {
 	f.Var((*byteSize)(&c.caps.BytesPerCall), "cap-bytes-per-call", "most host tensor memory one call may make, e.g. 512MiB (0: the server's default)")
 	f.Var((*byteSize)(&c.caps.ParamBytes), "cap-param-bytes", "most parameter bytes of all the tenant's experts together, e.g. 2GiB (0: the server's default)")
 	f.Int64Var(&c.caps.QueueShare, "cap-queue-share", 0, "the tenant's weight in the fair scheduler (0: the server's default, 1)")
-	f.DurationVar(&c.caps.InitTimeout, "cap-init-timeout", 0, "longest one of the tenant's instances may take to start (_initialize and moe_init), e.g. 5s (0: the server's --init-timeout)")
+	f.DurationVar(&c.caps.InitTimeout, "cap-init-timeout", 0, "most CPU time one of the tenant's instances may take to start (_initialize and moe_init), e.g. 5s (0: the server's --init-timeout)")
 	f.Int64Var(&c.caps.Uploads, "cap-uploads", 0, "most module uploads the tenant may have in flight at once (0: the default, 2)")
 	f.Int64Var(&c.caps.Deploys, "cap-deploys", 0, "most deploy requests the tenant may have in flight at once (0: the default, 2)")
 }
