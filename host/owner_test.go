@@ -31,7 +31,10 @@ import (
 // warm-up: every path released its tensors, none waited for a collection.
 func TestTensorsReleasedWithoutGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	const timeout = 100 * time.Millisecond
+	// The call timeout is the window in which the test queues requests
+	// behind a looping one (below): at 100 ms a loaded machine closed it
+	// before the queue was full.
+	const timeout = 400 * time.Millisecond
 	srv := startTestServer(t,
 		WithGuestLimits(GuestLimits{CallTimeout: timeout}),
 		WithBatching(BatchLimits{MaxBatchSize: 2, MaxWait: time.Millisecond, QueueSize: 3}),
