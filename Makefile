@@ -107,8 +107,9 @@ test-race: ## Every package's tests with the race detector (the ones in tests/ t
 	MOEHOST_COMPILE_CACHE=$(CURDIR)/.tmp/test-compile-cache $(GO) test -race -timeout 12m ./...
 
 .PHONY: test-e2e
-test-e2e: ## tests/ and the CLI's tests without the race detector: moehost serve in child processes (one binary, built once), the CLI end to end, grpcurl, buf curl, the DHT swarm
+test-e2e: ## tests/ and the CLI's tests without the race detector: moehost serve in child processes (one binary, built once), the CLI end to end, grpcurl, buf curl, the DHT swarm; and the sandbox's compile tests, which skip themselves under -race
 	$(GO) test -timeout 12m ./tests/ ./cmd/moehost/internal/cli/
+	$(GO) test -timeout 12m -run '^TestCompile' ./host/internal/sandbox/
 
 # Debian's Python (with Debian's python3-torch), not a virtualenv's.
 PYTHON ?= /usr/bin/python3

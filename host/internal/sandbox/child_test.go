@@ -33,6 +33,7 @@ func withChild(t *testing.T) {
 // allocates: the child's compile fills the file cache, and the parent's
 // compile reads the code back.
 func TestCompileInChild(t *testing.T) {
+	skipUnderRace(t)
 	ctx := context.Background()
 	compile := func(child bool) uint64 {
 		if child {
@@ -61,6 +62,7 @@ func TestCompileInChild(t *testing.T) {
 // the module is refused as invalid, naming the limit, and the runtime
 // still compiles modules afterwards.
 func TestCompileChildRefuses(t *testing.T) {
+	skipUnderRace(t)
 	ctx := context.Background()
 	withChild(t)
 	defer func(b int64) { childBaseBytes = b }(childBaseBytes)
@@ -78,5 +80,15 @@ func TestCompileChildRefuses(t *testing.T) {
 	childBaseBytes = childBase
 	if _, err := rt.Compile(ctx, wasmexperts.Nop); err != nil {
 		t.Fatalf("compiling nop after a refusal: %v", err)
+	}
+}
+
+// skipUnderRace skips a test that compiles the Go examples in race builds
+// (see raceEnabled). Such a test's name starts with TestCompile, which is
+// what make test-e2e runs without the detector.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("compiles the Go examples: make test runs it without -race (make test-e2e)")
 	}
 }

@@ -115,6 +115,7 @@ func adversarialShapes() map[string][]byte {
 // checks that the heap the compile takes at its peak stays under
 // compileCost: the bound charged before compiling holds for them.
 func TestCompileCostBound(t *testing.T) {
+	skipUnderRace(t)
 	lim := ModuleLimits{}.withDefaults()
 	ctx := context.Background()
 	cfg := wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2 &^ api.CoreFeatureReferenceTypes)
