@@ -269,6 +269,27 @@ const (
 	//	       j > i + Tk − Tq), scale (default 1/√D; 0 means the default)
 	//	result: [B,H,Tq,Dv]
 	OpAttention Op = 36
+
+	// OpLinearGeluTanh: y = gelu_tanh(x·Wᵀ + b), OpLinear followed by
+	// OpGeluTanh as one op, so that the host can apply the bias and the
+	// activation to each block of the product while it is in cache. The
+	// result and the gradients are those of the two ops.
+	//	args:  x [..., in], W [out, in], b [out] (optional)
+	//	attrs: none
+	//	result: [..., out]
+	OpLinearGeluTanh Op = 37
+
+	// OpAddLayerNorm: layer_norm(x + r) over the last dimension, OpAdd
+	// followed by OpLayerNorm as one op (the residual block of a post-norm
+	// transformer), so that the sum never makes a round trip through
+	// memory. x and r broadcast as for OpAdd; the sum is not a result
+	// (use the two ops when it is needed). Gradients flow to x, r, w and
+	// b as through the two ops.
+	//	args:  x, r (one shape a suffix of the other; the larger [..., H]),
+	//	       w [H], b [H]
+	//	attrs: eps (finite, >= 0, default 1e-5)
+	//	result: the larger shape
+	OpAddLayerNorm Op = 38
 )
 
 // opNames holds each op's name, indexed by its code.
@@ -309,6 +330,8 @@ var opNames = [...]string{
 	34: "cross_entropy",
 	35: "batch_matmul",
 	36: "attention",
+	37: "linear_gelu_tanh",
+	38: "add_layer_norm",
 }
 
 // Ops returns every op of ABI v1, in code order. The slice is new, so a

@@ -129,7 +129,23 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 			return bmmInto(1, r.nb, !r.ta, false, k, n, m, a[0], r.na, gy, bt)
 		}
 		return bmmInto(1, r.nb, true, r.ta, n, k, m, gy, bt, a[0], r.na)
-	case abi.OpLinear:
+	case abi.OpLinear, abi.OpLinearGeluTanh:
+		if r.op == abi.OpLinearGeluTanh {
+			if !needs[a[0]] && !needs[a[1]] && (len(a) < 3 || !needs[a[2]]) {
+				return nil
+			}
+			// Through gelu first: gz = gy·gelu'(z) with z the kept
+			// pre-activation; the set frees gz once nothing shares it.
+			gz, err := gs.zeros(r.outs[0].shape)
+			if err != nil {
+				return err
+			}
+			gs.orphans = append(gs.orphans, gz)
+			if err := dev.geluBackward(gz, r.pre, gy); err != nil {
+				return err
+			}
+			gy = gz
+		}
 		// y = x·Wᵀ + b: dx = gy·W, dW = gyᵀ·x, db = Σ_rows gy.
 		m, n, k := r.m, r.n, r.k
 		if err := gemmInto(0, false, false, m, k, n, gy, a[1]); err != nil {
@@ -140,6 +156,48 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		}
 		if len(a) == 3 && needs[a[2]] {
 			return reduceInto(dev, gs, a[2], gy)
+		}
+		return nil
+	case abi.OpAddLayerNorm:
+		// The layer_norm's gradients with the kept sum as its x; the sum's
+		// gradient then flows to x and r as through add.
+		big, small := a[0], a[1]
+		if r.swapped {
+			big, small = small, big
+		}
+		gt := make([]*Tensor, 4)
+		var gsum *Tensor
+		if needs[big] || needs[small] {
+			var err error
+			if gsum, err = gs.zeros(r.pre.shape); err != nil {
+				return err
+			}
+			gs.orphans = append(gs.orphans, gsum)
+		}
+		for i := 2; i < 4; i++ {
+			if needs[a[i]] {
+				var err error
+				if gt[i], err = newGrad(i); err != nil {
+					return err
+				}
+			}
+		}
+		if gsum == nil && gt[2] == nil && gt[3] == nil {
+			return nil
+		}
+		if err := dev.layerNormBackward(gsum, gt[2], gt[3], r.pre, a[2], r.mean, r.rstd, gy); err != nil {
+			return err
+		}
+		if err := addAll(gs, a, gt); err != nil {
+			return err
+		}
+		if needs[big] {
+			if err := gs.add(big, gsum, false); err != nil {
+				return err
+			}
+		}
+		if needs[small] {
+			return reduceInto(dev, gs, small, gsum)
 		}
 		return nil
 	case abi.OpAdd:

@@ -194,28 +194,63 @@ func (d *cpuDevice) layerNormForward(y, mean, rstd, x, w, b *Tensor, eps float64
 	h := len(ww)
 	return d.parallelFor(y.stop, len(mu), max(1, grainCheap/h), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr := in[r*h : (r+1)*h]
-			or := o[r*h : (r+1)*h]
-			var s float64
-			for _, v := range xr {
-				s += float64(v)
-			}
-			m := s / float64(h)
-			var q float64
-			for _, v := range xr {
-				dv := float64(v) - m
-				q += dv * dv
-			}
-			inv := 1 / math.Sqrt(q/float64(h)+eps)
+			m, inv := d.layerNormRow(o[r*h:(r+1)*h], in[r*h:(r+1)*h], ww, bb, eps)
 			mu[r], rs[r] = float32(m), float32(inv)
-			bb := bb[:len(xr)]
-			ww := ww[:len(xr)]
-			or = or[:len(xr)]
-			for i, v := range xr {
-				or[i] = float32((float64(v)-m)*inv)*ww[i] + bb[i]
-			}
 		}
 	})
+}
+
+// addLayerNorm sets y = layer_norm(x + res) over rows of length w.Len(),
+// a row at a time, so that the sum never leaves the cache; res repeats
+// along x (its length divides x's and is a multiple of the row). sum, when
+// not nil, receives x + res for the backward; without it the sum is
+// formed in y's row and normalised in place.
+func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps float64) error {
+	o, in, rr, ww, bb := y.f32(), x.f32(), res.f32(), w.f32(), b.f32()
+	mu, rs := mean.f32(), rstd.f32()
+	var sm []float32
+	if sum != nil {
+		sm = sum.f32()
+	}
+	h := len(ww)
+	return d.parallelFor(y.stop, len(mu), max(1, grainCheap/h), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			or := o[r*h : (r+1)*h]
+			sr := or
+			if sm != nil {
+				sr = sm[r*h : (r+1)*h]
+			}
+			off := r * h % len(rr)
+			xr, rsd := in[r*h:(r+1)*h], rr[off:off+h]
+			sr, rsd = sr[:len(xr)], rsd[:len(xr)]
+			for i, v := range xr {
+				sr[i] = v + rsd[i]
+			}
+			m, inv := d.layerNormRow(or, sr, ww, bb, eps)
+			mu[r], rs[r] = float32(m), float32(inv)
+		}
+	})
+}
+
+// layerNormRow normalises one row, y = (x − mean)·rstd·w + b, and returns
+// its mean and rstd. y may be x.
+func (d *cpuDevice) layerNormRow(y, x, w, b []float32, eps float64) (mean, rstd float64) {
+	var s float64
+	for _, v := range x {
+		s += float64(v)
+	}
+	m := s / float64(len(x))
+	var q float64
+	for _, v := range x {
+		dv := float64(v) - m
+		q += dv * dv
+	}
+	inv := 1 / math.Sqrt(q/float64(len(x))+eps)
+	b, w, y = b[:len(x)], w[:len(x)], y[:len(x)]
+	for i, v := range x {
+		y[i] = float32((float64(v)-m)*inv)*w[i] + b[i]
+	}
+	return m, inv
 }
 
 // layerNormBackward implements kernels.layerNormBackward:

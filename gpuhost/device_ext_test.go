@@ -61,6 +61,15 @@ func TestApplyErrors(t *testing.T) {
 			{name: "layer_norm-b", op: abi.OpLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(3), f(1, 3)}, wantErr: gpuhost.ErrShape},
 			{name: "layer_norm-negative-eps", op: abi.OpLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(3), f(3)}, attrs: []float64{-1}, wantErr: gpuhost.ErrArgument},
 			{name: "layer_norm-nan-eps", op: abi.OpLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(3), f(3)}, attrs: []float64{math.NaN()}, wantErr: gpuhost.ErrArgument},
+			{name: "linear_gelu_tanh-attr", op: abi.OpLinearGeluTanh, args: []*gpuhost.Tensor{f(2, 3), f(4, 3)}, attrs: []float64{1}, wantErr: gpuhost.ErrArgument},
+			{name: "linear_gelu_tanh-features", op: abi.OpLinearGeluTanh, args: []*gpuhost.Tensor{f(2, 7), f(4, 8)}, wantErr: gpuhost.ErrShape},
+			{name: "linear_gelu_tanh-bias", op: abi.OpLinearGeluTanh, args: []*gpuhost.Tensor{f(2, 3), f(4, 3), f(3)}, wantErr: gpuhost.ErrShape},
+			{name: "add_layer_norm-three-args", op: abi.OpAddLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(2, 3), f(3)}, wantErr: gpuhost.ErrArgument},
+			{name: "add_layer_norm-no-broadcast", op: abi.OpAddLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(2, 1), f(3), f(3)}, wantErr: gpuhost.ErrShape},
+			{name: "add_layer_norm-scalar-r", op: abi.OpAddLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(), f(3), f(3)}, wantErr: gpuhost.ErrShape},
+			{name: "add_layer_norm-scalars", op: abi.OpAddLayerNorm, args: []*gpuhost.Tensor{f(), f(), f(1), f(1)}, wantErr: gpuhost.ErrShape},
+			{name: "add_layer_norm-w", op: abi.OpAddLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(3), f(2), f(3)}, wantErr: gpuhost.ErrShape},
+			{name: "add_layer_norm-negative-eps", op: abi.OpAddLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(3), f(3), f(3)}, attrs: []float64{-1}, wantErr: gpuhost.ErrArgument},
 			{name: "layer_norm-two-attrs", op: abi.OpLayerNorm, args: []*gpuhost.Tensor{f(2, 3), f(3), f(3)}, attrs: []float64{1e-5, 1}, wantErr: gpuhost.ErrArgument},
 		}
 		for _, tt := range tests {

@@ -113,6 +113,25 @@ func (d *cpuDevice) linear(m, n, k int, x, w, bias, y *Tensor) error {
 	return nil
 }
 
+// linearGelu computes y = gelu_tanh(x·wᵀ + bias) with the bias and gelu
+// in the GEMM's epilogue: each tile is activated while it is in L1, so
+// the pre-activation never makes a round trip through memory. bias may be
+// nil; pre, when not nil, receives x·wᵀ + bias for the backward.
+func (d *cpuDevice) linearGelu(m, n, k int, x, w, bias, y, pre *Tensor) error {
+	ep := epilogue{gelu: true, asm: d.asm}
+	if bias != nil {
+		ep.bias = bias.f32()
+	}
+	if pre != nil {
+		ep.pre = pre.f32()
+	}
+	d.gemmEpi(y.stop, false, true, m, n, k, x.f32(), w.f32(), y.f32(), false, ep)
+	if stopped(y.stop) {
+		return errStopped
+	}
+	return nil
+}
+
 // gemmF32 computes c (+)= op(a)·op(b) on slices, splitting the larger of m
 // and n across the device's threads.
 func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc bool) {
@@ -122,11 +141,17 @@ func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc boo
 // gemmStop is gemmF32 that leaves c half-written once stop is closed, and
 // adds bias (n values, or nil) to every row of c.
 func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool, bias []float32) {
+	d.gemmEpi(stop, ta, tb, m, n, k, a, b, c, acc, epilogue{bias: bias})
+}
+
+// gemmEpi is gemmStop with a whole epilogue: the bias, and gelu_tanh with
+// the pre-activation kept (linear_gelu_tanh).
+func (d *cpuDevice) gemmEpi(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool, ep epilogue) {
 	if m <= 0 || n <= 0 {
 		return
 	}
 	if k <= 0 || d.sgemm != nil || d.path == pathGo || m*n*k <= gemmTinyWork {
-		// Paths without a bias epilogue: a second pass.
+		// Paths without an epilogue: a second pass.
 		switch {
 		case k <= 0 && !acc:
 			clear(c[:m*n])
@@ -134,30 +159,72 @@ func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, 
 		case d.sgemm != nil:
 			d.sgemm(d.threads, ta, tb, m, n, k, a, b, c, acc)
 		default:
-			d.gemmSplit(stop, ta, tb, m, n, k, a, b, c, acc, nil)
+			d.gemmSplit(stop, ta, tb, m, n, k, a, b, c, acc, epilogue{})
 		}
-		if bias != nil && !stopped(stop) {
-			addRows(c[:m*n], bias[:n])
+		if !stopped(stop) {
+			ep.apply(c, m, n, n)
 		}
 		return
 	}
-	d.gemmSplit(stop, ta, tb, m, n, k, a, b, c, acc, bias)
+	d.gemmSplit(stop, ta, tb, m, n, k, a, b, c, acc, ep)
 }
 
-// addRows adds bias to each row of c.
-func addRows(c, bias []float32) {
-	for len(c) >= len(bias) {
-		row := c[:len(bias)]
-		for j, v := range bias {
-			row[j] += v
-		}
-		c = c[len(bias):]
+// epilogue is what the GEMM does to each finished tile of c while it is
+// still in cache: add bias (a value per column), then, with gelu, keep
+// the sum in pre (c's layout; nil when no tape needs it) and replace it
+// with gelu_tanh of itself. The zero epilogue does nothing.
+type epilogue struct {
+	bias []float32
+	pre  []float32
+	gelu bool
+	asm  bool // gelu with the AVX2 kernel
+}
+
+// at returns the epilogue of the block of c that starts off elements and
+// col columns on.
+func (e epilogue) at(off, col int) epilogue {
+	if e.bias != nil {
+		e.bias = e.bias[col:]
 	}
+	if e.pre != nil {
+		e.pre = e.pre[off:]
+	}
+	return e
+}
+
+// apply runs e over the rows×cols block of c at c[0] (row stride ldc)
+// in a pass of its own, for the paths whose kernels have no epilogue.
+func (e epilogue) apply(c []float32, rows, cols, ldc int) {
+	for r := range rows {
+		row := c[r*ldc:][:cols]
+		if e.bias != nil {
+			for j, v := range e.bias[:cols] {
+				row[j] += v
+			}
+		}
+		e.activate(row, r*ldc)
+	}
+}
+
+// activate applies the activation to row, which starts off elements into
+// c, keeping its values in pre first.
+func (e epilogue) activate(row []float32, off int) {
+	if !e.gelu {
+		return
+	}
+	if e.pre != nil {
+		copy(e.pre[off:][:len(row)], row)
+	}
+	done := 0
+	if e.asm {
+		done = geluForwardVec(row, row)
+	}
+	geluForward32(row[done:], row[done:])
 }
 
 // gemmSplit splits the larger of m and n across the device's threads; the
 // assembly paths add bias in their epilogue.
-func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool, bias []float32) {
+func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool, ep epilogue) {
 	lda, ldb := k, n
 	if ta {
 		lda = m
@@ -167,6 +234,7 @@ func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a,
 	}
 	if m*n*k <= gemmTinyWork {
 		gemmTiny(ta, tb, m, n, k, a, lda, b, ldb, c, n, acc)
+		ep.apply(c, m, n, n)
 		return
 	}
 	mr, nr := goMR, goNR
@@ -184,7 +252,7 @@ func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a,
 	}
 	workers = min(workers, units)
 	if workers <= 1 {
-		d.gemmSerial(stop, ta, tb, m, n, k, a, lda, b, ldb, c, n, acc, bias)
+		d.gemmSerial(stop, ta, tb, m, n, k, a, lda, b, ldb, c, n, acc, ep)
 		return
 	}
 	var wg sync.WaitGroup
@@ -198,18 +266,14 @@ func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a,
 				if tb {
 					bo = lo * ldb
 				}
-				var bb []float32
-				if bias != nil {
-					bb = bias[lo:hi]
-				}
-				d.gemmSerial(stop, ta, tb, m, hi-lo, k, a, lda, b[bo:], ldb, c[lo:], n, acc, bb)
+				d.gemmSerial(stop, ta, tb, m, hi-lo, k, a, lda, b[bo:], ldb, c[lo:], n, acc, ep.at(lo, lo))
 			} else {
 				hi := min(hi, m)
 				ao := lo * lda // row lo of op(A)
 				if ta {
 					ao = lo
 				}
-				d.gemmSerial(stop, ta, tb, hi-lo, n, k, a[ao:], lda, b, ldb, c[lo*n:], n, acc, bias)
+				d.gemmSerial(stop, ta, tb, hi-lo, n, k, a[ao:], lda, b, ldb, c[lo*n:], n, acc, ep.at(lo*n, 0))
 			}
 		}
 		if w == workers-1 {
@@ -223,7 +287,7 @@ func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a,
 
 // gemmSerial computes the m×n block of c at c[0] (row stride ldc) on the
 // calling goroutine.
-func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
+func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, ep epilogue) {
 	bufs := d.getBufs()
 	bufs.stop = stop
 	defer func() {
@@ -231,19 +295,21 @@ func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a
 		d.putBufs(bufs)
 	}()
 	if d.path != pathGo && !ta && tb && m <= dotMaxM {
-		gemmDotSerial(m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+		gemmDotSerial(m, n, k, a, lda, b, ldb, c, ldc, acc, ep.bias)
+		ep.bias = nil // added
+		ep.apply(c, m, n, ldc)
 		return
 	}
 	switch d.path {
 	case pathAVX2:
-		gemmSerialAsm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+		gemmSerialAsm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, ep)
 		return
 	case pathAVX512:
-		gemmSerialZmm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+		gemmSerialZmm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, ep)
 		return
 	}
-	// gemmStop adds the bias of this path in a second pass.
 	gemmSerialGo(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc)
+	ep.apply(c, m, n, ldc)
 }
 
 // gemmTiny computes small products with a plain loop: packing them would

@@ -47,18 +47,18 @@ var (
 
 // gemmSerialAsm computes the m×n block of c at c[0] (row stride ldc) with
 // the AVX2 micro-kernel.
-func gemmSerialAsm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
-	avx2Kernel().serial(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+func gemmSerialAsm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, ep epilogue) {
+	avx2Kernel().serial(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, ep)
 }
 
 // gemmSerialZmm is gemmSerialAsm with the AVX-512 micro-kernel.
-func gemmSerialZmm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
-	avx512Kernel().serial(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias)
+func gemmSerialZmm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, ep epilogue) {
+	avx512Kernel().serial(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, ep)
 }
 
-// serial computes the m×n block of c at c[0] (row stride ldc); bias, when
-// not nil, holds n values added to every row.
-func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
+// serial computes the m×n block of c at c[0] (row stride ldc) and runs ep
+// on each tile once its last k block is done.
+func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, ep epilogue) {
 	mr, nr := kn.mr, kn.nr
 	// Even k blocks: k = 300 runs as 150+150, not 256+44. Even m blocks
 	// too: m = 256 runs as 132+124, not 168+88, and never ends in a
@@ -84,9 +84,9 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
 			add := acc || pc > 0
-			var bb []float32
-			if bias != nil && pc+kc == k {
-				bb = bias[jc : jc+nc]
+			var eb epilogue // only once the sums are whole
+			if pc+kc == k {
+				eb = ep.at(jc, jc)
 			}
 			for ic := 0; ic < m; ic += mcMax {
 				if bufs.stopped() {
@@ -95,8 +95,9 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 				mc := min(mcMax, m-ic)
 				packAAsm(ap, a, lda, ta, ic, pc, mc, kc, mr)
 				cb := c[ic*ldc+jc:]
+				ec := eb.at(ic*ldc, 0)
 				if ic > 0 {
-					kn.macro(mc, nc, kc, bs, ap, bp, cb, ldc, add, bb, &t)
+					kn.macro(mc, nc, kc, bs, ap, bp, cb, ldc, add, ec, &t)
 					continue
 				}
 				// The first A block packs B a few panels at a time, just
@@ -111,11 +112,7 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 						pan = bp[jr/asmNR*bs:] // kept for the next A blocks
 					}
 					packBAsm(pan, b, ldb, tb, pc, jc+jr, kc, w, bs)
-					var bj []float32
-					if bb != nil {
-						bj = bb[jr:]
-					}
-					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, bj, &t)
+					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, ec.at(jr, jr), &t)
 				}
 			}
 		}
@@ -241,29 +238,31 @@ func packBTrans(p, b []float32, ldb, kc, nr int) {
 
 // macro multiplies a packed mc×kc A block by a packed kc×nc B block
 // (16-wide panels bs floats apart) into c, storing or, when add is set,
-// adding, and then adding bias (nc values, or nil). Edge tiles go
-// through t.
-func (kn *asmKernel) macro(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, bias []float32, t *[asmMaxTile]float32) {
+// adding, and then running ep on each tile. Edge tiles go through t.
+func (kn *asmKernel) macro(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, ep epilogue, t *[asmMaxTile]float32) {
 	if kc < asmShallowKC {
 		// Little arithmetic per tile: walk c row-wise, so that its
 		// stores stream instead of striding down a column of tiles.
 		for ir := 0; ir < mc; ir += kn.mr {
 			for jr := 0; jr < nc; jr += kn.nr {
-				kn.tile(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, bias, t)
+				kn.tile(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, ep, t)
 			}
 		}
 		return
 	}
 	for jr := 0; jr < nc; jr += kn.nr {
 		for ir := 0; ir < mc; ir += kn.mr {
-			kn.tile(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, bias, t)
+			kn.tile(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, ep, t)
 		}
 	}
 }
 
 // tile computes the tile of c at (ir, jr) from the A panel at row ir and
-// the B panels from column jr; edge tiles go through t.
-func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, bias []float32, t *[asmMaxTile]float32) {
+// the B panels from column jr; edge tiles go through t. The kernel adds
+// the bias; an activation then runs on the tile's rows while they are in
+// L1.
+func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, ep epilogue, t *[asmMaxTile]float32) {
+	bias := ep.bias
 	mr, nr := kn.mr, kn.nr
 	w := min(nr, nc-jr)
 	rows := min(mr, mc-ir)
@@ -279,6 +278,12 @@ func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc i
 			bv = &bias[jr:][:nr][0]
 		}
 		kn.fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add)
+		if ep.gelu {
+			for r := range mr {
+				off := (ir+r)*ldc + jr
+				ep.activate(c[off:][:nr], off)
+			}
+		}
 		return
 	}
 	kn.fn(kc, &apan[0], &bpan[0], &t[0], nr, bs, nil, false)
@@ -303,5 +308,7 @@ func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc i
 		default:
 			copy(row, tr)
 		}
+		off := (ir+r)*ldc + jr
+		ep.activate(row, off)
 	}
 }

@@ -1,6 +1,7 @@
 package gpuhost
 
 import (
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -119,5 +120,48 @@ func TestReadCaches(t *testing.T) {
 	b := blockingFor(cacheSizes{l1: 32 << 10, l2: 512 << 10, l3: 16 << 20}, asmMR, asmNR)
 	if b.kc != 256 || b.mc%asmMR != 0 || b.nc%asmNR != 0 || b.fuseNC%asmNR != 0 {
 		t.Errorf("blocking for a Zen 3 core = %+v: want KC 256 and whole tiles", b)
+	}
+}
+
+// TestGemmGeluEpilogue checks linear_gelu_tanh's epilogue on every path:
+// y = gelu_tanh(x·Wᵀ + b), with the pre-activation kept when asked for,
+// on shapes with edge tiles, several k blocks, both thread splits and the
+// small-m dot path.
+func TestGemmGeluEpilogue(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, s := range []struct{ m, n, k int }{{1, 1, 1}, {5, 17, 3}, {30, 70, 40}, {61, 47, 300}, {15, 200, 600}, {130, 70, 64}} {
+		a, b, bias := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.n)
+		z := naiveGemm(false, true, s.m, s.n, s.k, a, b)
+		want := make([]float64, len(z))
+		for i := range z {
+			z[i] += float64(bias[i%s.n])
+			th := math.Tanh(geluC * (z[i] + geluA*z[i]*z[i]*z[i]))
+			want[i] = 0.5 * z[i] * (1 + th)
+		}
+		for _, v := range gemmVariants(t) {
+			for _, keep := range []bool{false, true} {
+				d := v.device()
+				x, _ := d.FromFloat32([]int{s.m, s.k}, a)
+				w, _ := d.FromFloat32([]int{s.n, s.k}, b)
+				bt, _ := d.FromFloat32([]int{s.n}, bias)
+				y, _ := d.Zeros(x.dt, []int{s.m, s.n})
+				var pre *Tensor
+				if keep {
+					pre, _ = d.Zeros(x.dt, []int{s.m, s.n})
+				}
+				if err := d.linearGelu(s.m, s.n, s.k, x, w, bt, y, pre); err != nil {
+					t.Fatal(err)
+				}
+				if e := relErr(y.f32(), want); e > 1e-5 {
+					t.Errorf("%s: m=%d n=%d k=%d keep=%t: y relative error %.3g", v.name, s.m, s.n, s.k, keep, e)
+				}
+				if keep {
+					if e := relErr(pre.f32(), z); e > 1e-5 {
+						t.Errorf("%s: m=%d n=%d k=%d: pre-activation relative error %.3g", v.name, s.m, s.n, s.k, e)
+					}
+				}
+			}
+		}
 	}
 }

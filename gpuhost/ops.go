@@ -68,6 +68,9 @@ var opSpecs = map[abi.Op]opSpec{
 	abi.OpCrossEntropy: {minArgs: 2, maxArgs: 2, maxAttrs: 2, kinds: []int{argFloat, argIDs}},
 	abi.OpBatchMatMul:  {minArgs: 2, maxArgs: 2, maxAttrs: 2},
 	abi.OpAttention:    {minArgs: 3, maxArgs: 4, maxAttrs: 2, kinds: []int{argFloat, argFloat, argFloat, argMask}},
+
+	abi.OpLinearGeluTanh: {minArgs: 2, maxArgs: 3},
+	abi.OpAddLayerNorm:   {minArgs: 4, maxArgs: 4, maxAttrs: 1},
 }
 
 // Defaults of attrs.
@@ -121,6 +124,10 @@ type record struct {
 	swapped bool // add: args[1] is the larger operand
 	// layer norm: the forward's row statistics; rms norm: rstd only.
 	mean, rstd *Tensor
+	// pre is a fused op's intermediate: linear_gelu_tanh's pre-activation,
+	// add_layer_norm's sum. A device with the fused kernel (fusedOps)
+	// stores it only for the tape.
+	pre *Tensor
 
 	p                 float64 // scale, add_scalar, eps, keep_prob
 	outer, dim, inner int     // the [outer, dim, inner] view of an axis op
@@ -195,11 +202,20 @@ type scratchSpec struct {
 	dst   **Tensor
 	dt    abi.DType
 	shape []int
+	// taped: only the backward reads it, so alloc makes it only when
+	// the op is recorded on a tape.
+	taped bool
 }
 
 // need asks alloc for an internal tensor of rec.
 func (r *record) need(dst **Tensor, dt abi.DType, shape []int) {
 	r.scratch = append(r.scratch, scratchSpec{dst: dst, dt: dt, shape: shape})
+}
+
+// needTaped asks alloc for an internal tensor of rec that only its
+// backward reads.
+func (r *record) needTaped(dst **Tensor, dt abi.DType, shape []int) {
+	r.scratch = append(r.scratch, scratchSpec{dst: dst, dt: dt, shape: shape, taped: true})
 }
 
 // PlanOp checks op as [ApplyMulti] does and sizes its results and
@@ -216,38 +232,69 @@ func PlanOp(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*Plan, erro
 // Results returns the number of tensors Run returns.
 func (p *Plan) Results() int { return len(p.rec.outShapes) }
 
-// Bytes returns the bytes that Run allocates: the results and the internal
-// tensors, which a tape keeps until it is released.
+// Bytes returns the bytes that Run allocates without a tape: the results
+// and the internal tensors the kernels need. With a tape, Run may also
+// allocate what only the backward reads; BackwardBytes counts that.
 func (p *Plan) Bytes() int64 {
 	var n int64
 	for _, s := range p.rec.outShapes {
 		n += shapeBytes(abi.DTypeFloat32, s)
 	}
 	for _, s := range p.rec.scratch {
-		n += shapeBytes(s.dt, s.shape)
+		if !s.taped {
+			n += shapeBytes(s.dt, s.shape)
+		}
 	}
 	return n
 }
 
-// Tensors returns the number of tensors that Run allocates.
-func (p *Plan) Tensors() int { return len(p.rec.outShapes) + len(p.rec.scratch) }
+// Tensors returns the number of tensors that Run allocates without a tape.
+func (p *Plan) Tensors() int {
+	n := len(p.rec.outShapes)
+	for _, s := range p.rec.scratch {
+		if !s.taped {
+			n++
+		}
+	}
+	return n
+}
 
-// BackwardBytes bounds the bytes that [Tape.Backward] allocates for this
-// op when it is recorded: a gradient for each arg, as many again for the
-// temporaries of broadcasts, clones and sums, and the size of the op's
-// results and internal tensors for its kernels' work. Charging it with the
-// forward means a backward never allocates what nobody paid for.
+// tapedBytes and tapedTensors size the internal tensors that Run makes
+// only for a tape.
+func (p *Plan) tapedBytes() (int64, int) {
+	var n int64
+	var t int
+	for _, s := range p.rec.scratch {
+		if s.taped {
+			n += shapeBytes(s.dt, s.shape)
+			t++
+		}
+	}
+	return n, t
+}
+
+// BackwardBytes bounds the bytes that recording this op costs beyond
+// Bytes: the internal tensors Run keeps only for a tape, and what
+// [Tape.Backward] allocates for it — a gradient for each arg, as many
+// again for the temporaries of broadcasts, clones and sums, and the size
+// of the op's results and internal tensors for its kernels' work.
+// Charging it with the forward means a backward never allocates what
+// nobody paid for.
 func (p *Plan) BackwardBytes() int64 {
 	var n int64
 	for _, a := range p.rec.args {
 		n += 2 * shapeBytes(abi.DTypeFloat32, a.shape)
 	}
-	return n + p.Bytes()
+	tb, _ := p.tapedBytes()
+	return n + p.Bytes() + 2*tb
 }
 
-// BackwardTensors bounds the number of tensors Tape.Backward allocates for
-// this op (see BackwardBytes).
-func (p *Plan) BackwardTensors() int { return 2*len(p.rec.args) + p.Tensors() }
+// BackwardTensors bounds the number of tensors that recording this op
+// costs beyond Tensors (see BackwardBytes).
+func (p *Plan) BackwardTensors() int {
+	_, tt := p.tapedBytes()
+	return 2*len(p.rec.args) + p.Tensors() + 2*tt
+}
 
 // shapeBytes returns the byte size of a checked shape.
 func shapeBytes(dt abi.DType, shape []int) int64 {
@@ -275,7 +322,7 @@ func (p *Plan) RunContext(ctx context.Context, dev Device, tape *Tape) ([]*Tenso
 	}
 	p.done = true
 	rec, op := p.rec, p.rec.op
-	if err := rec.alloc(dev); err != nil {
+	if err := rec.alloc(dev, tape != nil); err != nil {
 		return nil, err
 	}
 	if err := forwardUntil(ctx, dev, rec); err != nil {
@@ -297,12 +344,12 @@ func (p *Plan) RunContext(ctx context.Context, dev Device, tape *Tape) ([]*Tenso
 // internal returns the tensors that r made for its backward, which never
 // leave it.
 func (r *record) internal() []*Tensor {
-	return []*Tensor{r.mean, r.rstd, r.saved, r.loss}
+	return []*Tensor{r.mean, r.rstd, r.saved, r.loss, r.pre}
 }
 
 // alloc allocates rec's results and internal tensors, as prepare sized
-// them.
-func (r *record) alloc(dev Device) error {
+// them; those only a backward reads only when taped.
+func (r *record) alloc(dev Device, taped bool) error {
 	r.outs = make([]*Tensor, len(r.outShapes))
 	for i, s := range r.outShapes {
 		t, err := dev.Zeros(abi.DTypeFloat32, s)
@@ -313,6 +360,9 @@ func (r *record) alloc(dev Device) error {
 		r.outs[i] = t
 	}
 	for _, s := range r.scratch {
+		if s.taped && !taped {
+			continue
+		}
 		t, err := dev.Zeros(s.dt, s.shape)
 		if err != nil {
 			dev.Release(r.outs...)
@@ -414,7 +464,7 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 			return nil, err
 		}
 		return one([]int{m, n})
-	case abi.OpLinear:
+	case abi.OpLinear, abi.OpLinearGeluTanh:
 		x, w := args[0], args[1]
 		if len(x.shape) < 1 {
 			return nil, fmt.Errorf("%w: linear: x is a scalar", ErrShape)
@@ -431,7 +481,11 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 			return nil, fmt.Errorf("%w: linear: b is %v, W %v wants [%d]", ErrShape, args[2].shape, w.shape, out)
 		}
 		rec.m, rec.n, rec.k = x.n/in, out, in
-		return one(append(append([]int{}, x.shape[:len(x.shape)-1]...), out))
+		shape := append(append([]int{}, x.shape[:len(x.shape)-1]...), out)
+		if op == abi.OpLinearGeluTanh {
+			rec.needPre(dev, shape)
+		}
+		return one(shape)
 	case abi.OpAdd:
 		s, swapped, err := broadcast(op, args[0], args[1])
 		rec.swapped = swapped
@@ -441,6 +495,8 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 		return one(s)
 	case abi.OpGeluTanh:
 		return one(args[0].shape)
+	case abi.OpAddLayerNorm:
+		return prepareAddLayerNorm(dev, rec, attrs)
 	case abi.OpLayerNorm:
 		x, w, b := args[0], args[1], args[2]
 		if len(x.shape) < 1 {
@@ -568,6 +624,60 @@ func prepareReduce(rec *record, attrs []float64) ([][]int, error) {
 		rec.need(&rec.saved, abi.DTypeInt32, shape) // arg-max indices
 	}
 	return [][]int{shape}, nil
+}
+
+// needPre asks for a fused op's intermediate: only for the tape on a
+// device with the fused kernel, always on one that composes the op from
+// its parts (and needs the intermediate as their buffer).
+func (r *record) needPre(dev Device, shape []int) {
+	if _, ok := dev.(fusedOps); ok {
+		r.needTaped(&r.pre, abi.DTypeFloat32, shape)
+		return
+	}
+	r.need(&r.pre, abi.DTypeFloat32, shape)
+}
+
+// prepareAddLayerNorm checks x and r as add does and w, b and eps as
+// layer_norm does, for the larger of x and r.
+func prepareAddLayerNorm(dev Device, rec *record, attrs []float64) ([][]int, error) {
+	op, args := rec.op, rec.args
+	s, swapped, err := broadcast(op, args[0], args[1])
+	if err != nil {
+		return nil, err
+	}
+	rec.swapped = swapped
+	if len(s) < 1 {
+		return nil, fmt.Errorf("%w: add_layer_norm: x and r are scalars", ErrShape)
+	}
+	small := args[1]
+	if swapped {
+		small = args[0]
+	}
+	h := s[len(s)-1]
+	if len(small.shape) < 1 {
+		return nil, fmt.Errorf("%w: add_layer_norm: %v and %v: the smaller must have the last dim %d too", ErrShape, args[0].shape, args[1].shape, h)
+	}
+	w, b := args[2], args[3]
+	if len(w.shape) != 1 || w.shape[0] != h || len(b.shape) != 1 || b.shape[0] != h {
+		return nil, fmt.Errorf("%w: add_layer_norm: x + r of %v wants w and b of [%d], got %v and %v", ErrShape, s, h, w.shape, b.shape)
+	}
+	if rec.p, err = epsAttr(op, attrs, defaultLayerNormEps); err != nil {
+		return nil, err
+	}
+	rows := numel(s) / h
+	rec.need(&rec.mean, abi.DTypeFloat32, []int{rows})
+	rec.need(&rec.rstd, abi.DTypeFloat32, []int{rows})
+	rec.needPre(dev, s)
+	return [][]int{s}, nil
+}
+
+// numel returns the element count of a checked shape.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
 
 // prepareEmbedding checks ids and table; the ids' values are checked by
@@ -860,6 +970,36 @@ func forward(dev Device, rec *record) error {
 		return dev.addRepeat(out, a[0], a[1])
 	case abi.OpGeluTanh:
 		return dev.geluForward(out, a[0])
+	case abi.OpLinearGeluTanh:
+		var bias *Tensor
+		if len(a) == 3 {
+			bias = a[2]
+		}
+		if f, ok := dev.(fusedOps); ok {
+			return f.linearGelu(rec.m, rec.n, rec.k, a[0], a[1], bias, out, rec.pre)
+		}
+		// The parts, with the pre-activation as linear's result.
+		if err := dev.gemm(false, true, rec.m, rec.n, rec.k, a[0], a[1], rec.pre, false); err != nil {
+			return err
+		}
+		if bias != nil {
+			if err := dev.addRepeat(rec.pre, rec.pre, bias); err != nil {
+				return err
+			}
+		}
+		return dev.geluForward(out, rec.pre)
+	case abi.OpAddLayerNorm:
+		x, r := a[0], a[1]
+		if rec.swapped {
+			x, r = r, x
+		}
+		if f, ok := dev.(fusedOps); ok {
+			return f.addLayerNorm(out, rec.pre, rec.mean, rec.rstd, x, r, a[2], a[3], rec.p)
+		}
+		if err := dev.addRepeat(rec.pre, x, r); err != nil {
+			return err
+		}
+		return dev.layerNormForward(out, rec.mean, rec.rstd, rec.pre, a[2], a[3], rec.p)
 	case abi.OpLayerNorm:
 		return dev.layerNormForward(out, rec.mean, rec.rstd, a[0], a[1], a[2], rec.p)
 	case abi.OpRMSNorm:
@@ -932,6 +1072,21 @@ func forward(dev Device, rec *record) error {
 // epilogue (the CPU device).
 type fusedLinear interface {
 	linear(m, n, k int, x, w, bias, y *Tensor) error
+}
+
+// fusedOps is a device with kernels for the fused ops (the CPU device).
+// Another device runs them as their parts, with the intermediate as a
+// tensor between them.
+type fusedOps interface {
+	// linearGelu sets y = gelu_tanh(x·wᵀ + bias) for an m×k x and an
+	// n×k w; bias (n values) may be nil, and pre, when not nil,
+	// receives x·wᵀ + bias.
+	linearGelu(m, n, k int, x, w, bias, y, pre *Tensor) error
+
+	// addLayerNorm sets y = layer_norm(x + res) over rows of w.Len(),
+	// with res repeating along x, keeps the row statistics as
+	// layerNormForward does and, when sum is not nil, x + res in sum.
+	addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps float64) error
 }
 
 // checkArg checks that t is a tensor on dev of the dtype kind wants.

@@ -131,6 +131,15 @@ var gradCases = []opCase{
 	{name: "attention-mask", op: abi.OpAttention, shapes: [][]int{{3, 2, 4, 4}, {3, 2, 4, 4}, {3, 2, 4, 2}, {3, 4}}, kinds: []argKind{kFloat, kFloat, kFloat, kPadMask}},
 	{name: "attention-causal", op: abi.OpAttention, shapes: [][]int{{1, 2, 4, 3}, {1, 2, 4, 3}, {1, 2, 4, 3}}, attrs: []float64{1}},
 	{name: "attention-causal-tk>tq-scale", op: abi.OpAttention, shapes: [][]int{{2, 1, 2, 3}, {2, 1, 5, 3}, {2, 1, 5, 2}}, attrs: []float64{1, 0.7}},
+	// The fused ops, on shapes small enough for the plain loop and large
+	// enough for the GEMM's epilogue (edge tiles, both thread splits).
+	{name: "linear_gelu_tanh", op: abi.OpLinearGeluTanh, shapes: [][]int{{3, 5}, {4, 5}, {4}}, lo: -2, hi: 2},
+	{name: "linear_gelu_tanh-no-bias-rank3", op: abi.OpLinearGeluTanh, shapes: [][]int{{2, 3, 5}, {6, 5}}, lo: -2, hi: 2},
+	{name: "linear_gelu_tanh-rank1", op: abi.OpLinearGeluTanh, shapes: [][]int{{5}, {3, 5}, {3}}},
+	{name: "linear_gelu_tanh-epilogue", op: abi.OpLinearGeluTanh, shapes: [][]int{{50, 24}, {37, 24}, {37}}, lo: -2, hi: 2},
+	{name: "add_layer_norm", op: abi.OpAddLayerNorm, shapes: [][]int{{4, 6}, {4, 6}, {6}, {6}}},
+	{name: "add_layer_norm-bcast-r-eps", op: abi.OpAddLayerNorm, shapes: [][]int{{2, 3, 5}, {3, 5}, {5}, {5}}, attrs: []float64{1e-3}},
+	{name: "add_layer_norm-bcast-x", op: abi.OpAddLayerNorm, shapes: [][]int{{7}, {3, 7}, {7}, {7}}, attrs: []float64{1e-12}},
 	{name: "attention-causal-tq>tk-mask", op: abi.OpAttention, shapes: [][]int{{2, 1, 5, 3}, {2, 1, 3, 3}, {2, 1, 3, 2}, {2, 3}}, attrs: []float64{1}, kinds: []argKind{kFloat, kFloat, kFloat, kPadMask}},
 }
 

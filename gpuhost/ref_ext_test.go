@@ -24,12 +24,18 @@ type testDevice struct {
 var buildDevices []testDevice
 
 // devices returns every device the tables run on: the CPU serial and with
-// more goroutines than this machine may have cores, and buildDevices.
+// more goroutines than this machine may have cores, the CPU on every GEMM
+// path this machine runs (the portable one included) with even small
+// products split, and buildDevices.
 func devices() []testDevice {
-	return append([]testDevice{
+	ds := []testDevice{
 		{name: "cpu-1", dev: gpuhost.NewCPU(1)},
 		{name: "cpu-3", dev: gpuhost.NewCPU(3)},
-	}, buildDevices...)
+	}
+	for _, p := range gpuhost.GEMMPaths() {
+		ds = append(ds, testDevice{name: "cpu-" + p + "-split", dev: gpuhost.NewCPUOnPath(3, p)})
+	}
+	return append(ds, buildDevices...)
 }
 
 func numel(shape []int) int {

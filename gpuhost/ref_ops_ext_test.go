@@ -276,6 +276,14 @@ func refAttention(q, k, v, mask []float64, qs, ks, vs []int, causal bool, scale 
 func refOpExt(op abi.Op, args [][]float64, shapes [][]int, attrs []float64) (y []float64, ok bool) {
 	x, xs := args[0], shapes[0]
 	switch op {
+	case abi.OpLinearGeluTanh:
+		var b []float64
+		if len(args) == 3 {
+			b = args[2]
+		}
+		return refGelu(refLinear(x, xs, args[1], shapes[1], b)), true
+	case abi.OpAddLayerNorm:
+		return refLayerNorm(refAdd(args[0], args[1]), args[2], args[3], refAttr(attrs, 0, 1e-5)), true
 	case abi.OpSub:
 		return refBinary(args[0], args[1], func(a, b float64) float64 { return a - b }), true
 	case abi.OpMul:

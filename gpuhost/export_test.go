@@ -1,0 +1,25 @@
+package gpuhost
+
+// GEMMPaths returns the names of the GEMM paths this CPU and build run,
+// best first, for the external tests' device tables.
+func GEMMPaths() []string {
+	var names []string
+	for _, p := range gemmPaths() {
+		names = append(names, p.String())
+	}
+	return names
+}
+
+// NewCPUOnPath is NewCPU(threads) on the named GEMM path (and its
+// elementwise kernels), splitting even small products across threads.
+func NewCPUOnPath(threads int, path string) Device {
+	d := NewCPU(threads).(*cpuDevice)
+	for _, p := range gemmPaths() {
+		if p.String() == path {
+			d.path = p
+		}
+	}
+	d.asm = gemmHaveAsm && d.path != pathGo
+	d.minWork = 1
+	return d
+}
