@@ -25,6 +25,10 @@ func NewLinear(c *InitContext, name string, in, out int64) LinearLayer {
 // Forward applies the layer.
 func (l LinearLayer) Forward(x Tensor) Tensor { return Linear(x, l.W, l.B) }
 
+// ForwardGeluTanh applies the layer and then gelu_tanh, as one fused op
+// (LinearGeluTanh).
+func (l LinearLayer) ForwardGeluTanh(x Tensor) Tensor { return LinearGeluTanh(x, l.W, l.B) }
+
 // Err returns the first error met declaring the layer.
 func (l LinearLayer) Err() error { return firstErr(l.W, l.B) }
 
@@ -45,6 +49,10 @@ func NewLayerNorm(c *InitContext, name string, dim int64, eps float64) LayerNorm
 
 // Forward applies the layer.
 func (l LayerNormLayer) Forward(x Tensor) Tensor { return LayerNorm(x, l.W, l.B, l.Eps) }
+
+// ForwardAdd applies the layer to x + r, as one fused op (AddLayerNorm):
+// a post-norm residual block.
+func (l LayerNormLayer) ForwardAdd(x, r Tensor) Tensor { return AddLayerNorm(x, r, l.W, l.B, l.Eps) }
 
 // Err returns the first error met declaring the layer.
 func (l LayerNormLayer) Err() error { return firstErr(l.W, l.B) }

@@ -1,6 +1,10 @@
 package expert
 
-import "github.com/moehost/moehost/abi"
+import (
+	"errors"
+
+	"github.com/moehost/moehost/abi"
+)
 
 // This file has one function per op of ABI v1, in op-code order; package
 // abi documents each op's shapes, dtypes and attrs in full. Every function
@@ -226,6 +230,43 @@ func Attention(q, k, v, keyPaddingMask Tensor, causal bool, scale float64) Tenso
 		return op(abi.OpAttention, attrs, q, k, v)
 	}
 	return op(abi.OpAttention, attrs, q, k, v, keyPaddingMask)
+}
+
+// LinearGeluTanh returns gelu_tanh(x·wᵀ + b), Linear then GeluTanh as one
+// op that the host can fuse (abi.OpLinearGeluTanh). Pass a zero Tensor{}
+// as b for no bias. On a host that lacks the op it runs the two.
+func LinearGeluTanh(x, w, b Tensor) Tensor {
+	return fused(abi.OpLinearGeluTanh, nil, []Tensor{x, w, b}, func() Tensor { return GeluTanh(Linear(x, w, b)) })
+}
+
+// AddLayerNorm returns LayerNorm(x + r, w, b, eps), Add then LayerNorm as
+// one op that the host can fuse (abi.OpAddLayerNorm): the residual block
+// of a post-norm transformer. On a host that lacks the op it runs the two.
+func AddLayerNorm(x, r, w, b Tensor, eps float64) Tensor {
+	return fused(abi.OpAddLayerNorm, []float64{eps}, []Tensor{x, r, w, b}, func() Tensor { return LayerNorm(Add(x, r), w, b, eps) })
+}
+
+// hostLacks records the fused ops that the host answered with
+// ErrUnknownOp (a host older than the op), so that they run as their
+// parts from then on without asking again. A guest instance is single
+// threaded.
+var hostLacks = map[abi.Op]bool{}
+
+// fused runs the fused op code on args (a trailing zero Tensor{} is left
+// out), or parts when the host lacks it.
+func fused(code abi.Op, attrs []float64, args []Tensor, parts func() Tensor) Tensor {
+	if !hostLacks[code] {
+		if isNone(args[len(args)-1]) {
+			args = args[:len(args)-1]
+		}
+		t := op(code, attrs, args...)
+		var he *HostError
+		if !errors.As(t.err, &he) || he.Errno != abi.ErrUnknownOp {
+			return t
+		}
+		hostLacks[code] = true
+	}
+	return parts()
 }
 
 func f64s(v []int64) []float64 {

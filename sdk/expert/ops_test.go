@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +52,59 @@ var sdkFuncs = map[abi.Op]string{
 	abi.OpCrossEntropy: "CrossEntropy",
 	abi.OpBatchMatMul:  "BatchMatMul",
 	abi.OpAttention:    "Attention",
+
+	abi.OpLinearGeluTanh: "LinearGeluTanh",
+	abi.OpAddLayerNorm:   "AddLayerNorm",
+}
+
+// TestFusedFallsBackOnOldHost checks that a fused op runs as its parts on
+// a host that answers ErrUnknownOp, asking that host once, and as itself
+// on a host that serves it.
+func TestFusedFallsBackOnOldHost(t *testing.T) {
+	defer func(f func(int32, uint32, uint32, uint32, uint32) int32) { callOp = f }(callOp)
+	defer func() { clear(hostLacks) }()
+	var calls []abi.Op
+	serves := func(o abi.Op) bool { return o <= abi.OpAttention }
+	callOp = func(code int32, _, _, _, _ uint32) int32 {
+		calls = append(calls, abi.Op(code))
+		if !serves(abi.Op(code)) {
+			return int32(abi.ErrUnknownOp)
+		}
+		return 7
+	}
+	x := Tensor{h: 1}
+	for _, tc := range []struct {
+		name string
+		run  func() Tensor
+		want []abi.Op
+	}{
+		{"linear_gelu_tanh old host", func() Tensor { return LinearGeluTanh(x, x, x) }, []abi.Op{abi.OpLinearGeluTanh, abi.OpLinear, abi.OpGeluTanh}},
+		{"linear_gelu_tanh remembered", func() Tensor { return LinearGeluTanh(x, x, Tensor{}) }, []abi.Op{abi.OpLinear, abi.OpGeluTanh}},
+		{"add_layer_norm old host", func() Tensor { return AddLayerNorm(x, x, x, x, 1e-5) }, []abi.Op{abi.OpAddLayerNorm, abi.OpAdd, abi.OpLayerNorm}},
+	} {
+		calls = nil
+		if y := tc.run(); y.err != nil || y.h != 7 {
+			t.Errorf("%s: got %+v", tc.name, y)
+		}
+		if !slices.Equal(calls, tc.want) {
+			t.Errorf("%s: host calls %v, want %v", tc.name, calls, tc.want)
+		}
+	}
+	clear(hostLacks)
+	serves = func(abi.Op) bool { return true }
+	calls = nil
+	if y := LinearGeluTanh(x, x, x); y.err != nil || !slices.Equal(calls, []abi.Op{abi.OpLinearGeluTanh}) {
+		t.Errorf("a host with the op: %+v, calls %v", y, calls)
+	}
+	calls = nil
+	// Another error is the op's own: no fallback.
+	callOp = func(code int32, _, _, _, _ uint32) int32 {
+		calls = append(calls, abi.Op(code))
+		return int32(abi.ErrShapeMismatch)
+	}
+	if y := AddLayerNorm(x, x, x, x, 1e-5); y.err == nil || len(calls) != 1 {
+		t.Errorf("a shape error: %+v, calls %v, want the error from one call", y, calls)
+	}
 }
 
 // TestEveryOpHasAFunction checks that each op of abi.Ops() has an

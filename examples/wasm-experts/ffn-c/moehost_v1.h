@@ -126,6 +126,10 @@ enum {
 	MOE_OP_CROSS_ENTROPY = 34, /* logits [N,C], targets [N]; attrs reduction, ignore_index */
 	MOE_OP_BATCH_MATMUL = 35,  /* a [...,M,K], b [...,K,N]; attrs transpose_a, transpose_b */
 	MOE_OP_ATTENTION = 36,     /* q, k, v, key_padding_mask (optional); attrs causal, scale */
+	/* Fused pairs: the result and gradients of the two ops; a host older
+	   than them returns MOE_ERR_UNKNOWN_OP, and the guest runs the pair. */
+	MOE_OP_LINEAR_GELU_TANH = 37, /* x, W, b (optional): gelu_tanh(linear) */
+	MOE_OP_ADD_LAYER_NORM = 38,   /* x, r, w, b; attrs eps (1e-5): layer_norm(x + r) */
 };
 
 #define MOE_IMPORT(name) __attribute__((import_module("moehost_v1"), import_name(name)))

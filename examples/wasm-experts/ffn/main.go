@@ -45,8 +45,11 @@ func (f *ffn) Init(c *expert.InitContext) error {
 
 func (f *ffn) Forward(c *expert.Call) error {
 	x := c.Input(0)
-	h := expert.GeluTanh(f.ffn.Forward(x))
-	return c.SetOutput(0, f.norm.Forward(expert.Add(x, f.ffnOutput.Forward(h))))
+	// The fused ops: linear1's bias and gelu in the GEMM's epilogue, the
+	// residual add in layer_norm's pass (on a host without them, the SDK
+	// runs the parts).
+	h := f.ffn.ForwardGeluTanh(x)
+	return c.SetOutput(0, f.norm.ForwardAdd(x, f.ffnOutput.Forward(h)))
 }
 
 func init() { expert.Register(&ffn{}) }

@@ -69,9 +69,9 @@ func (m *transformer) Init(c *expert.InitContext) error {
 
 func (m *transformer) Forward(c *expert.Call) error {
 	x, mask := c.Input(0), c.Input(1)
-	x = m.norm1.Forward(expert.Add(x, m.selfAttn.Forward(x, mask, false)))
+	x = m.norm1.ForwardAdd(x, m.selfAttn.Forward(x, mask, false))
 	ff := m.linear2.Forward(expert.Gelu(m.linear1.Forward(x)))
-	return c.SetOutput(0, m.norm2.Forward(expert.Add(x, ff)))
+	return c.SetOutput(0, m.norm2.ForwardAdd(x, ff))
 }
 
 func init() { expert.Register(&transformer{}) }
