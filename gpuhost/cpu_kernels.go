@@ -222,11 +222,7 @@ func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps f
 			}
 			off := r * h % len(rr)
 			xr, rsd := in[r*h:(r+1)*h], rr[off:off+h]
-			sr, rsd = sr[:len(xr)], rsd[:len(xr)]
-			for i, v := range xr {
-				sr[i] = v + rsd[i]
-			}
-			m, inv := d.layerNormRow(or, sr, ww, bb, eps)
+			m, inv := normRow(or, sr, ww, bb, eps, addRowSum(sr, xr, rsd, d.asm), d.asm)
 			mu[r], rs[r] = float32(m), float32(inv)
 		}
 	})
@@ -235,22 +231,7 @@ func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps f
 // layerNormRow normalises one row, y = (x − mean)·rstd·w + b, and returns
 // its mean and rstd. y may be x.
 func (d *cpuDevice) layerNormRow(y, x, w, b []float32, eps float64) (mean, rstd float64) {
-	var s float64
-	for _, v := range x {
-		s += float64(v)
-	}
-	m := s / float64(len(x))
-	var q float64
-	for _, v := range x {
-		dv := float64(v) - m
-		q += dv * dv
-	}
-	inv := 1 / math.Sqrt(q/float64(len(x))+eps)
-	b, w, y = b[:len(x)], w[:len(x)], y[:len(x)]
-	for i, v := range x {
-		y[i] = float32((float64(v)-m)*inv)*w[i] + b[i]
-	}
-	return m, inv
+	return normRow(y, x, w, b, eps, rowSum(x, d.asm), d.asm)
 }
 
 // layerNormBackward implements kernels.layerNormBackward:
@@ -265,25 +246,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		o := gx.f32()
 		if err := d.parallelFor(gx.stop, rows, max(1, grainCheap/h), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				xr := in[r*h : (r+1)*h]
-				gr := g[r*h : (r+1)*h]
-				or := o[r*h : (r+1)*h]
-				gr = gr[:len(xr)]
-				or = or[:len(xr)]
-				m, inv := float64(mu[r]), float64(rs[r])
-				var sg, sgx float64
-				for i, v := range xr {
-					gh := float64(gr[i]) * float64(ww[i])
-					sg += gh
-					sgx += gh * (float64(v) - m) * inv
-				}
-				sg /= float64(h)
-				sgx /= float64(h)
-				for i, v := range xr {
-					xh := (float64(v) - m) * inv
-					gh := float64(gr[i]) * float64(ww[i])
-					or[i] = float32(inv * (gh - sg - xh*sgx))
-				}
+				normRowGrad(o[r*h:(r+1)*h], in[r*h:(r+1)*h], g[r*h:(r+1)*h], ww, float64(mu[r]), float64(rs[r]), d.asm)
 			}
 		}); err != nil {
 			return err
@@ -297,15 +260,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		sw := make([]float64, hi-lo)
 		sb := make([]float64, hi-lo)
 		for r := range rows {
-			xr := in[r*h+lo : r*h+hi]
-			gr := g[r*h+lo : r*h+hi]
-			gr = gr[:len(xr)]
-			m, inv := float64(mu[r]), float64(rs[r])
-			for i, v := range xr {
-				gv := float64(gr[i])
-				sw[i] += gv * (float64(v) - m) * inv
-				sb[i] += gv
-			}
+			normColsGrad(sw, sb, in[r*h+lo:r*h+hi], g[r*h+lo:r*h+hi], float64(mu[r]), float64(rs[r]), d.asm)
 		}
 		if gw != nil {
 			o := gw.f32()[lo:hi]

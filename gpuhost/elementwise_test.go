@@ -124,3 +124,114 @@ func TestAdamKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerNormKernels checks layer_norm's row kernels, vector and
+// portable, forward (plain and with the residual add) and backward,
+// against float64 on row lengths with and without tails of 8, with rows
+// whose mean is large next to their spread (the case the float64
+// two-pass statistics are for).
+func TestLayerNormKernels(t *testing.T) {
+	t.Parallel()
+	for _, asm := range []bool{false, gemmHaveAsm} {
+		for _, threads := range []int{1, 2} {
+			for _, h := range []int{1, 7, 8, 9, 31, 64, 1000, 1027} {
+				t.Run(fmt.Sprintf("asm=%v/threads=%d/h=%d", asm, threads, h), func(t *testing.T) {
+					const rows, eps = 5, 1e-5
+					d := &cpuDevice{threads: threads, minWork: gemmMinWork, asm: asm}
+					rng := rand.New(rand.NewPCG(uint64(h), 9))
+					vals := func(n int, off float64) []float32 {
+						v := make([]float32, n)
+						for i := range v {
+							v[i] = float32(off + rng.Float64()*2 - 1)
+						}
+						return v
+					}
+					xs, rsd, ws, bs, gs := vals(rows*h, 300), vals(h, 0), vals(h, 1), vals(h, 0), vals(rows*h, 0)
+					x, _ := d.FromFloat32([]int{rows, h}, xs)
+					r, _ := d.FromFloat32([]int{h}, rsd)
+					w, _ := d.FromFloat32([]int{h}, ws)
+					b, _ := d.FromFloat32([]int{h}, bs)
+					gy, _ := d.FromFloat32([]int{rows, h}, gs)
+					zeros := func(s ...int) *Tensor { z, _ := d.Zeros(x.dt, s); return z }
+					y, sum, y2, mean, rstd, mean2, rstd2 := zeros(rows, h), zeros(rows, h), zeros(rows, h), zeros(rows), zeros(rows), zeros(rows), zeros(rows)
+					gx, gw, gb := zeros(rows, h), zeros(h), zeros(h)
+					if err := d.layerNormForward(y, mean, rstd, x, w, b, eps); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.addLayerNorm(y2, sum, mean2, rstd2, x, r, w, b, eps); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy); err != nil {
+						t.Fatal(err)
+					}
+					// The float64 reference, from the float32 inputs.
+					wy, wy2, wgx := make([]float64, rows*h), make([]float64, rows*h), make([]float64, rows*h)
+					wgw, wgb := make([]float64, h), make([]float64, h)
+					for k := range rows {
+						norm := func(row []float64, out []float64) (float64, float64) {
+							var m, v float64
+							for _, e := range row {
+								m += e
+							}
+							m /= float64(h)
+							for _, e := range row {
+								v += (e - m) * (e - m)
+							}
+							inv := 1 / math.Sqrt(v/float64(h)+eps)
+							for i, e := range row {
+								out[i] = (e-m)*inv*float64(ws[i]) + float64(bs[i])
+							}
+							return m, inv
+						}
+						row, row2 := make([]float64, h), make([]float64, h)
+						for i := range h {
+							row[i] = float64(xs[k*h+i])
+							row2[i] = float64(xs[k*h+i] + rsd[i])
+							if got := sum.f32()[k*h+i]; got != xs[k*h+i]+rsd[i] {
+								t.Fatalf("sum[%d,%d] = %g, want %g", k, i, got, xs[k*h+i]+rsd[i])
+							}
+						}
+						m, inv := norm(row, wy[k*h:])
+						norm(row2, wy2[k*h:])
+						if e := math.Abs(float64(mean.f32()[k])-m) / math.Abs(m); e > 1e-7 {
+							t.Errorf("mean[%d] = %g, want %g", k, mean.f32()[k], m)
+						}
+						if e := math.Abs(float64(rstd.f32()[k])-inv) / inv; e > 1e-6 {
+							t.Errorf("rstd[%d] = %g, want %g", k, rstd.f32()[k], inv)
+						}
+						var sg, sgx float64
+						for i := range h {
+							gh := float64(gs[k*h+i]) * float64(ws[i])
+							sg += gh
+							sgx += gh * (row[i] - m) * inv
+						}
+						sg, sgx = sg/float64(h), sgx/float64(h)
+						for i := range h {
+							xh := (row[i] - m) * inv
+							gh := float64(gs[k*h+i]) * float64(ws[i])
+							wgx[k*h+i] = inv * (gh - sg - xh*sgx)
+							wgw[i] += float64(gs[k*h+i]) * xh
+							wgb[i] += float64(gs[k*h+i])
+						}
+					}
+					for _, c := range []struct {
+						name string
+						got  []float32
+						want []float64
+						tol  float64
+					}{
+						{"y", y.f32(), wy, 1e-5}, {"add y", y2.f32(), wy2, 1e-5},
+						// The backward reads mean and rstd as the forward kept
+						// them, in float32: at a mean of 300 that rounding
+						// (about 1e-5 of x̂) shows in gx and gw.
+						{"gx", gx.f32(), wgx, 1e-4}, {"gw", gw.f32(), wgw, 1e-4}, {"gb", gb.f32(), wgb, 1e-5},
+					} {
+						if e := relErr(c.got, c.want); e > c.tol {
+							t.Errorf("%s: relative error %.3g > %g", c.name, e, c.tol)
+						}
+					}
+				})
+			}
+		}
+	}
+}

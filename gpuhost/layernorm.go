@@ -1,0 +1,117 @@
+package gpuhost
+
+import "math"
+
+// The row pieces of layer_norm, forward and backward, in float64 as the
+// kernels in cpu_kernels.go need them. With asm set (the device's asm
+// field: AVX2 and FMA present), the whole runs of 8 go to the kernels in
+// layernorm_amd64.s and the tail to the Go loop, which is the whole row
+// otherwise. The vector code adds in another order, so sums differ from
+// the Go loop's in the last bits of a float64.
+
+// rowSum returns Σ x.
+func rowSum(x []float32, asm bool) float64 {
+	var s float64
+	n8 := 0
+	if asm {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			s = sumF64AVX2(&x[0], n8)
+		}
+	}
+	for _, v := range x[n8:] {
+		s += float64(v)
+	}
+	return s
+}
+
+// addRowSum sets s = x + r in float32 and returns Σ s.
+func addRowSum(s, x, r []float32, asm bool) float64 {
+	s, r = s[:len(x)], r[:len(x)]
+	var sum float64
+	n8 := 0
+	if asm {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			sum = addSumF64AVX2(&s[0], &x[0], &r[0], n8)
+		}
+	}
+	for i := n8; i < len(x); i++ {
+		v := x[i] + r[i]
+		s[i] = v
+		sum += float64(v)
+	}
+	return sum
+}
+
+// normRow normalises x, whose elements sum to sum, into y =
+// (x − mean)·rstd·w + b with a second pass for the variance, so that a
+// large mean does not eat it, and returns mean and rstd. y may be x.
+func normRow(y, x, w, b []float32, eps, sum float64, asm bool) (mean, rstd float64) {
+	h := float64(len(x))
+	m := sum / h
+	var q float64
+	n8 := 0
+	if asm {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			q = sqDevF64AVX2(&x[0], n8, m)
+		}
+	}
+	for _, v := range x[n8:] {
+		dv := float64(v) - m
+		q += dv * dv
+	}
+	inv := 1 / math.Sqrt(q/h+eps)
+	b, w, y = b[:len(x)], w[:len(x)], y[:len(x)]
+	if n8 > 0 {
+		lnApplyAVX2(&y[0], &x[0], &w[0], &b[0], n8, m, inv)
+	}
+	for i := n8; i < len(x); i++ {
+		y[i] = float32((float64(x[i])-m)*inv)*w[i] + b[i]
+	}
+	return m, inv
+}
+
+// normRowGrad sets gx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) for one row, with
+// ĝ = gy·w and x̂ = (x − mean)·rstd.
+func normRowGrad(gx, x, gy, w []float32, m, inv float64, asm bool) {
+	gx, gy, w = gx[:len(x)], gy[:len(x)], w[:len(x)]
+	var sg, sgx float64
+	n8 := 0
+	if asm {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			sg, sgx = lnBwdSumsAVX2(&x[0], &gy[0], &w[0], n8, m, inv)
+		}
+	}
+	for i := n8; i < len(x); i++ {
+		gh := float64(gy[i]) * float64(w[i])
+		sg += gh
+		sgx += gh * (float64(x[i]) - m) * inv
+	}
+	h := float64(len(x))
+	sg /= h
+	sgx /= h
+	if n8 > 0 {
+		lnBwdApplyAVX2(&gx[0], &x[0], &gy[0], &w[0], n8, m, inv, sg, sgx)
+	}
+	for i := n8; i < len(x); i++ {
+		xh := (float64(x[i]) - m) * inv
+		gh := float64(gy[i]) * float64(w[i])
+		gx[i] = float32(inv * (gh - sg - xh*sgx))
+	}
+}
+
+// normColsGrad adds one row's share of the weight and bias gradients:
+// sw += gy·x̂, sb += gy.
+func normColsGrad(sw, sb []float64, x, gy []float32, m, inv float64, asm bool) {
+	sw, sb, gy = sw[:len(x)], sb[:len(x)], gy[:len(x)]
+	n8 := 0
+	if asm {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			lnBwdColsAVX2(&sw[0], &sb[0], &x[0], &gy[0], n8, m, inv)
+		}
+	}
+	for i := n8; i < len(x); i++ {
+		gv := float64(gy[i])
+		sw[i] += gv * (float64(x[i]) - m) * inv
+		sb[i] += gv
+	}
+}

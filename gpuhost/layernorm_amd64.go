@@ -1,0 +1,28 @@
+//go:build amd64 && !purego
+
+package gpuhost
+
+// The AVX2 row kernels of layer_norm, in layernorm_amd64.s. Each takes n,
+// a multiple of 8, and pointers to at least n elements; the *Vec wrappers
+// in layernorm.go check lengths and run the tail in Go.
+
+//go:noescape
+func sumF64AVX2(x *float32, n int) float64
+
+//go:noescape
+func addSumF64AVX2(s, x, r *float32, n int) float64
+
+//go:noescape
+func sqDevF64AVX2(x *float32, n int, m float64) float64
+
+//go:noescape
+func lnApplyAVX2(y, x, w, b *float32, n int, m, inv float64)
+
+//go:noescape
+func lnBwdSumsAVX2(x, gy, w *float32, n int, m, inv float64) (sg, sgx float64)
+
+//go:noescape
+func lnBwdApplyAVX2(o, x, gy, w *float32, n int, m, inv, sg, sgx float64)
+
+//go:noescape
+func lnBwdColsAVX2(sw, sb *float64, x, gy *float32, n int, m, inv float64)

@@ -1,0 +1,18 @@
+//go:build !amd64 || purego
+
+package gpuhost
+
+// The layer_norm row kernels exist so that layernorm.go compiles; they are
+// never called because the device's asm field is false in this build.
+
+func sumF64AVX2(x *float32, n int) float64                   { panic(noAsm) }
+func addSumF64AVX2(s, x, r *float32, n int) float64          { panic(noAsm) }
+func sqDevF64AVX2(x *float32, n int, m float64) float64      { panic(noAsm) }
+func lnApplyAVX2(y, x, w, b *float32, n int, m, inv float64) { panic(noAsm) }
+func lnBwdSumsAVX2(x, gy, w *float32, n int, m, inv float64) (sg, sgx float64) {
+	panic(noAsm)
+}
+func lnBwdApplyAVX2(o, x, gy, w *float32, n int, m, inv, sg, sgx float64)  { panic(noAsm) }
+func lnBwdColsAVX2(sw, sb *float64, x, gy *float32, n int, m, inv float64) { panic(noAsm) }
+
+const noAsm = "BUG: gpuhost: AVX2 kernel called in a build without it"
