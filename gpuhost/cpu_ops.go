@@ -168,10 +168,17 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 					m = max(m, float64(in[base+j*inner]))
 				}
 			}
+			// The vector exponentials take contiguous rows whose max is
+			// finite (NaN and ±Inf keep the Go arithmetic's results).
+			vec := d.asm && inner == 1 && !math.IsInf(m, 0) && !math.IsNaN(m)
 			var s float64
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(y.stop) {
 					return
+				}
+				if vec {
+					s += expSum(in[base+j0:base+min(dim, j0+rowStep)], m)
+					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
 					s += math.Exp(float64(in[base+j*inner]) - m)
@@ -193,12 +200,44 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 				if j0 > 0 && stopped(y.stop) {
 					return
 				}
+				if vec {
+					j1 := base + min(dim, j0+rowStep)
+					expScale(o[base+j0:j1], in[base+j0:j1], m, s)
+					continue
+				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
 					o[base+j*inner] = float32(math.Exp(float64(in[base+j*inner])-m) / s)
 				}
 			}
 		}
 	})
+}
+
+// expSum returns Σ e^(x−m) for m finite and at least every x, with the
+// AVX2 kernel over the runs of 8 (call it only when the device's asm is
+// set).
+func expSum(x []float32, m float64) float64 {
+	var s float64
+	n8 := len(x) &^ 7
+	if n8 > 0 {
+		s = expSumAVX2(&x[0], n8, m)
+	}
+	for _, v := range x[n8:] {
+		s += math.Exp(float64(v) - m)
+	}
+	return s
+}
+
+// expScale sets y = e^(x−m)/s, as expSum.
+func expScale(y, x []float32, m, s float64) {
+	y = y[:len(x)]
+	n8 := len(x) &^ 7
+	if n8 > 0 {
+		expScaleAVX2(&y[0], &x[0], n8, m, 1/s)
+	}
+	for i := n8; i < len(x); i++ {
+		y[i] = float32(math.Exp(float64(x[i])-m) / s)
+	}
 }
 
 // softmaxBackward implements kernels.softmaxBackward: softmax gives

@@ -235,3 +235,95 @@ func TestLayerNormKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxKernels checks softmax and log-softmax along the last axis,
+// vector and portable, against float64 on row lengths with and without
+// tails of 8 and rows that stress the exponential: spreads of hundreds
+// (e^t down to underflow), masked −Inf entries, and rows whose max is NaN,
+// +Inf or −Inf, where every path must give what the Go arithmetic gives.
+func TestSoftmaxKernels(t *testing.T) {
+	t.Parallel()
+	for _, dim := range []int{1, 7, 8, 9, 33, 1000, 1029} {
+		rng := rand.New(rand.NewPCG(uint64(dim), 11))
+		const rows = 7
+		xs := make([]float32, rows*dim)
+		for i := range xs {
+			switch r := i / dim; r {
+			case 0:
+				xs[i] = float32(rng.Float64()*6 - 3)
+			case 1: // a spread of hundreds: most terms underflow
+				xs[i] = float32(rng.Float64()*1400 - 700)
+			case 2: // masked entries
+				xs[i] = float32(rng.Float64()*4 - 2)
+				if i%3 == 0 && i%dim != 0 {
+					xs[i] = float32(math.Inf(-1))
+				}
+			default:
+				xs[i] = float32(rng.Float64()*60 - 30)
+			}
+		}
+		xs[4*dim+dim/2] = float32(math.NaN())
+		xs[5*dim+dim/2] = float32(math.Inf(1))
+		for i := range dim {
+			xs[6*dim+i] = float32(math.Inf(-1))
+		}
+		for _, log := range []bool{false, true} {
+			var want [][]float32 // the portable path's rows 4–6
+			for _, asm := range []bool{false, gemmHaveAsm} {
+				t.Run(fmt.Sprintf("dim=%d/log=%t/asm=%t", dim, log, asm), func(t *testing.T) {
+					d := &cpuDevice{threads: 2, minWork: gemmMinWork, asm: asm}
+					x, _ := d.FromFloat32([]int{rows, dim}, xs)
+					y, _ := d.Zeros(x.dt, x.shape)
+					if err := d.softmax(y, x, rows, dim, 1, log); err != nil {
+						t.Fatal(err)
+					}
+					for r := range 4 {
+						row := xs[r*dim : (r+1)*dim]
+						m := math.Inf(-1)
+						for _, v := range row {
+							m = max(m, float64(v))
+						}
+						var s float64
+						for _, v := range row {
+							s += math.Exp(float64(v) - m)
+						}
+						ref := make([]float64, dim)
+						for i, v := range row {
+							if log {
+								ref[i] = float64(v) - m - math.Log(s)
+							} else {
+								ref[i] = math.Exp(float64(v)-m) / s
+							}
+						}
+						got := y.f32()[r*dim : (r+1)*dim]
+						if log {
+							for i, v := range ref {
+								if math.IsInf(v, -1) && math.IsInf(float64(got[i]), -1) {
+									ref[i], got[i] = 0, 0 // masked: both −Inf
+								}
+							}
+						}
+						if e := relErr(got, ref); e > 1e-6 {
+							t.Errorf("row %d: relative error %.3g", r, e)
+						}
+					}
+					var rs [][]float32
+					for r := 4; r < rows; r++ {
+						rs = append(rs, append([]float32(nil), y.f32()[r*dim:(r+1)*dim]...))
+					}
+					if want == nil {
+						want = rs
+						return
+					}
+					for i := range rs {
+						for j := range rs[i] {
+							if g, w := rs[i][j], want[i][j]; g != w && !(g != g && w != w) {
+								t.Fatalf("row %d[%d] = %g, the Go path gives %g", 4+i, j, g, w)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}

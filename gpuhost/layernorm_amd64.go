@@ -26,3 +26,15 @@ func lnBwdApplyAVX2(o, x, gy, w *float32, n int, m, inv, sg, sgx float64)
 
 //go:noescape
 func lnBwdColsAVX2(sw, sb *float64, x, gy *float32, n int, m, inv float64)
+
+// expSumAVX2 returns Σ e^(x−m) in float64 for n, a multiple of 8, and
+// m finite and at least every x. Implemented in softmax_amd64.s.
+//
+//go:noescape
+func expSumAVX2(x *float32, n int, m float64) float64
+
+// expScaleAVX2 sets y = float32(e^(x−m)·inv), as expSumAVX2. Implemented
+// in softmax_amd64.s.
+//
+//go:noescape
+func expScaleAVX2(y, x *float32, n int, m, inv float64)

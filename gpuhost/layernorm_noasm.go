@@ -16,3 +16,6 @@ func lnBwdApplyAVX2(o, x, gy, w *float32, n int, m, inv, sg, sgx float64)  { pan
 func lnBwdColsAVX2(sw, sb *float64, x, gy *float32, n int, m, inv float64) { panic(noAsm) }
 
 const noAsm = "BUG: gpuhost: AVX2 kernel called in a build without it"
+
+func expSumAVX2(x *float32, n int, m float64) float64   { panic(noAsm) }
+func expScaleAVX2(y, x *float32, n int, m, inv float64) { panic(noAsm) }
