@@ -113,18 +113,26 @@ func (d *cpuDevice) linear(m, n, k int, x, w, bias, y *Tensor) error {
 	return nil
 }
 
-// linearGelu computes y = gelu_tanh(x·wᵀ + bias) with the bias and gelu
-// in the GEMM's epilogue: each tile is activated while it is in L1, so
-// the pre-activation never makes a round trip through memory. bias may be
-// nil; pre, when not nil, receives x·wᵀ + bias for the backward.
+// linearGelu computes y = gelu_tanh(x·wᵀ + bias); bias may be nil. pre,
+// when not nil, receives x·wᵀ + bias for the backward. Without pre the
+// bias and gelu run in the GEMM's epilogue: each tile is activated while
+// it is in L1, so the pre-activation never makes a round trip through
+// memory. With pre, the product goes to pre and gelu reads it from there
+// in a pass of its own: copying each tile to pre in the epilogue measured
+// slower (RATIONALE, the fused ops).
 func (d *cpuDevice) linearGelu(m, n, k int, x, w, bias, y, pre *Tensor) error {
-	ep := epilogue{gelu: true, asm: d.asm}
+	var bs []float32
 	if bias != nil {
-		ep.bias = bias.f32()
+		bs = bias.f32()
 	}
 	if pre != nil {
-		ep.pre = pre.f32()
+		d.gemmStop(y.stop, false, true, m, n, k, x.f32(), w.f32(), pre.f32(), false, bs)
+		if stopped(y.stop) {
+			return errStopped
+		}
+		return d.geluForward(y, pre)
 	}
+	ep := epilogue{bias: bs, gelu: true, asm: d.asm}
 	d.gemmEpi(y.stop, false, true, m, n, k, x.f32(), w.f32(), y.f32(), false, ep)
 	if stopped(y.stop) {
 		return errStopped
@@ -144,8 +152,8 @@ func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, 
 	d.gemmEpi(stop, ta, tb, m, n, k, a, b, c, acc, epilogue{bias: bias})
 }
 
-// gemmEpi is gemmStop with a whole epilogue: the bias, and gelu_tanh with
-// the pre-activation kept (linear_gelu_tanh).
+// gemmEpi is gemmStop with a whole epilogue: the bias, and gelu_tanh
+// (linear_gelu_tanh).
 func (d *cpuDevice) gemmEpi(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool, ep epilogue) {
 	if m <= 0 || n <= 0 {
 		return
@@ -170,24 +178,18 @@ func (d *cpuDevice) gemmEpi(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b
 }
 
 // epilogue is what the GEMM does to each finished tile of c while it is
-// still in cache: add bias (a value per column), then, with gelu, keep
-// the sum in pre (c's layout; nil when no tape needs it) and replace it
-// with gelu_tanh of itself. The zero epilogue does nothing.
+// still in cache: add bias (a value per column), then, with gelu, replace
+// each value by its gelu_tanh. The zero epilogue does nothing.
 type epilogue struct {
 	bias []float32
-	pre  []float32
 	gelu bool
 	asm  bool // gelu with the AVX2 kernel
 }
 
-// at returns the epilogue of the block of c that starts off elements and
-// col columns on.
-func (e epilogue) at(off, col int) epilogue {
+// at returns the epilogue of the block of c that starts col columns on.
+func (e epilogue) at(col int) epilogue {
 	if e.bias != nil {
 		e.bias = e.bias[col:]
-	}
-	if e.pre != nil {
-		e.pre = e.pre[off:]
 	}
 	return e
 }
@@ -202,18 +204,14 @@ func (e epilogue) apply(c []float32, rows, cols, ldc int) {
 				row[j] += v
 			}
 		}
-		e.activate(row, r*ldc)
+		e.activate(row)
 	}
 }
 
-// activate applies the activation to row, which starts off elements into
-// c, keeping its values in pre first.
-func (e epilogue) activate(row []float32, off int) {
+// activate applies the activation, if any, to row.
+func (e epilogue) activate(row []float32) {
 	if !e.gelu {
 		return
-	}
-	if e.pre != nil {
-		copy(e.pre[off:][:len(row)], row)
 	}
 	done := 0
 	if e.asm {
@@ -266,14 +264,14 @@ func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a,
 				if tb {
 					bo = lo * ldb
 				}
-				d.gemmSerial(stop, ta, tb, m, hi-lo, k, a, lda, b[bo:], ldb, c[lo:], n, acc, ep.at(lo, lo))
+				d.gemmSerial(stop, ta, tb, m, hi-lo, k, a, lda, b[bo:], ldb, c[lo:], n, acc, ep.at(lo))
 			} else {
 				hi := min(hi, m)
 				ao := lo * lda // row lo of op(A)
 				if ta {
 					ao = lo
 				}
-				d.gemmSerial(stop, ta, tb, hi-lo, n, k, a[ao:], lda, b, ldb, c[lo*n:], n, acc, ep.at(lo*n, 0))
+				d.gemmSerial(stop, ta, tb, hi-lo, n, k, a[ao:], lda, b, ldb, c[lo*n:], n, acc, ep)
 			}
 		}
 		if w == workers-1 {

@@ -86,7 +86,7 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 			add := acc || pc > 0
 			var eb epilogue // only once the sums are whole
 			if pc+kc == k {
-				eb = ep.at(jc, jc)
+				eb = ep.at(jc)
 			}
 			for ic := 0; ic < m; ic += mcMax {
 				if bufs.stopped() {
@@ -95,9 +95,8 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 				mc := min(mcMax, m-ic)
 				packAAsm(ap, a, lda, ta, ic, pc, mc, kc, mr)
 				cb := c[ic*ldc+jc:]
-				ec := eb.at(ic*ldc, 0)
 				if ic > 0 {
-					kn.macro(mc, nc, kc, bs, ap, bp, cb, ldc, add, ec, &t)
+					kn.macro(mc, nc, kc, bs, ap, bp, cb, ldc, add, eb, &t)
 					continue
 				}
 				// The first A block packs B a few panels at a time, just
@@ -112,7 +111,7 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 						pan = bp[jr/asmNR*bs:] // kept for the next A blocks
 					}
 					packBAsm(pan, b, ldb, tb, pc, jc+jr, kc, w, bs)
-					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, ec.at(jr, jr), &t)
+					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, eb.at(jr), &t)
 				}
 			}
 		}
@@ -280,8 +279,7 @@ func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc i
 		kn.fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add)
 		if ep.gelu {
 			for r := range mr {
-				off := (ir+r)*ldc + jr
-				ep.activate(c[off:][:nr], off)
+				ep.activate(c[(ir+r)*ldc+jr:][:nr])
 			}
 		}
 		return
@@ -308,7 +306,6 @@ func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc i
 		default:
 			copy(row, tr)
 		}
-		off := (ir+r)*ldc + jr
-		ep.activate(row, off)
+		ep.activate(row)
 	}
 }

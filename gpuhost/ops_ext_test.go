@@ -3,6 +3,7 @@ package gpuhost_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -269,6 +270,19 @@ func TestOpGradients(t *testing.T) {
 				if e := relErr(got, want); e > 1e-5 {
 					t.Errorf("forward relative error %.3g > 1e-5", e)
 				}
+				// Without a tape (a forward request), as fused ops run
+				// another way then.
+				plain, err := gpuhost.ApplyMulti(d.dev, nil, tt.op, args, tt.attrs)
+				if err != nil {
+					t.Fatalf("ApplyMulti without a tape: %v", err)
+				}
+				var gotPlain []float32
+				for _, o := range plain {
+					gotPlain = append(gotPlain, mustFloats(t, d.dev, o)...)
+				}
+				if e := relErr(gotPlain, want); e > 1e-5 {
+					t.Errorf("forward without a tape: relative error %.3g > 1e-5", e)
+				}
 
 				r := randVals(rng, len(got), -1, 1)
 				gouts := make([]*gpuhost.Tensor, len(outs))
@@ -320,6 +334,20 @@ func refFFN(in [][]float64, shapes [][]int, eps float64) []float64 {
 	return refLayerNorm(refAdd(x, y), lw, lb, eps)
 }
 
+// applyFFNFused runs the ffn block as the ffn example does, with the
+// fused ops: linear_gelu_tanh, linear, add_layer_norm.
+func applyFFNFused(dev gpuhost.Device, tape *gpuhost.Tape, p []*gpuhost.Tensor, eps float64) (*gpuhost.Tensor, error) {
+	h, err := gpuhost.Apply(dev, tape, abi.OpLinearGeluTanh, p[0:3], nil)
+	if err != nil {
+		return nil, err
+	}
+	y, err := gpuhost.Apply(dev, tape, abi.OpLinear, []*gpuhost.Tensor{h, p[3], p[4]}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return gpuhost.Apply(dev, tape, abi.OpAddLayerNorm, []*gpuhost.Tensor{p[0], y, p[5], p[6]}, []float64{eps})
+}
+
 // applyFFN runs the ffn block on dev, recording on tape.
 func applyFFN(dev gpuhost.Device, tape *gpuhost.Tape, p []*gpuhost.Tensor, eps float64) (*gpuhost.Tensor, error) {
 	h, err := gpuhost.Apply(dev, tape, abi.OpLinear, p[0:3], nil)
@@ -347,43 +375,49 @@ func TestFFNGradients(t *testing.T) {
 	const eps = 1e-12
 	shapes := ffnShapes(3, 8)
 	for _, d := range devices() {
-		t.Run(d.name, func(t *testing.T) {
-			t.Parallel()
-			rng := rand.New(rand.NewPCG(7, 7))
-			in := make([][]float64, len(shapes))
-			p := make([]*gpuhost.Tensor, len(shapes))
-			for i, s := range shapes {
-				lo, hi := -1.0, 1.0
-				if i == 5 {
-					lo, hi = 0.5, 1.5 // layer-norm gain
+		for _, fused := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fused=%t", d.name, fused), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(7, 7))
+				in := make([][]float64, len(shapes))
+				p := make([]*gpuhost.Tensor, len(shapes))
+				for i, s := range shapes {
+					lo, hi := -1.0, 1.0
+					if i == 5 {
+						lo, hi = 0.5, 1.5 // layer-norm gain
+					}
+					in[i] = randVals(rng, numel(s), lo, hi)
+					p[i] = mustTensor(t, d.dev, s, in[i])
 				}
-				in[i] = randVals(rng, numel(s), lo, hi)
-				p[i] = mustTensor(t, d.dev, s, in[i])
-			}
-			tape := gpuhost.NewTape()
-			out, err := applyFFN(d.dev, tape, p, eps)
-			if err != nil {
-				t.Fatalf("ffn: %v", err)
-			}
-			if tape.Len() != 5 {
-				t.Errorf("tape.Len() = %d, want 5", tape.Len())
-			}
-			if e := relErr(mustFloats(t, d.dev, out), refFFN(in, shapes, eps)); e > 1e-5 {
-				t.Errorf("forward relative error %.3g > 1e-5", e)
-			}
-			r := randVals(rng, out.Len(), -1, 1)
-			grads, err := tape.Backward(d.dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{mustTensor(t, d.dev, out.Shape(), r)}, p)
-			if err != nil {
-				t.Fatalf("Backward: %v", err)
-			}
-			fd := finiteDiff(in, func(x [][]float64) float64 { return dot(refFFN(x, shapes, eps), r) })
-			names := []string{"x", "W1", "b1", "W2", "b2", "ln.w", "ln.b"}
-			for i, g := range grads {
-				if e := relErr(mustFloats(t, d.dev, g), fd[i]); e > 1e-3 {
-					t.Errorf("grad %s: relative error %.3g > 1e-3", names[i], e)
+				tape := gpuhost.NewTape()
+				apply, ops := applyFFN, 5
+				if fused {
+					apply, ops = applyFFNFused, 3
 				}
-			}
-		})
+				out, err := apply(d.dev, tape, p, eps)
+				if err != nil {
+					t.Fatalf("ffn: %v", err)
+				}
+				if tape.Len() != ops {
+					t.Errorf("tape.Len() = %d, want %d", tape.Len(), ops)
+				}
+				if e := relErr(mustFloats(t, d.dev, out), refFFN(in, shapes, eps)); e > 1e-5 {
+					t.Errorf("forward relative error %.3g > 1e-5", e)
+				}
+				r := randVals(rng, out.Len(), -1, 1)
+				grads, err := tape.Backward(d.dev, []*gpuhost.Tensor{out}, []*gpuhost.Tensor{mustTensor(t, d.dev, out.Shape(), r)}, p)
+				if err != nil {
+					t.Fatalf("Backward: %v", err)
+				}
+				fd := finiteDiff(in, func(x [][]float64) float64 { return dot(refFFN(x, shapes, eps), r) })
+				names := []string{"x", "W1", "b1", "W2", "b2", "ln.w", "ln.b"}
+				for i, g := range grads {
+					if e := relErr(mustFloats(t, d.dev, g), fd[i]); e > 1e-3 {
+						t.Errorf("grad %s: relative error %.3g > 1e-3", names[i], e)
+					}
+				}
+			})
+		}
 	}
 }
 
