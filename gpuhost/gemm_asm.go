@@ -111,7 +111,19 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 						pan = bp[jr/asmNR*bs:] // kept for the next A blocks
 					}
 					packBAsm(pan, b, ldb, tb, pc, jc+jr, kc, w, bs)
-					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, eb.at(jr), &t)
+					// The activation runs over this block's rows once it
+					// is done, while it is still in L2: rows of up to
+					// fuseNC values, rather than 16 at a time per tile.
+					ej := eb.at(jr)
+					act := ej.gelu
+					ej.gelu = false
+					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, ej, &t)
+					if act {
+						for r := range mc {
+							ej.gelu = true
+							ej.activate(cb[r*ldc+jr:][:w])
+						}
+					}
 				}
 			}
 		}
