@@ -240,6 +240,33 @@ func expScale(y, x []float32, m, s float64) {
 	}
 }
 
+// dotF64 returns Σ x·y in float64, with the AVX2 kernel over the runs of
+// 8 (call it only when the device's asm is set).
+func dotF64(x, y []float32) float64 {
+	y = y[:len(x)]
+	var s float64
+	n8 := len(x) &^ 7
+	if n8 > 0 {
+		s = dotF64AVX2(&x[0], &y[0], n8)
+	}
+	for i := n8; i < len(x); i++ {
+		s += float64(x[i]) * float64(y[i])
+	}
+	return s
+}
+
+// softmaxGrad sets gx = y·(gy − s), as dotF64.
+func softmaxGrad(gx, y, gy []float32, s float64) {
+	gx, gy = gx[:len(y)], gy[:len(y)]
+	n8 := len(y) &^ 7
+	if n8 > 0 {
+		softmaxGradAVX2(&gx[0], &y[0], &gy[0], n8, s)
+	}
+	for i := n8; i < len(y); i++ {
+		gx[i] = float32(float64(y[i]) * (float64(gy[i]) - s))
+	}
+}
+
 // softmaxBackward implements kernels.softmaxBackward: softmax gives
 // gx = y·(gy − Σ gy·y), log-softmax gx = gy − e^y·Σ gy.
 func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, log bool) error {
@@ -247,10 +274,18 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 	return d.parallelFor(gx.stop, outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
+			// Contiguous softmax rows take the AVX2 kernels (log-softmax's
+			// e^y stays in Go).
+			vec := d.asm && inner == 1 && !log
 			var s float64
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(gx.stop) {
 					return
+				}
+				if vec {
+					j1 := base + min(dim, j0+rowStep)
+					s += dotF64(g[base+j0:j1], out[base+j0:j1])
+					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
 					i := base + j*inner
@@ -264,6 +299,11 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(gx.stop) {
 					return
+				}
+				if vec {
+					j1 := base + min(dim, j0+rowStep)
+					softmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s)
+					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
 					i := base + j*inner

@@ -237,7 +237,7 @@ func TestLayerNormKernels(t *testing.T) {
 }
 
 // TestSoftmaxKernels checks softmax and log-softmax along the last axis,
-// vector and portable, against float64 on row lengths with and without
+// forward and backward, vector and portable, against float64 on row lengths with and without
 // tails of 8 and rows that stress the exponential: spreads of hundreds
 // (e^t down to underflow), masked −Inf entries, and rows whose max is NaN,
 // +Inf or −Inf, where every path must give what the Go arithmetic gives.
@@ -307,9 +307,42 @@ func TestSoftmaxKernels(t *testing.T) {
 							t.Errorf("row %d: relative error %.3g", r, e)
 						}
 					}
+					// The backward, from the output just made.
+					gs := make([]float32, rows*dim)
+					for i := range gs {
+						gs[i] = float32(rng.Float64()*2 - 1)
+					}
+					gy, _ := d.FromFloat32(x.shape, gs)
+					gx, _ := d.Zeros(x.dt, x.shape)
+					if err := d.softmaxBackward(gx, y, gy, rows, dim, 1, log); err != nil {
+						t.Fatal(err)
+					}
+					for r := range 4 {
+						yr, gr := y.f32()[r*dim:(r+1)*dim], gs[r*dim:(r+1)*dim]
+						var s float64
+						for i, v := range yr {
+							if log {
+								s += float64(gr[i])
+							} else {
+								s += float64(gr[i]) * float64(v)
+							}
+						}
+						ref := make([]float64, dim)
+						for i, v := range yr {
+							if log {
+								ref[i] = float64(gr[i]) - math.Exp(float64(v))*s
+							} else {
+								ref[i] = float64(v) * (float64(gr[i]) - s)
+							}
+						}
+						if e := relErr(gx.f32()[r*dim:(r+1)*dim], ref); e > 1e-6 {
+							t.Errorf("backward row %d: relative error %.3g", r, e)
+						}
+					}
 					var rs [][]float32
 					for r := 4; r < rows; r++ {
 						rs = append(rs, append([]float32(nil), y.f32()[r*dim:(r+1)*dim]...))
+						rs = append(rs, append([]float32(nil), gx.f32()[r*dim:(r+1)*dim]...))
 					}
 					if want == nil {
 						want = rs
@@ -318,7 +351,7 @@ func TestSoftmaxKernels(t *testing.T) {
 					for i := range rs {
 						for j := range rs[i] {
 							if g, w := rs[i][j], want[i][j]; g != w && !(g != g && w != w) {
-								t.Fatalf("row %d[%d] = %g, the Go path gives %g", 4+i, j, g, w)
+								t.Fatalf("row %d[%d] (gradient: %t) = %g, the Go path gives %g", 4+i/2, j, i%2 == 1, g, w)
 							}
 						}
 					}

@@ -57,7 +57,7 @@ func gemmSerialZmm(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda in
 }
 
 // serial computes the m×n block of c at c[0] (row stride ldc) and runs ep
-// on each tile once its last k block is done.
+// on each block of c once its last k block is done.
 func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, ep epilogue) {
 	mr, nr := kn.mr, kn.nr
 	// Even k blocks: k = 300 runs as 150+150, not 256+44. Even m blocks
@@ -115,12 +115,9 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 					// is done, while it is still in L2: rows of up to
 					// fuseNC values, rather than 16 at a time per tile.
 					ej := eb.at(jr)
-					act := ej.gelu
-					ej.gelu = false
-					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, ej, &t)
-					if act {
+					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, epilogue{bias: ej.bias}, &t)
+					if ej.gelu {
 						for r := range mc {
-							ej.gelu = true
 							ej.activate(cb[r*ldc+jr:][:w])
 						}
 					}

@@ -38,3 +38,21 @@ func expSumAVX2(x *float32, n int, m float64) float64
 //
 //go:noescape
 func expScaleAVX2(y, x *float32, n int, m, inv float64)
+
+// dotF64AVX2 returns Σ x·y in float64 for n, a multiple of 8. Implemented
+// in softmax_amd64.s.
+//
+//go:noescape
+func dotF64AVX2(x, y *float32, n int) float64
+
+// softmaxGradAVX2 sets gx = float32(y·(gy − s)), computed in float64, for
+// n a multiple of 8. Implemented in softmax_amd64.s.
+//
+//go:noescape
+func softmaxGradAVX2(gx, y, gy *float32, n int, s float64)
+
+// addF32AVX2 sets dst = x + y for n, a multiple of 8; dst may be x or y.
+// Implemented in softmax_amd64.s.
+//
+//go:noescape
+func addF32AVX2(dst, x, y *float32, n int)

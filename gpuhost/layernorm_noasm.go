@@ -19,3 +19,7 @@ const noAsm = "BUG: gpuhost: AVX2 kernel called in a build without it"
 
 func expSumAVX2(x *float32, n int, m float64) float64   { panic(noAsm) }
 func expScaleAVX2(y, x *float32, n int, m, inv float64) { panic(noAsm) }
+
+func dotF64AVX2(x, y *float32, n int) float64              { panic(noAsm) }
+func softmaxGradAVX2(gx, y, gy *float32, n int, s float64) { panic(noAsm) }
+func addF32AVX2(dst, x, y *float32, n int)                 { panic(noAsm) }

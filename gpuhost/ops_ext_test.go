@@ -59,6 +59,7 @@ var gradCases = []opCase{
 	{name: "add-bcast-left-2d", op: abi.OpAdd, shapes: [][]int{{3, 4}, {2, 3, 4}}},
 	{name: "add-bcast-unit-lead", op: abi.OpAdd, shapes: [][]int{{1, 4}, {4}}},
 	{name: "add-scalar", op: abi.OpAdd, shapes: [][]int{{}, {2, 3}}},
+	{name: "add-bcast-long-runs", op: abi.OpAdd, shapes: [][]int{{2, 3, 21}, {3, 21}}}, // runs of 63: vector and tail
 	{name: "gelu_tanh", op: abi.OpGeluTanh, shapes: [][]int{{2, 3, 4}}, lo: -4, hi: 4},
 	{name: "gelu_tanh-1d", op: abi.OpGeluTanh, shapes: [][]int{{7}}, lo: -1, hi: 1},
 	{name: "layer_norm", op: abi.OpLayerNorm, shapes: [][]int{{4, 6}, {6}, {6}}},

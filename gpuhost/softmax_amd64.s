@@ -167,3 +167,92 @@ escloop:
 escdone:
 	VZEROUPPER
 	RET
+
+// func dotF64AVX2(x, y *float32, n int) float64
+//
+// Returns Σ x·y in float64, for n a multiple of 8.
+TEXT ·dotF64AVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DX
+	MOVQ n+16(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	SHRQ $3, CX
+	JZ dotdone
+dotloop:
+	VCVTPS2PD (SI), Y2
+	VCVTPS2PD 16(SI), Y3
+	VCVTPS2PD (DX), Y4
+	VCVTPS2PD 16(DX), Y5
+	VFMADD231PD Y4, Y2, Y0
+	VFMADD231PD Y5, Y3, Y1
+	ADDQ $32, SI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ dotloop
+dotdone:
+	VADDPD Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD X1, X0, X0
+	VUNPCKHPD X0, X0, X1
+	VADDSD X1, X0, X0
+	VZEROUPPER
+	MOVSD X0, ret+24(FP)
+	RET
+
+// func softmaxGradAVX2(gx, y, gy *float32, n int, s float64)
+//
+// gx = float32(y·(gy − s)) in float64, for n a multiple of 8: softmax's
+// backward, s = Σ gy·y.
+TEXT ·softmaxGradAVX2(SB), NOSPLIT, $0-40
+	MOVQ gx+0(FP), DI
+	MOVQ y+8(FP), SI
+	MOVQ gy+16(FP), DX
+	MOVQ n+24(FP), CX
+	VBROADCASTSD s+32(FP), Y7
+	SHRQ $3, CX
+	JZ sgdone
+sgloop:
+	VCVTPS2PD (DX), Y2
+	VCVTPS2PD 16(DX), Y3
+	VSUBPD Y7, Y2, Y2
+	VSUBPD Y7, Y3, Y3
+	VCVTPS2PD (SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VMULPD Y4, Y2, Y2
+	VMULPD Y5, Y3, Y3
+	VCVTPD2PSY Y2, X2
+	VCVTPD2PSY Y3, X3
+	VINSERTF128 $1, X3, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ sgloop
+sgdone:
+	VZEROUPPER
+	RET
+
+// func addF32AVX2(dst, x, y *float32, n int)
+//
+// dst = x + y in float32, for n a multiple of 8; dst may be x or y.
+TEXT ·addF32AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ adddone2
+addloop2:
+	VMOVUPS (SI), Y0
+	VADDPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ addloop2
+adddone2:
+	VZEROUPPER
+	RET
