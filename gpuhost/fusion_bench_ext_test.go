@@ -146,6 +146,30 @@ func BenchmarkFusion(b *testing.B) {
 			}
 			pairBench(b, "avx2", "go", back(dev), back(goDev))
 		})
+		b.Run(fmt.Sprintf("add/%dx%d", rows, h), func(b *testing.B) {
+			pa := benchTensors(b, dev, []int{rows, h}, []int{rows, h})
+			pg := benchTensors(b, goDev, []int{rows, h}, []int{rows, h})
+			pairBench(b, "avx2", "go",
+				func() error { return runChain(dev, false, step{op: abi.OpAdd, args: pa, at: -1}) },
+				func() error { return runChain(goDev, false, step{op: abi.OpAdd, args: pg, at: -1}) })
+		})
+		b.Run(fmt.Sprintf("softmax-forward+backward/%dx%d", rows, h), func(b *testing.B) {
+			back := func(dev gpuhost.Device) func() error {
+				p := benchTensors(b, dev, []int{rows, h}, []int{rows, h})
+				return func() error {
+					tape := gpuhost.NewTape()
+					defer tape.Release(dev)
+					y, err := gpuhost.Apply(dev, tape, abi.OpSoftmax, p[:1], nil)
+					if err != nil {
+						return err
+					}
+					g, err := tape.Backward(dev, []*gpuhost.Tensor{y}, []*gpuhost.Tensor{p[1]}, p[:1])
+					dev.Release(g...)
+					return err
+				}
+			}
+			pairBench(b, "avx2", "go", back(dev), back(goDev))
+		})
 		b.Run(fmt.Sprintf("softmax/%dx%d", rows, h), func(b *testing.B) {
 			pa := benchTensors(b, dev, []int{rows, h})
 			pg := benchTensors(b, goDev, []int{rows, h})
