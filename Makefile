@@ -84,12 +84,16 @@ checkexamples: examples ## Fail if a committed example .wasm differs from its so
 
 # make test: the checks, then two runs side by side (the end-to-end one
 # mostly waits on child processes, so it overlaps the race run's CPU).
-# The race run's servers share one compilation cache, fresh each run and
-# filled by `moehost compile` (without the detector: seconds, not minutes)
-# before it starts, rather than once per test server under -race; tests/ keeps a cache per server, since some of
-# its tests measure what a compile costs.
+# Every server both runs start, in process or as a `moehost serve` child,
+# shares one compilation cache, fresh each run and filled by `moehost
+# compile` (without the detector: seconds, not minutes) before either
+# starts, rather than compiling the examples once per server. The front
+# door's tests that measure a compile upload new bytes, which no cache
+# holds.
 # The wasm vet uses -trimpath, as make examples does, so that it reuses the
 # standard library the examples compiled for wasm.
+TEST_COMPILE_CACHE := $(CURDIR)/.tmp/test-compile-cache
+
 .PHONY: test
 test: examples ## Check formatting, vet, build without cgo, and run every test: with the race detector, and tests/ and the CLI end to end without it (5 to 7 minutes on 2 idle cores)
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './gen/*' -not -path './.tmp/*')); \
@@ -97,18 +101,24 @@ test: examples ## Check formatting, vet, build without cgo, and run every test: 
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet -trimpath ./abi/... ./sdk/expert/... ./examples/wasm-experts/...
 	CGO_ENABLED=0 $(GO) build ./...
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-race test-e2e
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-race test-e2e test-compile
+
+.PHONY: test-compile-cache
+test-compile-cache: ## Empty .tmp/test-compile-cache and compile the examples into it with moehost compile, for the test runs' servers to share
+	rm -rf $(TEST_COMPILE_CACHE)
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
+	$(BIN)/moehost compile --compile-cache $(TEST_COMPILE_CACHE)
 
 .PHONY: test-race
-test-race: ## Every package's tests with the race detector (the ones in tests/ that run moehost serve in a child process, and the CLI's end-to-end ones, skip themselves: make test-e2e runs them)
-	rm -rf $(CURDIR)/.tmp/test-compile-cache
-	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
-	$(BIN)/moehost compile --compile-cache $(CURDIR)/.tmp/test-compile-cache
-	MOEHOST_COMPILE_CACHE=$(CURDIR)/.tmp/test-compile-cache $(GO) test -race -timeout 12m ./...
+test-race: test-compile-cache ## Every package's tests with the race detector (the ones in tests/ that run moehost serve in a child process, and the CLI's end-to-end ones skip themselves: make test-e2e runs them; the sandbox's compile tests too: make test-compile)
+	MOEHOST_COMPILE_CACHE=$(TEST_COMPILE_CACHE) $(GO) test -race -timeout 12m ./...
 
 .PHONY: test-e2e
-test-e2e: ## tests/ and the CLI's tests without the race detector: moehost serve in child processes (one binary, built once), the CLI end to end, grpcurl, buf curl, the DHT swarm; and the sandbox's compile tests, which skip themselves under -race
-	$(GO) test -timeout 12m ./tests/ ./cmd/moehost/internal/cli/
+test-e2e: test-compile-cache ## tests/ and the CLI's tests without the race detector: moehost serve in child processes (one binary, built once), the CLI end to end, grpcurl, buf curl, the DHT swarm
+	MOEHOST_COMPILE_CACHE=$(TEST_COMPILE_CACHE) $(GO) test -timeout 12m ./tests/ ./cmd/moehost/internal/cli/
+
+.PHONY: test-compile
+test-compile: ## The sandbox's compile tests without the race detector (they skip themselves under it): the Go ffn compiled in a compile child, the child refusing, the compile-cost bound
 	$(GO) test -timeout 12m -run '^TestCompile' ./host/internal/sandbox/
 
 # Debian's Python (with Debian's python3-torch), not a virtualenv's.

@@ -85,10 +85,10 @@ func TestCompileChildRefuses(t *testing.T) {
 
 // skipUnderRace skips a test that compiles the Go examples in race builds
 // (see raceEnabled). Such a test's name starts with TestCompile, which is
-// what make test-e2e runs without the detector.
+// what make test-compile runs without the detector.
 func skipUnderRace(t *testing.T) {
 	t.Helper()
 	if raceEnabled {
-		t.Skip("compiles the Go examples: make test runs it without -race (make test-e2e)")
+		t.Skip("compiles the Go examples: make test runs it without -race (make test-compile)")
 	}
 }

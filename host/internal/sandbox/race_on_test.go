@@ -6,6 +6,6 @@ package sandbox
 // or the adversarial shapes, skip themselves in a race build, where the
 // child is the race-built test binary and each compile took minutes of
 // CPU beside the rest of make test; make test runs them without the
-// detector (make test-e2e). The detector has nothing to watch there: a
+// detector (make test-compile). The detector has nothing to watch there: a
 // compile runs on one goroutine, or in another process.
 const raceEnabled = true
