@@ -178,6 +178,9 @@ func (s *Server) guestLimits(owner string) sandbox.Limits {
 	if owner == modules.Operator || s.tenants == nil {
 		return l
 	}
+	// A tenant's init runs at nice 19, its timeout counting CPU time
+	// (sandbox.Limits.LowPriorityInit).
+	l.LowPriorityInit = true
 	c, ok := s.tenants.Caps(owner, s.serverCaps())
 	if !ok {
 		return l

@@ -33,7 +33,8 @@ type Caps struct {
 	// both have work queued.
 	QueueShare int64
 	// InitTimeout caps the CPU time one of the tenant's instances may
-	// take to start (_initialize and moe_init; see sandbox.Limits).
+	// take to start (_initialize and moe_init, at nice 19; see
+	// sandbox.Limits.LowPriorityInit).
 	InitTimeout time.Duration
 	// Uploads caps the tenant's module uploads in flight at once.
 	Uploads int64

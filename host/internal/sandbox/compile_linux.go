@@ -57,6 +57,14 @@ func watchThreadCPU(tid int, budget time.Duration, stop <-chan struct{}, cancel 
 	// The kernel's per-thread CPU clock (MAKE_THREAD_CPUCLOCK with
 	// CPUCLOCK_SCHED), which any thread of the process may read.
 	clock := int32(^uint32(tid))<<3 | 6
+	// The thread may have run other goroutines before it was locked: its
+	// clock counts from the thread's start, the budget from now.
+	var ts unix.Timespec
+	if err := unix.ClockGettime(clock, &ts); err != nil {
+		<-stop // a clock the kernel will not read leaves the wall-time bound
+		return false
+	}
+	base := time.Duration(ts.Nano())
 	tick := time.NewTicker(min(budget/20, 20*time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -65,11 +73,10 @@ func watchThreadCPU(tid int, budget time.Duration, stop <-chan struct{}, cancel 
 			return false
 		case <-tick.C:
 		}
-		var ts unix.Timespec
 		if err := unix.ClockGettime(clock, &ts); err != nil {
-			continue // a clock the kernel will not read leaves the wall-time bound
+			continue
 		}
-		if time.Duration(ts.Nano()) >= budget {
+		if time.Duration(ts.Nano())-base >= budget {
 			cancel()
 			return true
 		}

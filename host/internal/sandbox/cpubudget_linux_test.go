@@ -3,13 +3,17 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // TestInitBudgetIsCPUTime checks lowPriority's CPU budget: a thread that
 // spins is stopped once it has run for the budget, and one that waits for
-// ten times as long in wall time, using no CPU, is not.
+// ten times as long in wall time, using no CPU, is not, even when the
+// thread ran for longer than the budget before (the clock counts from the
+// thread's start).
 func TestInitBudgetIsCPUTime(t *testing.T) {
 	const budget = 50 * time.Millisecond
 	t.Run("spinning", func(t *testing.T) {
@@ -38,6 +42,25 @@ func TestInitBudgetIsCPUTime(t *testing.T) {
 		})
 		if over || err != nil {
 			t.Fatalf("a thread that waited %v without running: over budget %t, %v; want left alone", 10*budget, over, err)
+		}
+	})
+	t.Run("thread that ran before", func(t *testing.T) {
+		done := make(chan bool)
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for start := time.Now(); time.Since(start) < 4*budget; {
+			}
+			tid := syscall.Gettid()
+			stop := make(chan struct{})
+			watched := make(chan bool, 1)
+			go func() { watched <- watchThreadCPU(tid, budget, stop, func() {}) }()
+			time.Sleep(4 * budget)
+			close(stop)
+			done <- <-watched
+		}()
+		if <-done {
+			t.Fatalf("a thread that had spun for %v and then waited was over its budget of %v", 4*budget, budget)
 		}
 	})
 }

@@ -72,9 +72,14 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		phase:  phaseStart,
 	}
 	st.nextCall, st.paramBase = newHandleState()
-	// InitTimeout is CPU time (lowPriority); wall time gets initWallFactor
-	// times as long, for a thread that nice 19 keeps waiting.
-	ictx, cancel := context.WithTimeout(withState(ctx, st), initWallFactor*m.rt.limits.InitTimeout)
+	// With LowPriorityInit, InitTimeout is CPU time (lowPriority) and wall
+	// time gets initWallFactor times as long, for a thread that nice 19
+	// keeps waiting.
+	lim, wall := m.rt.limits, m.rt.limits.InitTimeout
+	if lim.LowPriorityInit {
+		wall *= initWallFactor
+	}
+	ictx, cancel := context.WithTimeout(withState(ctx, st), wall)
 	if mmapAllocator != nil {
 		ictx = experimental.WithMemoryAllocator(ictx, mmapAllocator)
 	}
@@ -92,14 +97,24 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		st:       st,
 	}
 	st.gate = gateFrom(ctx)
-	// moe_init is deploy-time guest code, like the compile before it: a
-	// tenant whose init spins for its whole init_timeout must not take
-	// cores from other tenants' calls (2 spinning inits took both).
-	overCPU := lowPriority(ictx, m.rt.limits.InitTimeout, func(ctx context.Context) { err = inst.start(ctx) })
-	st.gate = nil
-	if err != nil && overCPU {
-		err = fmt.Errorf("%w in init: it ran for its init timeout, %v of CPU time: %w", ErrTrap, m.rt.limits.InitTimeout, context.DeadlineExceeded)
+	if !lim.LowPriorityInit {
+		err = inst.start(ictx)
+	} else {
+		// moe_init is deploy-time guest code, like the compile before
+		// it: a tenant whose init spins for its whole init_timeout must
+		// not take cores from other tenants' calls (2 spinning inits
+		// took both).
+		overCPU := lowPriority(ictx, lim.InitTimeout, func(ctx context.Context) { err = inst.start(ctx) })
+		switch {
+		case err == nil:
+		case overCPU:
+			err = fmt.Errorf("%w in init: it used its init timeout, %v of CPU time: %w", ErrTrap, lim.InitTimeout, context.DeadlineExceeded)
+		case errors.Is(ictx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+			err = fmt.Errorf("%w in init: it did not finish in %v, %d times its init timeout of %v of CPU time (a busy host kept it waiting): %w",
+				ErrTrap, wall, initWallFactor, lim.InitTimeout, context.DeadlineExceeded)
+		}
 	}
+	st.gate = nil
 	if err != nil {
 		inst.Close(context.WithoutCancel(ctx))
 		return nil, err

@@ -66,11 +66,17 @@ type Limits struct {
 	// ParamBytes caps the parameter bytes of one expert, ParamOverhead
 	// per parameter included. Default 4 GiB.
 	ParamBytes int64
-	// InitTimeout bounds the CPU time of _initialize and moe_init together,
-	// which run on a thread of their own at nice 19; their wall time is
-	// bounded at 4 times as long (on Linux; elsewhere InitTimeout bounds
-	// wall time). Default 30s.
+	// InitTimeout bounds _initialize and moe_init together: their wall
+	// time, or with LowPriorityInit their CPU time. Default 30s.
 	InitTimeout time.Duration
+	// LowPriorityInit runs _initialize and moe_init on a thread of their
+	// own at nice 19, so that a spinning init takes no core from other
+	// tenants' calls; InitTimeout then bounds their CPU time, and their
+	// wall time is bounded at 4 times as long (on Linux; elsewhere
+	// neither changes). Tenants' runtimes set it; the operator's experts
+	// start at normal priority, since they are the operator's own and
+	// at startup nothing else is served yet.
+	LowPriorityInit bool
 	// CallTimeout bounds one moe_forward or moe_backward call; a guest
 	// past it is stopped and its instance discarded. Default 60s: about
 	// 6× the zoo's worst batch at the default deployment (ffn,

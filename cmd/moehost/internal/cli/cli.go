@@ -175,7 +175,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.DurationVar(&guest.CallTimeout, "call-timeout", time.Minute, "longest one batch may run in an expert before its instance is stopped and replaced, and the expert quarantined for 9 times as long")
 	f.IntVar(&guest.OpsPerCall, "ops-per-call", 100000, "most ops one batch may run in an expert")
 	f.IntVar(&batching.QueueSize, "queue-size", 1024, "most pending requests per expert and pool; more get ResourceExhausted")
-	f.DurationVar(&guest.InitTimeout, "init-timeout", 30*time.Second, "most CPU time an expert's instance may take to start (_initialize and moe_init, at low priority; wall time may reach 4 times as much on a busy host)")
+	f.DurationVar(&guest.InitTimeout, "init-timeout", 30*time.Second, "longest an expert's instance may take to start (_initialize and moe_init); a tenant's instance starts at low priority, and this bounds its CPU time, its wall time at 4 times as much")
 	f.Int64Var(&guest.BytesPerCall, "bytes-per-call", 2<<30, "most host memory one batch may make in an expert (tensor bytes plus 512 per tensor)")
 	moduleLimits.register(f, &guest.Module)
 	f.StringVar(&memoryLimit, "memory-limit", "75%", `memory limit: the Go runtime's soft limit and the ceiling on live tensor bytes, past which new work gets ResourceExhausted; bytes with a unit (2GiB, 1500MB), a percentage of the cgroup's or machine's memory, or "none"`)
