@@ -69,6 +69,16 @@ func (p *prober) during(t *testing.T, attack func()) time.Duration {
 	done := make(chan struct{})
 	go func() { defer close(done); p.run(ctx) }()
 	attack()
+	// A refused upload may end in milliseconds: probe on until alice has
+	// made a few calls, which then overlap the attack's end at least.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		n := p.calls
+		p.mu.Unlock()
+		if n >= 3 {
+			break
+		}
+	}
 	cancel()
 	<-done
 	p.mu.Lock()

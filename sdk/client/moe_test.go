@@ -24,7 +24,9 @@ func startExpertServer(t *testing.T, uid string, peers []string) *host.Server {
 	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
 		host.WithExperts(host.ExpertConfig{UID: uid, Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}}),
 		host.WithOptimizer(host.OptimizerConfig{Name: "sgd", LR: 1e-30}),
-		host.WithUpdatePeriod(time.Second), host.WithDHT(host.DHTConfig{InitialPeers: peers}))
+		// Records live twice the period: at 1 s, a race run on a loaded
+		// machine let a live expert's record lapse between refreshes.
+		host.WithUpdatePeriod(5*time.Second), host.WithDHT(host.DHTConfig{InitialPeers: peers}))
 	if err != nil {
 		t.Fatal(err)
 	}
