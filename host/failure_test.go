@@ -167,16 +167,17 @@ func TestOversizedRequest(t *testing.T) {
 }
 
 // TestGuestLimits checks that the server's guest limits reach the sandbox:
-// an ffn needs 5 ops per call, so a budget of 3 fails every batch with a
-// message naming the budget, and a parameter budget below the ffn's size
+// an ffn needs 3 ops per call (linear_gelu_tanh, linear, add_layer_norm),
+// so a budget of 2 fails every batch with a message naming the budget,
+// and a parameter budget below the ffn's size
 // refuses the expert at start.
 func TestGuestLimits(t *testing.T) {
-	srv := startTestServer(t, WithGuestLimits(GuestLimits{OpsPerCall: 3}),
+	srv := startTestServer(t, WithGuestLimits(GuestLimits{OpsPerCall: 2}),
 		WithExperts(ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}}))
 	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
 	x := tensor([]int64{1, smallHidden}, make([]float64, smallHidden))
 	_, err := c.Forward(context.Background(), connect.NewRequest(&moehostv1.ForwardRequest{Uid: "small.0", Inputs: []*moehostv1.Tensor{x}}))
-	if codeOf(err) != connect.CodeResourceExhausted || !strings.Contains(messageOf(err), "more than 3 ops") {
+	if codeOf(err) != connect.CodeResourceExhausted || !strings.Contains(messageOf(err), "more than 2 ops") {
 		t.Fatalf("forward over the op budget: %v", err)
 	}
 
