@@ -33,7 +33,7 @@ func benchCmd(stdout io.Writer) *cobra.Command {
 		duration                  time.Duration
 		cmp                       compareFlags
 		child                     bool
-		serverProfiles            string
+		serverProfiles, serverExe string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -111,7 +111,7 @@ child write a CPU profile and an allocation profile of each mode there
 						base := filepath.Join(serverProfiles, m.dt.String())
 						profile = []string{"--cpuprofile", base + ".cpu.pprof", "--memprofile", base + ".allocs.pprof"}
 					}
-					res, meanBatch, err := benchChild(cmd.Context(), pattern, module, dataDir, hiddenDim, profile, loadgen.Config{
+					res, meanBatch, err := benchChild(cmd.Context(), serverExe, pattern, module, dataDir, hiddenDim, profile, loadgen.Config{
 						Experts: uids, Hidden: int(hiddenDim), Clients: clients,
 						MinRows: minRows, MaxRows: maxRows, Duration: duration, DType: m.dt,
 					})
@@ -119,7 +119,8 @@ child write a CPU profile and an allocation profile of each mode there
 						return fmt.Errorf("%s: %w", m.name, err)
 					}
 					fmt.Fprintln(stdout, res.Row(m.name+" (child)"))
-					batches = append(batches, fmt.Sprintf("%s: %.1f rows per forward batch", m.name, meanBatch))
+					batches = append(batches, fmt.Sprintf("%s: %.1f rows per forward batch, load generator %.0f CPU-µs per request",
+						m.name, meanBatch, float64(res.ClientCPUPerRequest())/float64(time.Microsecond)))
 					if res.FirstError != nil {
 						fmt.Fprintf(os.Stderr, "%s: first error: %v\n", m.name, res.FirstError)
 					}
@@ -177,20 +178,24 @@ child write a CPU profile and an allocation profile of each mode there
 	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
 	f.BoolVar(&child, "child", false, "serve from a `moehost serve` child process and report its CPU time per request")
 	f.StringVar(&serverProfiles, "server-profiles", "", "with --child, a directory where the child writes its CPU and allocation profiles of each mode")
+	f.StringVar(&serverExe, "server-exe", "", "with --child, the moehost executable to serve from (default this one), so that one load generator measures two builds")
 	cmp.register(f)
 	return cmd
 }
 
-// benchChild starts `moehost serve` (this executable) as a child on a free
-// loopback port, with no DHT, waits until it answers, drives it with cfg,
+// benchChild starts `moehost serve` (exe, or this executable) as a child
+// on a free loopback port, with no DHT, waits until it answers, drives it
+// with cfg,
 // and reads its CPU time from /proc at both ends of the measured window.
 // serveArgs are more flags for the child (its profiles). It also returns
 // the mean rows of the forward batches that the load made, from the
 // experts' pool counters (Info).
-func benchChild(ctx context.Context, pattern, module, dataDir string, hidden int64, serveArgs []string, cfg loadgen.Config) (loadgen.Result, float64, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return loadgen.Result{}, 0, err
+func benchChild(ctx context.Context, exe, pattern, module, dataDir string, hidden int64, serveArgs []string, cfg loadgen.Config) (loadgen.Result, float64, error) {
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return loadgen.Result{}, 0, err
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
