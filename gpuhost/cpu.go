@@ -1,9 +1,7 @@
 package gpuhost
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -115,9 +113,7 @@ func (d *cpuDevice) FromBytes(dt abi.DType, shape []int, data []byte) (*Tensor, 
 		return nil, fmt.Errorf("%w: cpu: from bytes: %d bytes for %s, want %d", ErrShape, len(data), t.desc(), t.ByteSize())
 	}
 	if f := t.f32(); f != nil {
-		for i := range f {
-			f[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
-		}
+		getFloat32s(f, data)
 	} else {
 		copy(t.mem.([]byte), data)
 	}
@@ -156,9 +152,7 @@ func (d *cpuDevice) ReadBytes(t *Tensor, dst []byte) error {
 		return fmt.Errorf("%w: cpu: read bytes: %d bytes for %s, want %d", ErrShape, len(dst), t.desc(), t.ByteSize())
 	}
 	if f := t.f32(); f != nil {
-		for i, v := range f {
-			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
-		}
+		putFloat32s(dst, f)
 	} else {
 		copy(dst, t.mem.([]byte))
 	}

@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -38,8 +37,6 @@ func (l BodyLimits) withDefaults() BodyLimits {
 	return l
 }
 
-type boundedKey struct{}
-
 // BodyDeadlines wraps h so that each request's body, but an UploadModule
 // stream's, must arrive within limits. The server's own ReadTimeout
 // cannot do this: on HTTP/1 it would also cut a long Forward after its
@@ -51,7 +48,7 @@ type boundedKey struct{}
 func BodyDeadlines(h http.Handler, limits BodyLimits) http.Handler {
 	limits = limits.withDefaults()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Context().Value(boundedKey{}) != nil || r.URL.Path == moehostv1connect.ModuleServiceUploadModuleProcedure || r.Body == nil || r.Body == http.NoBody {
+		if _, bounded := r.Body.(*deadlineBody); bounded || r.URL.Path == moehostv1connect.ModuleServiceUploadModuleProcedure || r.Body == nil || r.Body == http.NoBody {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -65,7 +62,8 @@ func BodyDeadlines(h http.Handler, limits BodyLimits) http.Handler {
 			d = b.end
 		}
 		_ = b.rc.SetReadDeadline(d)
-		r = r.WithContext(context.WithValue(r.Context(), boundedKey{}, true))
+		// The body itself says it is bounded, to an inner BodyDeadlines: a
+		// context value would cost every request a copy of r.
 		r.Body = b
 		h.ServeHTTP(w, r)
 	})

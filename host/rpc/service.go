@@ -63,8 +63,10 @@ type Guarded interface {
 	Access() (owner string, forward, backward Access)
 }
 
-// checkAccess applies e's access rule for one procedure, if it has one.
-func checkAccess(ctx context.Context, e Expert, backward bool, what string) error {
+// checkAccess applies e's access rule for one procedure, if it has one;
+// its messages name the procedure as verb "uid" (nothing when verb is
+// empty), formatted only when the rule is not public.
+func checkAccess(ctx context.Context, e Expert, backward bool, verb, uid string) error {
 	g, ok := e.(Guarded)
 	if !ok {
 		return nil
@@ -73,6 +75,13 @@ func checkAccess(ctx context.Context, e Expert, backward bool, what string) erro
 	a := fwd
 	if backward {
 		a = bwd
+	}
+	if a == AccessPublic {
+		return nil
+	}
+	what := ""
+	if verb != "" {
+		what = fmt.Sprintf("%s %q", verb, uid)
 	}
 	return a.Check(CallerFrom(ctx), owner, what)
 }
@@ -83,7 +92,7 @@ func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.Fo
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAccess(ctx, e, false, fmt.Sprintf("forward %q", uid)); err != nil {
+	if err := checkAccess(ctx, e, false, "forward", uid); err != nil {
 		return nil, err
 	}
 	outDType, err := CheckWireDType(req.Msg.GetOutputDtype())
@@ -115,7 +124,7 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAccess(ctx, e, true, fmt.Sprintf("backward %q", uid)); err != nil {
+	if err := checkAccess(ctx, e, true, "backward", uid); err != nil {
 		return nil, err
 	}
 	gradDType, err := CheckWireDType(req.Msg.GetGradInputDtype())
@@ -155,7 +164,7 @@ func (s *service) Info(ctx context.Context, req *connect.Request[moehostv1.InfoR
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAccess(ctx, e, false, fmt.Sprintf("info %q", uid)); err != nil {
+	if err := checkAccess(ctx, e, false, "info", uid); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(e.Info()), nil
@@ -165,7 +174,7 @@ func (s *service) ListExperts(ctx context.Context, _ *connect.Request[moehostv1.
 	all := s.experts.All()
 	res := &moehostv1.ListExpertsResponse{Experts: make([]*moehostv1.ExpertInfo, 0, len(all))}
 	for _, e := range all {
-		if checkAccess(ctx, e, false, "") == nil {
+		if checkAccess(ctx, e, false, "", "") == nil {
 			res.Experts = append(res.Experts, e.Info())
 		}
 	}
@@ -176,12 +185,13 @@ func (s *service) ListExperts(ctx context.Context, _ *connect.Request[moehostv1.
 // schema check of a request, requiring one batch size (batch, when >= 0)
 // across them, and moves them to dev.
 func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.TensorSchema, what string, batch int) ([]*gpuhost.Tensor, int, error) {
-	metas := make([]wire.Meta, len(pbs))
+	var inline [4]wire.Meta // most experts take a tensor or two
+	metas := inline[:0]
 	for i, pb := range pbs {
 		if pb == nil {
 			return nil, 0, errorf(connect.CodeInvalidArgument, "%s %d: tensor is missing", what, i)
 		}
-		metas[i] = metaOf(pb)
+		metas = append(metas, metaOf(pb))
 	}
 	batch, err := wire.Fit(schema, what, metas, batch)
 	if err != nil {

@@ -42,28 +42,32 @@ func Fit(schema []*moehostv1.TensorSchema, what string, ts []Meta, batch int) (i
 
 // FitOne checks one tensor against its schema, as Fit does.
 func FitOne(s *moehostv1.TensorSchema, t Meta, batch int) error {
-	want := SpecString(s)
-	if batch >= 0 {
-		want += fmt.Sprintf(" with batch %d", batch)
+	// The spec is rendered only for a refusal: every request runs this.
+	want := func() string {
+		w := SpecString(s)
+		if batch >= 0 {
+			w += fmt.Sprintf(" with batch %d", batch)
+		}
+		return w
 	}
 	if t.DType != abi.DType(s.GetDtype()) && !(half.Is(t.DType) && s.GetDtype() == moehostv1.DType_DTYPE_FLOAT32) {
-		return fmt.Errorf("dtype %v, want %s", t.DType, want)
+		return fmt.Errorf("dtype %v, want %s", t.DType, want())
 	}
 	if len(t.Shape) != len(s.GetShape()) {
-		return fmt.Errorf("rank %d (shape %v), want %s", len(t.Shape), t.Shape, want)
+		return fmt.Errorf("rank %d (shape %v), want %s", len(t.Shape), t.Shape, want())
 	}
 	if len(t.Shape) == 0 {
-		return fmt.Errorf("schema %s has rank 0", want)
+		return fmt.Errorf("schema %s has rank 0", want())
 	}
 	if t.Shape[0] <= 0 {
-		return fmt.Errorf("batch size %d (shape %v): a batch needs at least one example; want %s", t.Shape[0], t.Shape, want)
+		return fmt.Errorf("batch size %d (shape %v): a batch needs at least one example; want %s", t.Shape[0], t.Shape, want())
 	}
 	if batch >= 0 && t.Shape[0] != int64(batch) {
-		return fmt.Errorf("batch size %d, want %s", t.Shape[0], want)
+		return fmt.Errorf("batch size %d, want %s", t.Shape[0], want())
 	}
 	for i, d := range t.Shape[1:] {
 		if d != s.GetShape()[i+1] {
-			return fmt.Errorf("shape %v, want %s", t.Shape, want)
+			return fmt.Errorf("shape %v, want %s", t.Shape, want())
 		}
 	}
 	return nil

@@ -49,3 +49,22 @@ func TestFit(t *testing.T) {
 		t.Errorf("SchemaString = %q", s)
 	}
 }
+
+// TestFitAllocatesNothing: Fit runs on every request, so a fit must cost
+// no allocation; the schema is rendered for refusals only.
+func TestFitAllocatesNothing(t *testing.T) {
+	schema := []*moehostv1.TensorSchema{
+		{Name: "x", Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: []int64{-1, 1024}},
+		{Name: "mask", Dtype: moehostv1.DType_DTYPE_INT32, Shape: []int64{-1}},
+	}
+	ts := []wire.Meta{{DType: abi.DTypeFloat32, Shape: []int64{1, 1024}}, {DType: abi.DTypeInt32, Shape: []int64{1}}}
+	for _, batch := range []int{-1, 1} {
+		if n := testing.AllocsPerRun(100, func() {
+			if _, err := wire.Fit(schema, "input", ts, batch); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("batch %d: Fit allocated %v times for tensors that fit, want 0", batch, n)
+		}
+	}
+}

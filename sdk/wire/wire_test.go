@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"testing"
@@ -77,4 +78,31 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("%v: %d bytes back from %d", abi.DType(dt), len(got), len(data))
 		}
 	})
+}
+
+// TestFloat32Layout: float32 data is little-endian IEEE 754, bit for bit
+// (NaN payloads, signed zeros, subnormals), however Encode and Decode
+// move it.
+func TestFloat32Layout(t *testing.T) {
+	values := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(-1)), math.SmallestNonzeroFloat32,
+		math.Float32frombits(0x7fc00001), math.Float32frombits(0xffa00000), 1.5, -math.MaxFloat32}
+	for i := range 1000 {
+		values = append(values, math.Float32frombits(uint32(i)*2654435761))
+	}
+	want := make([]byte, 4*len(values))
+	for i, v := range values {
+		binary.LittleEndian.PutUint32(want[4*i:], math.Float32bits(v))
+	}
+	if got := wire.Encode(abi.DTypeFloat32, values); !slices.Equal(got, want) {
+		t.Fatal("Encode's float32 bytes are not the little-endian bits of the values")
+	}
+	back, err := wire.Decode(abi.DTypeFloat32, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range back {
+		if math.Float32bits(v) != math.Float32bits(values[i]) {
+			t.Fatalf("value %d: decoded bits %#x, want %#x", i, math.Float32bits(v), math.Float32bits(values[i]))
+		}
+	}
 }

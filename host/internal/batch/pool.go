@@ -157,8 +157,9 @@ func (p *Pool[T, R]) Submit(ctx context.Context, req T) (R, error) {
 			return zero, fmt.Errorf("splitting a request of %d rows: %w", rows, err)
 		}
 	}
-	r := &request[R]{ctx: ctx, results: make([]R, len(payloads)), have: make([]bool, len(payloads)),
-		remaining: len(payloads), done: make(chan struct{})}
+	var one [1]*piece[T, R]
+	r, pcs := p.pieces(payloads, one[:0])
+	r.ctx, r.remaining, r.done = ctx, len(payloads), make(chan struct{})
 	now := time.Now()
 	p.mu.Lock()
 	if p.closed != nil {
@@ -178,8 +179,9 @@ func (p *Pool[T, R]) Submit(ctx context.Context, req T) (R, error) {
 		p.drop(payloads...)
 		return zero, fmt.Errorf("%w: %d pieces pending, queue size %d", ErrQueueFull, depth, p.lim.QueueSize)
 	}
-	for i, pl := range payloads {
-		p.queue = append(p.queue, &piece[T, R]{req: r, idx: i, payload: pl, rows: p.ops.Rows(pl), enq: now})
+	for _, pc := range pcs {
+		pc.enq = now
+		p.queue = append(p.queue, pc)
 	}
 	p.obs.Queue(len(p.queue))
 	p.mu.Unlock()
@@ -202,6 +204,32 @@ func (p *Pool[T, R]) Submit(ctx context.Context, req T) (R, error) {
 		return results[0], nil
 	}
 	return p.ops.Join(results)
+}
+
+// unsplit is a request of one piece (most are), its piece and room for
+// its result, in one allocation.
+type unsplit[T, R any] struct {
+	req  request[R]
+	pc   piece[T, R]
+	res  [1]R
+	have [1]bool
+}
+
+// pieces makes the request of payloads and appends its pieces to dst,
+// all but their enqueue time; the caller sets the request's context,
+// count and channel.
+func (p *Pool[T, R]) pieces(payloads []T, dst []*piece[T, R]) (*request[R], []*piece[T, R]) {
+	if len(payloads) == 1 {
+		u := &unsplit[T, R]{}
+		u.req.results, u.req.have = u.res[:], u.have[:]
+		u.pc = piece[T, R]{req: &u.req, payload: payloads[0], rows: p.ops.Rows(payloads[0])}
+		return &u.req, append(dst, &u.pc)
+	}
+	r := &request[R]{results: make([]R, len(payloads)), have: make([]bool, len(payloads))}
+	for i, pl := range payloads {
+		dst = append(dst, &piece[T, R]{req: r, idx: i, payload: pl, rows: p.ops.Rows(pl)})
+	}
+	return r, dst
 }
 
 // withdraw takes r's pieces out of the queue and drops them, and discards

@@ -255,7 +255,7 @@ func (w *Worker) loop(ctx context.Context) {
 		}
 		p, g, next := w.pick(w.now())
 		if p != nil || g != nil && g.resume != nil {
-			w.run(ctx, p, g)
+			w.run(ctx, p, g, timer)
 			continue
 		}
 		wait := time.Hour
@@ -288,7 +288,8 @@ func (w *Worker) release() {
 // run starts a batch of p, unless p was removed since pick, or hands the
 // device back to g's detached batch when p is nil; it returns when the
 // batch ends or is detached, and charges the time it held the device to g.
-func (w *Worker) run(ctx context.Context, p Pool, g *group) {
+// timer is the loop's, which hold borrows.
+func (w *Worker) run(ctx context.Context, p Pool, g *group, timer *time.Timer) {
 	// Read the clock before the batch can start: its goroutine may run
 	// (and, on a test's fake clock, advance it) before this one goes on,
 	// and a batch charged nothing would keep its group's turn.
@@ -319,7 +320,7 @@ func (w *Worker) run(ctx context.Context, p Pool, g *group) {
 		w.mu.Unlock()
 		go w.batch(ctx, p, l)
 	}
-	w.hold(l)
+	w.hold(l, timer)
 	g.deficit -= float64(w.now().Sub(start))
 }
 
@@ -348,9 +349,10 @@ func (w *Worker) batch(ctx context.Context, p Pool, l *Lease) {
 const offSlice = 5 * time.Millisecond
 
 // hold waits until l's batch ends, or detaches it once it has stayed in
-// guest code for offSlice.
-func (w *Worker) hold(l *Lease) {
-	timer := time.NewTimer(offSlice)
+// guest code for offSlice. It uses timer (the loop's: one per worker, not
+// one per batch) and leaves it stopped.
+func (w *Worker) hold(l *Lease, timer *time.Timer) {
+	timer.Reset(offSlice)
 	defer timer.Stop()
 	for {
 		select {

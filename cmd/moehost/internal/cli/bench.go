@@ -33,6 +33,7 @@ func benchCmd(stdout io.Writer) *cobra.Command {
 		duration                  time.Duration
 		cmp                       compareFlags
 		child                     bool
+		serverProfiles, serverExe string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -55,7 +56,9 @@ another module (a .wasm file or a built-in) whose one input is float32
 --child serves the experts from a ` + "`moehost serve`" + ` child process instead,
 batching only, and adds its CPU time per request (from /proc) to the
 table: the load generator shares the cores, so requests/s alone would
-charge the server for the clients' work.`,
+charge the server for the clients' work. --server-profiles DIR has the
+child write a CPU profile and an allocation profile of each mode there
+(DIR/<dtype>.cpu.pprof, DIR/<dtype>.allocs.pprof) for go tool pprof.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmp.on {
@@ -93,11 +96,22 @@ charge the server for the clients' work.`,
 				modes = append(modes, mode{"batching " + dt.String(), host.BatchLimits{QueueSize: 1 << 16}, dt})
 			}
 			if child {
+				if serverProfiles != "" {
+					if err := os.MkdirAll(serverProfiles, 0o755); err != nil {
+						return fmt.Errorf("--server-profiles: %w", err)
+					}
+				}
 				fmt.Fprintf(stdout, "%d clients, %d–%d rows per request, experts %s (%v, hidden_dim %d) on a `moehost serve` child, %v\n\n",
 					clients, minRows, maxRows, pattern, src, hiddenDim, duration)
 				fmt.Fprintln(stdout, loadgen.Header)
+				var batches []string
 				for _, m := range modes {
-					res, err := benchChild(cmd.Context(), pattern, module, dataDir, hiddenDim, loadgen.Config{
+					var profile []string
+					if serverProfiles != "" {
+						base := filepath.Join(serverProfiles, m.dt.String())
+						profile = []string{"--cpuprofile", base + ".cpu.pprof", "--memprofile", base + ".allocs.pprof"}
+					}
+					res, meanBatch, err := benchChild(cmd.Context(), serverExe, pattern, module, dataDir, hiddenDim, profile, loadgen.Config{
 						Experts: uids, Hidden: int(hiddenDim), Clients: clients,
 						MinRows: minRows, MaxRows: maxRows, Duration: duration, DType: m.dt,
 					})
@@ -105,10 +119,13 @@ charge the server for the clients' work.`,
 						return fmt.Errorf("%s: %w", m.name, err)
 					}
 					fmt.Fprintln(stdout, res.Row(m.name+" (child)"))
+					batches = append(batches, fmt.Sprintf("%s: %.1f rows per forward batch, load generator %.0f CPU-µs per request",
+						m.name, meanBatch, float64(res.ClientCPUPerRequest())/float64(time.Microsecond)))
 					if res.FirstError != nil {
 						fmt.Fprintf(os.Stderr, "%s: first error: %v\n", m.name, res.FirstError)
 					}
 				}
+				fmt.Fprintf(stdout, "\n%s (the server's counters over the run, warm-up included)\n", strings.Join(batches, "; "))
 				return nil
 			}
 			modes = append(modes, mode{"no batching (max 1) " + wires[0].String(), host.BatchLimits{MaxBatchSize: 1, QueueSize: 1 << 16}, wires[0]})
@@ -160,30 +177,39 @@ charge the server for the clients' work.`,
 	f.StringSliceVar(&dtypes, "dtype", []string{"float32"}, "wire dtypes to compare, comma-separated: float32, float16, bfloat16")
 	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
 	f.BoolVar(&child, "child", false, "serve from a `moehost serve` child process and report its CPU time per request")
+	f.StringVar(&serverProfiles, "server-profiles", "", "with --child, a directory where the child writes its CPU and allocation profiles of each mode")
+	f.StringVar(&serverExe, "server-exe", "", "with --child, the moehost executable to serve from (default this one), so that one load generator measures two builds")
 	cmp.register(f)
 	return cmd
 }
 
-// benchChild starts `moehost serve` (this executable) as a child on a free
-// loopback port, with no DHT, waits until it answers, drives it with cfg,
+// benchChild starts `moehost serve` (exe, or this executable) as a child
+// on a free loopback port, with no DHT, waits until it answers, drives it
+// with cfg,
 // and reads its CPU time from /proc at both ends of the measured window.
-func benchChild(ctx context.Context, pattern, module, dataDir string, hidden int64, cfg loadgen.Config) (loadgen.Result, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return loadgen.Result{}, err
+// serveArgs are more flags for the child (its profiles). It also returns
+// the mean rows of the forward batches that the load made, from the
+// experts' pool counters (Info).
+func benchChild(ctx context.Context, exe, pattern, module, dataDir string, hidden int64, serveArgs []string, cfg loadgen.Config) (loadgen.Result, float64, error) {
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return loadgen.Result{}, 0, err
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return loadgen.Result{}, err
+		return loadgen.Result{}, 0, err
 	}
 	addr := l.Addr().String()
 	l.Close()
 	cmd := exec.CommandContext(ctx, exe, "serve", "--listen", addr, "--data-dir", filepath.Join(dataDir, "bench-child"),
 		"--experts", pattern, "--module", module, "--hidden-dim", strconv.FormatInt(hidden, 10),
-		"--no-dht", "--log-level", "warn", "--queue-size", "65536")
+		"--no-dht", "--no-checkpoints", "--log-level", "warn", "--queue-size", "65536")
+	cmd.Args = append(cmd.Args, serveArgs...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return loadgen.Result{}, fmt.Errorf("starting moehost serve: %w", err)
+		return loadgen.Result{}, 0, fmt.Errorf("starting moehost serve: %w", err)
 	}
 	defer func() {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -196,14 +222,35 @@ func benchChild(ctx context.Context, pattern, module, dataDir string, hidden int
 			break
 		}
 		if time.Now().After(ready) {
-			return loadgen.Result{}, fmt.Errorf("moehost serve did not answer on %s: %w", addr, err)
+			return loadgen.Result{}, 0, fmt.Errorf("moehost serve did not answer on %s: %w", addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	cfg.Addr = addr
 	pid := cmd.Process.Pid
 	cfg.ServerCPU = func() (time.Duration, error) { return loadgen.ProcessCPU(pid) }
-	return loadgen.Run(ctx, cfg), nil
+	res := loadgen.Run(ctx, cfg)
+	rows, batches, err := forwardBatches(ctx, addr, cfg.Experts)
+	if err != nil || batches == 0 {
+		return res, 0, err
+	}
+	return res, float64(rows) / float64(batches), nil
+}
+
+// forwardBatches adds up the rows and batches of the experts' forward
+// pools.
+func forwardBatches(ctx context.Context, addr string, uids []string) (rows, batches int64, err error) {
+	c := client.New(addr)
+	defer c.Close()
+	for _, uid := range uids {
+		info, err := c.Expert(uid).Info(ctx)
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading %q's batch counters: %w", uid, err)
+		}
+		rows += info.GetForwardPool().GetSamples()
+		batches += info.GetForwardPool().GetBatches()
+	}
+	return rows, batches, nil
 }
 
 // benchMode serves the experts with lim and drives them with cfg.

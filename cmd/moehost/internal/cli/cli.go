@@ -73,6 +73,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		uploadIdle, uploadTimeout                                           time.Duration
 		bodyIdle, bodyTimeout                                               time.Duration
 		moduleLimits                                                        moduleLimitFlags
+		prof                                                                profileFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -147,9 +148,16 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 			if err != nil {
 				return err
 			}
+			stopProf, err := prof.start()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			err = srv.Run(ctx)
+			if perr := stopProf(); err == nil {
+				err = perr
+			}
 			if errors.Is(err, context.Canceled) {
 				err = nil
 			}
@@ -197,6 +205,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.DurationVar(&uploadTimeout, "upload-timeout", host.DefaultUploadTimeout, "with --tenants, longest one module upload may take in all")
 	f.DurationVar(&bodyIdle, "body-idle-timeout", host.DefaultBodyIdleTimeout, "longest a request's body (but a module upload's) may send nothing before the call is cut; the call itself may then run longer")
 	f.DurationVar(&bodyTimeout, "body-timeout", host.DefaultBodyTimeout, "longest a request's body (but a module upload's) may take to arrive in all; the call itself may then run longer")
+	prof.register(f)
 	f.StringVar(&device, "device", "cpu", "devices to run experts on: cpu, cuda (GPU 0), cuda:N, or cuda:N,M,... (experts assigned round-robin, one worker per GPU); CUDA needs a binary from make build-cuda")
 	return cmd
 }
