@@ -160,6 +160,24 @@ bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	$(BIN)/moehost bench-memory --clients 16 --min-rows 1 --max-rows 64 --duration 90s --data-dir $(CURDIR)/.tmp/bench-memory
 
+# A git ref that make bench-startup also builds (from a clean export of
+# it) and measures beside this tree's binary, e.g. BENCH_STARTUP_BEFORE=main.
+BENCH_STARTUP_BEFORE ?=
+BENCH_STARTUP_RUNS ?= 10
+
+.PHONY: bench-startup
+bench-startup: ## `moehost serve` from exec to Ready (wall and CPU, p50 and min of BENCH_STARTUP_RUNS starts): a restart with a warm compile cache and checkpoints, and a fresh data dir; BENCH_STARTUP_BEFORE=<git ref> interleaves that ref's binary
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
+	@bins="--bin $(BIN)/moehost"; \
+	if [ -n "$(BENCH_STARTUP_BEFORE)" ]; then \
+	  src=$(CURDIR)/.tmp/bench-startup-src; rm -rf $$src && mkdir -p $$src; \
+	  git archive $(BENCH_STARTUP_BEFORE) | tar -x -C $$src; \
+	  echo "building $(BENCH_STARTUP_BEFORE) into $(BIN)/moehost-before"; \
+	  (cd $$src && $(GO) build -o $(BIN)/moehost-before ./cmd/moehost); \
+	  bins="$$bins --bin $(BIN)/moehost-before"; \
+	fi; \
+	$(BIN)/moehost bench-startup --runs $(BENCH_STARTUP_RUNS) --data-dir $(CURDIR)/.tmp/bench-startup $$bins
+
 .PHONY: bench-frontdoor
 bench-frontdoor: ## What compiling a tenant's upload costs another tenant: alice's Forward p50/p99/worst during mallory's uploads of the 1.9 MB Go ffn, interleaved with quiet windows of the same length (a few minutes)
 	$(GO) test -run '^$$' -bench ForwardDuringCompile -benchtime 6x ./tests/

@@ -37,7 +37,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
 	root.AddCommand(checkpointCmd(stdout))
-	root.AddCommand(benchMemoryCmd(stdout))
+	root.AddCommand(benchMemoryCmd(stdout), benchStartupCmd(stdout))
 	root.AddCommand(versionCmd(stdout), compileCmd(stdout))
 	root.AddCommand(discoverCmd(stdout, stderr))
 	root.AddCommand(tenantCmd(stdout, stderr))
