@@ -263,45 +263,122 @@ func (s *Store) List(uid string) ([]Info, error) {
 // each file's size before it is read (<= 0: no bound), so that a file
 // larger than the expert could ever be costs nothing.
 func (s *Store) Load(uid string, step int64, maxBytes int64) (*Checkpoint, error) {
+	l, err := s.Open(uid, step, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	for i := range l.Params {
+		l.Params[i].Data = make([]float32, l.params.entries[i].n)
+		if err := l.ReadParam(i, l.Params[i].Data); err != nil {
+			return nil, err
+		}
+	}
+	return &l.Checkpoint, nil
+}
+
+// Lazy is a checkpoint whose parameters' values stay in their file until
+// ReadParam copies them out, straight into where they go (a parameter's
+// tensor, say), so that a restore copies each value once. Its Params have
+// names and shapes but no Data; its Optim are read whole. Close it.
+type Lazy struct {
+	Checkpoint
+	f      *os.File
+	params *tensorFile // Params[i] is params.entries[i]
+	path   string
+}
+
+// Open reads and checks the expert's checkpoint at step as Load does,
+// every header and the optimizer's file, but leaves the parameters'
+// values in their file. maxBytes is as for Load.
+func (s *Store) Open(uid string, step int64, maxBytes int64) (*Lazy, error) {
 	if err := CheckUID(uid); err != nil {
 		return nil, err
 	}
 	pp, op := s.paths(uid, step)
-	read := func(path string) ([]Tensor, Meta, error) {
-		fi, err := os.Stat(path)
+	open := func(path string) (*os.File, *tensorFile, Meta, error) {
+		f, err := os.Open(path)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, Meta{}, fmt.Errorf("%w: %s", ErrNotFound, filepath.Base(path))
+			return nil, nil, Meta{}, fmt.Errorf("%w: %s", ErrNotFound, filepath.Base(path))
 		}
 		if err != nil {
-			return nil, Meta{}, err
+			return nil, nil, Meta{}, err
 		}
-		if maxBytes > 0 && fi.Size() > maxBytes {
-			return nil, Meta{}, fmt.Errorf("%w: %s is %d bytes, more than the expert's %d", ErrCorrupt, filepath.Base(path), fi.Size(), maxBytes)
-		}
-		b, err := os.ReadFile(path)
+		tf, m, err := openFile(f, path, maxBytes)
 		if err != nil {
-			return nil, Meta{}, err
+			f.Close()
+			return nil, nil, Meta{}, err
 		}
-		ts, md, err := Decode(b)
-		if err != nil {
-			return nil, Meta{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
-		}
-		m, err := decodeMeta(md)
-		if err != nil {
-			return nil, Meta{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
-		}
-		return ts, m, nil
+		return f, tf, m, nil
 	}
-	params, meta, err := read(pp)
+	pf, ptf, meta, err := open(pp)
 	if err != nil {
 		return nil, fmt.Errorf("loading %q step %d: %w", uid, step, err)
 	}
-	optim, ometa, err := read(op)
-	if err != nil {
+	l := &Lazy{f: pf, params: ptf, path: pp}
+	fail := func(err error) (*Lazy, error) {
+		l.Close()
 		return nil, fmt.Errorf("loading %q step %d: %w", uid, step, err)
+	}
+	of, otf, ometa, err := open(op)
+	if err != nil {
+		return fail(err)
+	}
+	optim, err := otf.readAll()
+	of.Close()
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", filepath.Base(op), err))
 	}
 	if meta.UID != uid || meta.Step != step || ometa.UID != uid || ometa.Step != step || ometa.ModuleDigest != meta.ModuleDigest {
-		return nil, fmt.Errorf("loading %q step %d: %w: the files' metadata name %q step %d and %q step %d", uid, step, ErrCorrupt, meta.UID, meta.Step, ometa.UID, ometa.Step)
+		return fail(fmt.Errorf("%w: the files' metadata name %q step %d and %q step %d", ErrCorrupt, meta.UID, meta.Step, ometa.UID, ometa.Step))
 	}
-	return &Checkpoint{Meta: meta, Params: params, Optim: optim}, nil
+	l.Meta, l.Optim = meta, optim
+	l.Params = make([]Tensor, len(ptf.entries))
+	for i, e := range ptf.entries {
+		l.Params[i] = Tensor{Name: e.name, Shape: e.shape}
+	}
+	return l, nil
+}
+
+// openFile checks the size of the safetensors file f (at path) against
+// maxBytes, then reads and checks its header and metadata.
+func openFile(f *os.File, path string, maxBytes int64) (*tensorFile, Meta, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	if maxBytes > 0 && fi.Size() > maxBytes {
+		return nil, Meta{}, fmt.Errorf("%w: %s is %d bytes, more than the expert's %d", ErrCorrupt, filepath.Base(path), fi.Size(), maxBytes)
+	}
+	tf, err := openTensors(f, fi.Size())
+	if err != nil {
+		return nil, Meta{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	m, err := decodeMeta(tf.meta)
+	if err != nil {
+		return nil, Meta{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	return tf, m, nil
+}
+
+// ReadParam copies the values of Params[i] into dst, which must be its
+// length. A file cut short or changed since Open fails the read.
+func (l *Lazy) ReadParam(i int, dst []float32) error {
+	if i < 0 || i >= len(l.Params) {
+		return fmt.Errorf("reading parameter %d of %d", i, len(l.Params))
+	}
+	if err := l.params.read(i, dst); err != nil {
+		return fmt.Errorf("loading %q step %d: %s: %w", l.UID, l.Step, filepath.Base(l.path), err)
+	}
+	return nil
+}
+
+// Close closes the parameters' file.
+func (l *Lazy) Close() error {
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
 }

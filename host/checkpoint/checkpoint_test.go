@@ -167,6 +167,11 @@ func FuzzDecode(f *testing.F) {
 			if ts[i].Name != ts2[i].Name || len(ts[i].Data) != len(ts2[i].Data) {
 				t.Fatalf("tensor %d changed: %q → %q", i, ts[i].Name, ts2[i].Name)
 			}
+			for j := range ts[i].Data {
+				if math.Float32bits(ts[i].Data[j]) != math.Float32bits(ts2[i].Data[j]) {
+					t.Fatalf("tensor %q value %d changed: %x → %x", ts[i].Name, j, math.Float32bits(ts[i].Data[j]), math.Float32bits(ts2[i].Data[j]))
+				}
+			}
 		}
 	})
 }
@@ -260,6 +265,63 @@ func TestStoreCorruptAndLeftovers(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "e", ".tmp-123")); err == nil {
 		t.Error("Open left a crashed write's temp file")
+	}
+}
+
+// TestStoreOpenLazy reads a checkpoint's parameters one by one from the
+// file, as a restore does: Open checks every header and reads the
+// optimizer's file, the parameters come out only through ReadParam, a
+// slice of the wrong length is refused, and a file cut short after Open
+// fails the read instead of leaving zeros.
+func TestStoreOpenLazy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := checkpoint.Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ckpt("e", 7)
+	c.Params = []checkpoint.Tensor{
+		{Name: "w", Shape: []int{2, 3}, Data: []float32{1, -2, 3.5, 4, 5, 6}},
+		{Name: "b", Shape: []int{3}, Data: []float32{0.25, -0.5, 1e-7}},
+	}
+	if err := s.Save(c); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Open("e", 7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.Step != 7 || l.UID != "e" || len(l.Optim) != 1 || !slices.Equal(l.Optim[0].Data, []float32{0.5, 0.5}) {
+		t.Fatalf("opened %+v", l.Checkpoint)
+	}
+	if len(l.Params) != 2 {
+		t.Fatalf("%d params, want 2", len(l.Params))
+	}
+	for i, p := range l.Params {
+		want := c.Params[slices.IndexFunc(c.Params, func(w checkpoint.Tensor) bool { return w.Name == p.Name })]
+		if p.Data != nil || !slices.Equal(p.Shape, want.Shape) {
+			t.Fatalf("param %d: %+v before ReadParam, want %q of shape %v and no data", i, p, want.Name, want.Shape)
+		}
+		got := make([]float32, len(want.Data))
+		if err := l.ReadParam(i, got); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want.Data) {
+			t.Fatalf("param %q: read %v, want %v", p.Name, got, want.Data)
+		}
+		if err := l.ReadParam(i, make([]float32, len(want.Data)+1)); err == nil {
+			t.Fatalf("param %q: a slice one too long was filled", p.Name)
+		}
+	}
+	p := filepath.Join(dir, "e", "7.safetensors")
+	if err := os.Truncate(p, 100); err != nil {
+		t.Fatal(err)
+	}
+	last := len(l.Params) - 1
+	if err := l.ReadParam(last, make([]float32, 3)); err == nil {
+		t.Fatal("a param read from a file cut short after Open succeeded")
 	}
 }
 

@@ -1,13 +1,16 @@
 package checkpoint
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // ErrCorrupt is returned for bytes that are not a valid safetensors file
@@ -85,22 +88,63 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 // ranges tile the data without gaps or overlaps. Tensors come back in the
 // order of their data.
 func Decode(data []byte) ([]Tensor, map[string]string, error) {
-	if len(data) < 8 {
-		return nil, nil, fmt.Errorf("%w: %d bytes is shorter than the header length", ErrCorrupt, len(data))
+	tf, err := openTensors(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, nil, err
 	}
-	hl := binary.LittleEndian.Uint64(data)
-	if hl > maxHeaderBytes || hl > uint64(len(data)-8) {
-		return nil, nil, fmt.Errorf("%w: header length %d does not fit the %d-byte file", ErrCorrupt, hl, len(data))
+	ts, err := tf.readAll()
+	if err != nil {
+		return nil, nil, err
 	}
-	body := data[8+hl:]
+	return ts, tf.meta, nil
+}
+
+// tensorFile is a safetensors file whose header has been read and
+// checked: where each tensor's data lies. The data stays in the file
+// until read copies it out.
+type tensorFile struct {
+	r       io.ReaderAt
+	base    int64       // where the data starts: after the length and the header
+	entries []fileEntry // in the order of their data, which tiles it
+	meta    map[string]string
+}
+
+// fileEntry is one tensor of a tensorFile.
+type fileEntry struct {
+	name  string
+	shape []int
+	off   int64 // from base
+	n     int64 // float32 values
+}
+
+// openTensors reads and checks the header of the size-byte safetensors
+// file in r, as Decode describes. It allocates the header, at most the
+// file's size and maxHeaderBytes, and nothing for the tensors.
+func openTensors(r io.ReaderAt, size int64) (*tensorFile, error) {
+	if size < 8 {
+		return nil, fmt.Errorf("%w: %d bytes is shorter than the header length", ErrCorrupt, size)
+	}
+	var lenBuf [8]byte
+	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
+		return nil, fmt.Errorf("reading the header length: %w", err)
+	}
+	hl := binary.LittleEndian.Uint64(lenBuf[:])
+	if hl > maxHeaderBytes || hl > uint64(size-8) {
+		return nil, fmt.Errorf("%w: header length %d does not fit the %d-byte file", ErrCorrupt, hl, size)
+	}
+	header := make([]byte, hl)
+	if _, err := r.ReadAt(header, 8); err != nil {
+		return nil, fmt.Errorf("reading the header: %w", err)
+	}
+	bodyLen := size - 8 - int64(hl)
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data[8:8+hl], &raw); err != nil {
-		return nil, nil, fmt.Errorf("%w: header: %w", ErrCorrupt, err)
+	if err := json.Unmarshal(header, &raw); err != nil {
+		return nil, fmt.Errorf("%w: header: %w", ErrCorrupt, err)
 	}
 	var meta map[string]string
 	if m, ok := raw["__metadata__"]; ok {
 		if err := json.Unmarshal(m, &meta); err != nil {
-			return nil, nil, fmt.Errorf("%w: metadata: %w", ErrCorrupt, err)
+			return nil, fmt.Errorf("%w: metadata: %w", ErrCorrupt, err)
 		}
 		delete(raw, "__metadata__")
 	}
@@ -112,14 +156,14 @@ func Decode(data []byte) ([]Tensor, map[string]string, error) {
 	for name, r := range raw {
 		var e headerEntry
 		if err := json.Unmarshal(r, &e); err != nil {
-			return nil, nil, fmt.Errorf("%w: tensor %q: %w", ErrCorrupt, name, err)
+			return nil, fmt.Errorf("%w: tensor %q: %w", ErrCorrupt, name, err)
 		}
 		if e.DType != "F32" {
-			return nil, nil, fmt.Errorf("%w: tensor %q has dtype %q; checkpoints hold F32", ErrCorrupt, name, e.DType)
+			return nil, fmt.Errorf("%w: tensor %q has dtype %q; checkpoints hold F32", ErrCorrupt, name, e.DType)
 		}
 		n, ok := numel(e.Shape)
 		if !ok || e.Offsets[0] < 0 || e.Offsets[1]-e.Offsets[0] != 4*n {
-			return nil, nil, fmt.Errorf("%w: tensor %q: shape %v does not match bytes [%d, %d)", ErrCorrupt, name, e.Shape, e.Offsets[0], e.Offsets[1])
+			return nil, fmt.Errorf("%w: tensor %q: shape %v does not match bytes [%d, %d)", ErrCorrupt, name, e.Shape, e.Offsets[0], e.Offsets[1])
 		}
 		entries = append(entries, entry{name, e})
 	}
@@ -135,23 +179,66 @@ func Decode(data []byte) ([]Tensor, map[string]string, error) {
 	var end int64
 	for _, e := range entries {
 		if e.Offsets[0] != end {
-			return nil, nil, fmt.Errorf("%w: tensor %q starts at byte %d, not %d", ErrCorrupt, e.name, e.Offsets[0], end)
+			return nil, fmt.Errorf("%w: tensor %q starts at byte %d, not %d", ErrCorrupt, e.name, e.Offsets[0], end)
 		}
 		end = e.Offsets[1]
 	}
-	if end != int64(len(body)) {
-		return nil, nil, fmt.Errorf("%w: the tensors cover %d of %d data bytes", ErrCorrupt, end, len(body))
+	if end != bodyLen {
+		return nil, fmt.Errorf("%w: the tensors cover %d of %d data bytes", ErrCorrupt, end, bodyLen)
 	}
-	out := make([]Tensor, len(entries))
+	tf := &tensorFile{r: r, base: 8 + int64(hl), entries: make([]fileEntry, len(entries)), meta: meta}
 	for i, e := range entries {
-		b := body[e.Offsets[0]:e.Offsets[1]]
-		vals := make([]float32, len(b)/4)
-		for j := range vals {
-			vals[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
-		}
-		out[i] = Tensor{Name: e.name, Shape: e.Shape, Data: vals}
+		tf.entries[i] = fileEntry{name: e.name, shape: e.Shape, off: e.Offsets[0], n: (e.Offsets[1] - e.Offsets[0]) / 4}
 	}
-	return out, meta, nil
+	return tf, nil
+}
+
+// read copies tensor i's values into dst, which must be its length.
+func (tf *tensorFile) read(i int, dst []float32) error {
+	e := tf.entries[i]
+	if int64(len(dst)) != e.n {
+		return fmt.Errorf("tensor %q has %d values, not %d", e.name, e.n, len(dst))
+	}
+	if err := readFloats(tf.r, tf.base+e.off, dst); err != nil {
+		return fmt.Errorf("tensor %q: %w", e.name, err)
+	}
+	return nil
+}
+
+// readAll reads every tensor into memory of its own. The header's checks
+// bound what it allocates by the file's size.
+func (tf *tensorFile) readAll() ([]Tensor, error) {
+	out := make([]Tensor, len(tf.entries))
+	for i, e := range tf.entries {
+		vals := make([]float32, e.n)
+		if err := tf.read(i, vals); err != nil {
+			return nil, err
+		}
+		out[i] = Tensor{Name: e.name, Shape: e.shape, Data: vals}
+	}
+	return out, nil
+}
+
+// littleEndian is true where float32s in memory are the file's bytes.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// readFloats reads len(dst) little-endian float32s at off in r into dst:
+// where memory is little-endian, straight into dst's bytes, with no
+// buffer in between.
+func readFloats(r io.ReaderAt, off int64, dst []float32) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), 4*len(dst))
+	if _, err := r.ReadAt(raw, off); err != nil {
+		return err
+	}
+	if !littleEndian {
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+	}
+	return nil
 }
 
 // numel multiplies dims; ok is false for a negative dim or an overflow

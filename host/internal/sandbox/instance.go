@@ -205,6 +205,9 @@ func (inst *Instance) Forward(ctx context.Context, inputs []*gpuhost.Tensor, tap
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s skipped: %w", abi.ExportForward, err)
 	}
+	if err := st.drawParams(); err != nil {
+		return nil, err
+	}
 	st.beginCall(phaseForward, inputs, nil, batch, tape)
 	defer st.endCall()
 	st.gate = gateFrom(ctx)
@@ -308,6 +311,9 @@ func (inst *Instance) Backward(ctx context.Context, inputs, gradOutputs []*gpuho
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("%s skipped: %w", abi.ExportBackward, err)
 	}
+	if err := st.drawParams(); err != nil {
+		return nil, nil, err
+	}
 	st.beginCall(phaseBackward, inputs, gradOutputs, batch, nil)
 	defer st.endCall()
 	st.gate = gateFrom(ctx)
@@ -323,6 +329,16 @@ func (inst *Instance) Backward(ctx context.Context, inputs, gradOutputs []*gpuho
 		}
 	}
 	return slices.Clone(st.gradInputs), st.paramGrads, nil
+}
+
+// drawParams draws the initial values of the bound parameters that have
+// none yet (see ParamStore), so that no call computes with a parameter
+// before it holds values.
+func (st *state) drawParams() error {
+	if st.params == nil {
+		return nil
+	}
+	return st.params.Draw()
 }
 
 // batchOf returns the batch size of a call's tensors. It is no schema

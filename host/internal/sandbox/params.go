@@ -26,6 +26,13 @@ type Param struct {
 // expert declares the same parameters in moe_init; the first declaration
 // creates and initialises a parameter, later ones get the same tensor, so
 // that all instances compute with one set of weights.
+//
+// A declaration allocates the tensor and charges it at once, but draws its
+// initial values late: when Draw, Params or a call of an instance bound to
+// the store first needs them, whichever comes first. Values written with
+// Set before then replace the draw, so that a parameter that a checkpoint
+// restores is never drawn (RATIONALE: "Why are initial parameters drawn
+// late?"). Either way the values are those the seed gives.
 type ParamStore struct {
 	dev      gpuhost.Device
 	seed     [32]byte
@@ -35,6 +42,13 @@ type ParamStore struct {
 	params []Param
 	byName map[string]int
 	bytes  int64
+	// pending[i] draws param i's initial values; nil once it holds
+	// values. undrawn counts the non-nil ones.
+	pending []func([]float32)
+	undrawn int
+	// fills[i] draws param i's initial values, kept to draw them again
+	// when a Set that replaced the draw fails.
+	fills []func([]float32)
 }
 
 // NewParamStore makes an empty store whose initial values are drawn from
@@ -44,11 +58,86 @@ func NewParamStore(dev gpuhost.Device, seed []byte, maxBytes int64) *ParamStore 
 	return &ParamStore{dev: dev, seed: sha256.Sum256(seed), maxBytes: maxBytes, byName: map[string]int{}}
 }
 
-// Params returns the parameters in declaration order.
+// Params returns the parameters in declaration order, drawing the
+// initial values of those that have none yet. A draw that fails (on a
+// device other than the CPU, for want of memory) leaves its parameter to
+// the next Draw, which the instances' calls make and whose error they
+// return.
 func (s *ParamStore) Params() []Param {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	_ = s.drawLocked()
 	return slices.Clone(s.params)
+}
+
+// Declared returns the parameters in declaration order without drawing:
+// the values of those that Set has not written yet are undefined until
+// Draw. It is for reading names and shapes, and handing the tensors to
+// what writes them or only needs their shapes.
+func (s *ParamStore) Declared() []Param {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.params)
+}
+
+// Draw draws the initial values of the parameters that have none yet: it
+// makes the store whole. It is cheap when there are none.
+func (s *ParamStore) Draw() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drawLocked()
+}
+
+// Undrawn returns how many parameters still wait for their initial
+// values.
+func (s *ParamStore) Undrawn() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.undrawn
+}
+
+func (s *ParamStore) drawLocked() error {
+	if s.undrawn == 0 {
+		return nil
+	}
+	for i, fill := range s.pending {
+		if fill == nil {
+			continue
+		}
+		err := gpuhost.Fill(s.params[i].Tensor, func(v []float32) error { fill(v); return nil })
+		if err != nil {
+			return fmt.Errorf("drawing param %q: %w", s.params[i].Name, err)
+		}
+		s.pending[i] = nil
+		s.undrawn--
+	}
+	return nil
+}
+
+// Set writes param i's values with write, which gets a slice of the
+// parameter's length to fill whole (on the CPU, the tensor's own storage),
+// instead of drawing them. When write fails the values may be half
+// written, so the parameter gets its initial values again, drawn when
+// next needed: Set is for a store that serves nothing yet (a restore at
+// load); one that serves must have the values whole before it writes.
+// Set must not run while a call uses the parameter.
+func (s *ParamStore) Set(i int, write func([]float32) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i < 0 || i >= len(s.params) {
+		return fmt.Errorf("%w: param %d of %d", ErrInvalidInput, i, len(s.params))
+	}
+	if err := gpuhost.Fill(s.params[i].Tensor, write); err != nil {
+		if s.pending[i] == nil {
+			s.pending[i], s.undrawn = s.fills[i], s.undrawn+1
+		}
+		return fmt.Errorf("param %q: %w", s.params[i].Name, err)
+	}
+	if s.pending[i] != nil {
+		s.pending[i] = nil
+		s.undrawn--
+	}
+	return nil
 }
 
 // Count returns the number of scalar parameters.
@@ -88,7 +177,9 @@ func (s *ParamStore) declare(name string, dt abi.DType, shape []int, init abi.In
 	if err != nil {
 		return nil, err
 	}
-	t, err := gpuhost.FromFunc(s.dev, shape, fill)
+	// The values are drawn late (see ParamStore); until then the
+	// storage holds whatever it held.
+	t, err := gpuhost.FromFunc(s.dev, shape, func([]float32) {})
 	if err != nil {
 		if errors.Is(err, gpuhost.ErrOutOfMemory) {
 			return nil, errf(abi.ErrBudgetExceeded, "param %q: %v", name, err)
@@ -98,6 +189,9 @@ func (s *ParamStore) declare(name string, dt abi.DType, shape []int, init abi.In
 	t.Pin() // a batch's Release must never free a parameter
 	s.byName[name] = len(s.params)
 	s.params = append(s.params, Param{Name: name, Tensor: t})
+	s.pending = append(s.pending, fill)
+	s.fills = append(s.fills, fill)
+	s.undrawn++
 	s.bytes += cost
 	return t, nil
 }

@@ -20,6 +20,9 @@ func drawParam(t *testing.T, seed, name string, n int, init abi.Init, a, b float
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Draw(); err != nil {
+		t.Fatal(err)
+	}
 	v, err := dev.Float32s(p)
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +165,9 @@ func TestInitConstants(t *testing.T) {
 	}{{abi.InitZeros, 0}, {abi.InitOnes, 1}} {
 		p, err := s.declare(fmt.Sprint("c", tt.init), abi.DTypeFloat32, []int{1000}, tt.init, 0, 0)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Draw(); err != nil {
 			t.Fatal(err)
 		}
 		v, _ := dev.Float32s(p)
