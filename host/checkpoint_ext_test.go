@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
 	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/sdk/client"
@@ -234,4 +239,88 @@ func TestCheckpointRefusals(t *testing.T) {
 			t.Errorf("no warning about step 3 in the log:\n%s", logs.String())
 		}
 	})
+}
+
+// TestRestoreAtStartWritesEveryParam checks a start that restores
+// checkpoints, which reads the parameters straight into their tensors
+// and draws no initial values: every value of every parameter of two
+// experts that share an instance is the checkpoint's (a parameter left
+// undrawn, or drawn over the checkpoint, shows as other values), and a
+// fresh start still gets the initial values that the uids give.
+func TestRestoreAtStartWritesEveryParam(t *testing.T) {
+	const h = 8
+	ctx := context.Background()
+	dir := t.TempDir()
+	uids := []string{"ffn.0", "ffn.1"}
+	start := func() (*host.Server, moehostv1connect.CheckpointServiceClient) {
+		t.Helper()
+		srv, err := ckptServer(t, dir, wasmexperts.FFN, h, host.CheckpointConfig{},
+			host.WithExperts(host.ExpertConfig{UID: "ffn.1", Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": h}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv, moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	}
+	params := func(cc moehostv1connect.CheckpointServiceClient, uid string) (int64, map[string][]float32) {
+		t.Helper()
+		p, err := cc.GetParameters(ctx, connect.NewRequest(&moehostv1.CheckpointServiceGetParametersRequest{Uid: uid}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Msg.GetStep(), paramValues(t, p.Msg.GetParameters())
+	}
+	same := func(a, b map[string][]float32) bool {
+		if len(a) != len(b) || len(a) == 0 {
+			return false
+		}
+		for k, v := range a {
+			if !slices.Equal(v, b[k]) {
+				return false
+			}
+		}
+		return true
+	}
+
+	srv, cc := start()
+	initial := map[string]map[string][]float32{}
+	for _, uid := range uids {
+		_, initial[uid] = params(cc, uid)
+	}
+	if same(initial["ffn.0"], initial["ffn.1"]) {
+		t.Fatal("two uids got the same initial values; the test cannot tell them apart")
+	}
+	c := client.New(srv.Addr())
+	train(t, c, h, 2, rand.New(rand.NewPCG(7, 8))) // ffn.0 only
+	c.Close()
+	trained := map[string]map[string][]float32{}
+	for _, uid := range uids {
+		_, trained[uid] = params(cc, uid)
+	}
+	if same(trained["ffn.0"], initial["ffn.0"]) {
+		t.Fatal("training changed no parameter of ffn.0")
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	srv, cc = start()
+	for _, uid := range uids {
+		step, got := params(cc, uid)
+		if !same(got, trained[uid]) {
+			t.Errorf("%s after a restart (step %d): not the checkpoint's values", uid, step)
+		}
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A fresh start draws what the uids give, as the first one did.
+	dir = t.TempDir()
+	srv, cc = start()
+	defer srv.Shutdown(ctx)
+	for _, uid := range uids {
+		if _, got := params(cc, uid); !same(got, initial[uid]) {
+			t.Errorf("%s on a fresh start: not the initial values its uid gives", uid)
+		}
+	}
 }

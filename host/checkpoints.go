@@ -73,10 +73,22 @@ func (e *expert) takeSnapshot() (*snapshot, error) {
 // mismatch.
 // An optimizer state that does not fit the optimizer now configured (it
 // was changed) is dropped with a warning, keeping the step count.
-func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string, args ...any)) error {
+//
+// With lazy nil, c holds the parameters' values, and they are copied
+// over the expert's: a restore of a serving expert. With lazy (whose
+// Checkpoint c is), an expert that serves nothing yet has its parameters
+// read straight from the file into their tensors, in place of their
+// initial values, which are then never drawn; when a read fails
+// (errCheckpointRead), every parameter gets its initial values again and
+// nothing else changes.
+func (e *expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange bool, warn func(msg string, args ...any)) error {
 	e.guest.slot.mu.Lock()
 	defer e.guest.slot.mu.Unlock()
-	ps := e.guest.binding.Params.Params()
+	store := e.guest.binding.Params
+	ps := store.Declared() // a lazy restore leaves the draws undone
+	if lazy == nil {
+		ps = store.Params()
+	}
 	if err := paramsMatch(c, ps); err != nil {
 		return err
 	}
@@ -91,9 +103,9 @@ func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string
 				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, configString(c.Config), configString(e.guest.binding.Config))
 		}
 	}
-	values := map[string][]float32{}
-	for _, t := range c.Params {
-		values[t.Name] = t.Data
+	byName := map[string]int{}
+	for i, t := range c.Params {
+		byName[t.Name] = i
 	}
 	tensors := make([]*gpuhost.Tensor, len(ps))
 	st := gpuhost.OptimizerState{Steps: c.Step, Slots: map[string][][]float32{}}
@@ -132,8 +144,16 @@ func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string
 		}
 	}
 	for i, p := range ps {
-		if err := gpuhost.Assign(p.Tensor, values[p.Name]); err != nil {
-			return fmt.Errorf("restoring %q: param %d: %w", e.uid, i, err)
+		j := byName[p.Name]
+		if lazy == nil {
+			if err := gpuhost.Assign(p.Tensor, c.Params[j].Data); err != nil {
+				return fmt.Errorf("restoring %q: param %d: %w", e.uid, i, err)
+			}
+			continue
+		}
+		if err := store.Set(i, func(dst []float32) error { return lazy.ReadParam(j, dst) }); err != nil {
+			store.Reinit()
+			return fmt.Errorf("%w: restoring %q: %w", errCheckpointRead, e.uid, err)
 		}
 	}
 	e.trainer.opt = opt
@@ -144,6 +164,11 @@ func (e *expert) restoreFrom(c *snapshot, allowChange bool, warn func(msg string
 // errCheckpointShapesMatch marks a mismatch of digest or config only,
 // which --allow-module-change can override.
 var errCheckpointShapesMatch = errors.New("same parameter shapes")
+
+// errCheckpointRead marks a checkpoint whose parameters could not be read
+// from its file after its headers checked out (an I/O error, a file cut
+// short meanwhile): a checkpoint that does not load, like a corrupt one.
+var errCheckpointRead = errors.New("reading the checkpoint's parameters")
 
 // paramsMatch checks that c holds exactly the parameters ps, by name and
 // shape.
@@ -189,12 +214,20 @@ func (c *checkpointer) restore(e *expert) error {
 	// Each file is at most the expert's parameters (or their optimizer
 	// buffers, two per parameter) plus a header.
 	for _, in := range infos {
-		ck, err := c.store.Load(e.uid, in.Step, c.maxBytes())
+		// The parameters go straight from the file into their tensors,
+		// whose initial values are then never drawn.
+		ck, err := c.store.Open(e.uid, in.Step, c.maxBytes())
 		if err != nil {
 			c.srv.log.Warn("skipping a checkpoint that does not load", "uid", e.uid, "step", in.Step, "err", err)
 			continue
 		}
-		if err := e.restoreFrom(ck, c.cfg.AllowModuleChange, c.srv.log.Warn); err != nil {
+		err = e.restoreFrom(&ck.Checkpoint, ck, c.cfg.AllowModuleChange, c.srv.log.Warn)
+		ck.Close()
+		if errors.Is(err, errCheckpointRead) {
+			c.srv.log.Warn("skipping a checkpoint that does not load", "uid", e.uid, "step", in.Step, "err", err)
+			continue
+		}
+		if err != nil {
 			if errors.Is(err, ErrCheckpointMismatch) {
 				// Name the ways out that work: the checkpoints belong to
 				// another module or config, and are left alone.
@@ -534,7 +567,7 @@ func (cs *ckptService) Restore(ctx context.Context, uid string, step *int64) (*m
 		return nil, fmt.Errorf("%w: %w", ErrCheckpointUnreadable, err)
 	}
 	var restoreErr error
-	if err := c.srv.laneOf(e).tasks.run(ctx, func() { restoreErr = e.restoreFrom(ck, c.cfg.AllowModuleChange, cs.log.Warn) }); err != nil {
+	if err := c.srv.laneOf(e).tasks.run(ctx, func() { restoreErr = e.restoreFrom(ck, nil, c.cfg.AllowModuleChange, cs.log.Warn) }); err != nil {
 		return nil, err
 	}
 	if restoreErr != nil {

@@ -323,6 +323,11 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 			return nil, false, errors.Join(err, s.unload(context.WithoutCancel(ctx), l, e))
 		}
 	}
+	// The initial values of what no checkpoint restored are drawn now,
+	// before the expert serves (a restore drew none of them).
+	if err := e.guest.binding.Params.Draw(); err != nil {
+		return nil, false, errors.Join(fmt.Errorf("loading expert %q: %w", ec.UID, err), s.unload(context.WithoutCancel(ctx), l, e))
+	}
 	e.guest.callTimeout = limits.CallTimeout
 	e.q = l.quarantineOf(ec.Owner)
 	lim := s.cfg.batching

@@ -137,4 +137,23 @@ func TestParamsDrawnLate(t *testing.T) {
 			}
 		}
 	})
+	t.Run("Reinit draws every parameter again", func(t *testing.T) {
+		ps := sandbox.NewParamStore(dev, []byte("ffn.0"), 0)
+		instantiate(ps)
+		for i, p := range ps.Declared() {
+			if err := ps.Set(i, func(dst []float32) error { clear(dst); return nil }); err != nil {
+				t.Fatalf("param %s: %v", p.Name, err)
+			}
+		}
+		ps.Reinit()
+		if got := ps.Undrawn(); got != n {
+			t.Fatalf("after Reinit %d of %d parameters are undrawn", got, n)
+		}
+		got := values(ps.Params())
+		for i := range got {
+			if !slices.Equal(got[i], ref[i]) {
+				t.Fatalf("parameter %d after Reinit: not its initial values", i)
+			}
+		}
+	})
 }

@@ -140,6 +140,16 @@ func (s *ParamStore) Set(i int, write func([]float32) error) error {
 	return nil
 }
 
+// Reinit gives every parameter its initial values again, drawn when next
+// needed, as after its declaration: for a store that serves nothing yet
+// and whose restore failed part way.
+func (s *ParamStore) Reinit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copy(s.pending, s.fills)
+	s.undrawn = len(s.pending)
+}
+
 // Count returns the number of scalar parameters.
 func (s *ParamStore) Count() int64 {
 	s.mu.Lock()
