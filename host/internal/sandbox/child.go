@@ -30,6 +30,9 @@ const childBase = 256 << 20
 // childBaseBytes is childBase; tests lower it.
 var childBaseBytes int64 = childBase
 
+// childRuns counts the compile children started, for tests.
+var childRuns atomic.Int64
+
 // childExe is the command line (binary and leading arguments) that runs
 // a compile child, nil while compiles run in the process.
 var childExe atomic.Pointer[[]string]
@@ -56,15 +59,21 @@ func CompileInChild(argv ...string) error {
 // fault of the module.
 var errChildStart = errors.New("starting a compile child")
 
-// compileInChild compiles wasm in a child process into the runtime's file
-// cache, under a memory limit of the shape's compileCost plus childBase
-// and the module limits' CompileTimeout. It does nothing when compiles
-// run in the process or the runtime has no file cache.
-func (rt *Runtime) compileInChild(ctx context.Context, wasm []byte, shape *moduleShape) error {
+// compileInChild compiles wasm (of digest) in a child process into the
+// runtime's file cache, under a memory limit of the shape's compileCost
+// plus childBase and the module limits' CompileTimeout. It does nothing
+// when compiles run in the process, the runtime has no file cache, or the
+// cache holds the module's compile receipt: then the child's compile would
+// only read the cache, as the process's own does next.
+func (rt *Runtime) compileInChild(ctx context.Context, wasm []byte, shape *moduleShape, digest string) error {
 	argv := childExe.Load()
 	if argv == nil || rt.cache == nil || rt.cache.dir == "" {
 		return nil
 	}
+	if hasReceipt(rt.cache.dir, digest) {
+		return nil
+	}
+	childRuns.Add(1)
 	limit := (shape.compileCost() + childBaseBytes) * childRaceFactor
 	timeout := rt.limits.Module.CompileTimeout
 	cctx, cancel := context.WithTimeout(ctx, timeout)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/modules"
 )
 
 // TestMain lets the test binary serve as its own compile child.
@@ -77,6 +79,9 @@ func TestCompileChildRefuses(t *testing.T) {
 		t.Fatalf("compiling ffn.wasm in too little memory: %v, want ErrInvalidModule naming the limit", err)
 	}
 	t.Log(err)
+	if hasReceipt(rt.cache.dir, modules.Digest(wasmexperts.FFN)) {
+		t.Fatal("a refused compile left a receipt, so the next compile would skip the child")
+	}
 	childBaseBytes = childBase
 	if _, err := rt.Compile(ctx, wasmexperts.Nop); err != nil {
 		t.Fatalf("compiling nop after a refusal: %v", err)
@@ -90,5 +95,57 @@ func skipUnderRace(t *testing.T) {
 	t.Helper()
 	if raceEnabled {
 		t.Skip("compiles the Go examples: make test runs it without -race (make test-compile)")
+	}
+}
+
+// TestCompileReceiptSkipsChild compiles one module into one cache from
+// several runtimes: the first compile runs a child and leaves a receipt,
+// later ones skip the child; without the receipt the child runs again,
+// and a receipt whose cache entry is gone still compiles (in the
+// process).
+func TestCompileReceiptSkipsChild(t *testing.T) {
+	ctx := context.Background()
+	withChild(t)
+	dir := t.TempDir()
+	digest := modules.Digest(wasmexperts.FFNC)
+	compile := func() int64 {
+		t.Helper()
+		rt, err := NewRuntime(ctx, dir, Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close(ctx)
+		before := childRuns.Load()
+		m, err := rt.Compile(ctx, wasmexperts.FFNC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Close(ctx)
+		return childRuns.Load() - before
+	}
+	if n := compile(); n != 1 {
+		t.Fatalf("a cold compile ran %d children, want 1", n)
+	}
+	if !hasReceipt(dir, digest) {
+		t.Fatal("a compile left no receipt")
+	}
+	if n := compile(); n != 0 {
+		t.Fatalf("a compile with a receipt ran %d children, want none", n)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, receiptDir)); err != nil {
+		t.Fatal(err)
+	}
+	if n := compile(); n != 1 {
+		t.Fatalf("a compile without its receipt ran %d children, want 1", n)
+	}
+	// wazero's entries gone, the receipt kept: the process compiles.
+	entries, _ := filepath.Glob(filepath.Join(dir, "wazero-*"))
+	for _, e := range entries {
+		if err := os.RemoveAll(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := compile(); n != 0 {
+		t.Fatalf("a compile with a receipt ran %d children, want none", n)
 	}
 }

@@ -47,7 +47,7 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	lowPriority(ctx, 0, func(ctx context.Context) {
 		// A child compiles into the file cache, so that the compile
 		// below only reads the machine code back.
-		if err = rt.compileInChild(ctx, wasm, shape); err == nil {
+		if err = rt.compileInChild(ctx, wasm, shape, digest); err == nil {
 			cm, err = rt.r.CompileModule(ctx, wasm)
 		}
 	})
@@ -61,6 +61,11 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if err := validate(cm); err != nil {
 		cm.Close(ctx)
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
+	}
+	if rt.cache != nil {
+		// The next compile of it skips the child; failing to say so
+		// costs that compile only its child.
+		_ = writeReceipt(rt.cache.dir, digest)
 	}
 	return &Module{rt: rt, compiled: cm, digest: digest}, nil
 }
