@@ -310,6 +310,30 @@ func TestRestoreAtStartWritesEveryParam(t *testing.T) {
 			t.Errorf("%s after a restart (step %d): not the checkpoint's values", uid, step)
 		}
 	}
+	// A restored expert that trains is saved at shutdown; one that did
+	// not is left as it is on disk.
+	c = client.New(srv.Addr())
+	train(t, c, h, 1, rand.New(rand.NewPCG(9, 10)))
+	c.Close()
+	_, trained["ffn.0"] = params(cc, "ffn.0")
+	ffn1 := filepath.Join(dir, "ffn.1", "0.safetensors")
+	before, err := os.Stat(ffn1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := os.Stat(ffn1); err != nil || !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("the shutdown rewrote the checkpoint of ffn.1, which did not change (%v)", err)
+	}
+	srv, cc = start()
+	for _, uid := range uids {
+		step, got := params(cc, uid)
+		if !same(got, trained[uid]) {
+			t.Errorf("%s after training and a second restart (step %d): not what it trained to", uid, step)
+		}
+	}
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -32,12 +32,18 @@ var ErrCheckpointMismatch = errors.New("checkpoint does not match the expert")
 // snapshot is an expert's training state, copied off the device.
 type snapshot = checkpoint.Checkpoint
 
-// takeSnapshot copies e's parameters, optimizer state and counters. It
-// holds e.guest.slot.mu, so it sees the state between two batches; called on the
-// device worker (or once it has stopped), it waits for nothing.
-func (e *expert) takeSnapshot() (*snapshot, error) {
+// takeSnapshot copies e's parameters, optimizer state and counters, and
+// returns the count of updates they reflect. It holds e.guest.slot.mu,
+// so it sees the state between two batches; called on the device worker
+// (or once it has stopped), it waits for nothing.
+func (e *expert) takeSnapshot() (*snapshot, int64, error) {
 	e.guest.slot.mu.Lock()
 	defer e.guest.slot.mu.Unlock()
+	s, err := e.snapshotLocked()
+	return s, e.trainer.updates.Load(), err
+}
+
+func (e *expert) snapshotLocked() (*snapshot, error) {
 	st, err := e.trainer.opt.State()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot of %q: %w", e.uid, err)
@@ -157,6 +163,7 @@ func (e *expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange boo
 		}
 	}
 	e.trainer.opt = opt
+	e.trainer.updates.Add(1)
 	e.stats.restored(c.Step, c.Examples)
 	return nil
 }
@@ -202,6 +209,9 @@ type checkpointer struct {
 
 	mu    sync.Mutex       // serialises writes
 	saved map[string]int64 // last step written, by uid
+	// savedAt is each expert's trainer.updates when its state was last
+	// written or restored: while they match, a save has nothing to do.
+	savedAt map[string]int64
 }
 
 // restore loads the newest checkpoint of e that validates. A corrupt one
@@ -238,6 +248,7 @@ func (c *checkpointer) restore(e *expert) error {
 		}
 		c.mu.Lock()
 		c.saved[e.uid] = ck.Step
+		c.savedAt[e.uid] = e.trainer.updates.Load() // nothing else runs it yet
 		c.mu.Unlock()
 		c.srv.log.Info("restored checkpoint", "uid", e.uid, "step", ck.Step, "examples", ck.Examples)
 		return nil
@@ -259,16 +270,29 @@ func (c *checkpointer) maxBytes() int64 {
 // false, once the worker has stopped) and writes it, unless its step was
 // saved already and force is false. It returns the step written.
 func (c *checkpointer) save(ctx context.Context, e *expert, onWorker, force bool) (int64, bool, error) {
+	if !force {
+		// Nothing stepped or restored since the last write or restore:
+		// the files hold this state already, and copying it (134 MB for
+		// make run's experts) would show only that.
+		c.mu.Lock()
+		last, ok := c.saved[e.uid]
+		at, okAt := c.savedAt[e.uid]
+		c.mu.Unlock()
+		if ok && okAt && at == e.trainer.updates.Load() {
+			return last, false, nil
+		}
+	}
 	var (
 		snap    *snapshot
+		gen     int64
 		snapErr error
 	)
 	if onWorker {
-		if err := c.srv.laneOf(e).tasks.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
+		if err := c.srv.laneOf(e).tasks.run(ctx, func() { snap, gen, snapErr = e.takeSnapshot() }); err != nil {
 			return 0, false, err
 		}
 	} else {
-		snap, snapErr = e.takeSnapshot()
+		snap, gen, snapErr = e.takeSnapshot()
 	}
 	if snapErr != nil {
 		return 0, false, snapErr
@@ -276,12 +300,14 @@ func (c *checkpointer) save(ctx context.Context, e *expert, onWorker, force bool
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if last, ok := c.saved[e.uid]; ok && last == snap.Step && !force {
+		c.savedAt[e.uid] = gen
 		return snap.Step, false, nil
 	}
 	if err := c.store.Save(snap); err != nil {
 		return 0, false, err
 	}
 	c.saved[e.uid] = snap.Step
+	c.savedAt[e.uid] = gen
 	return snap.Step, true, nil
 }
 
@@ -394,7 +420,7 @@ func (s *Server) openCheckpoints() (*checkpointer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &checkpointer{store: store, cfg: cfg, srv: s, saved: map[string]int64{}}
+	c := &checkpointer{store: store, cfg: cfg, srv: s, saved: map[string]int64{}, savedAt: map[string]int64{}}
 	s.mu.Lock()
 	s.ckpt = c
 	s.mu.Unlock()
@@ -589,7 +615,7 @@ func (cs *ckptService) Parameters(ctx context.Context, uid string) (int64, []*mo
 		snap    *snapshot
 		snapErr error
 	)
-	if err := (*Server)(cs).laneOf(e).tasks.run(ctx, func() { snap, snapErr = e.takeSnapshot() }); err != nil {
+	if err := (*Server)(cs).laneOf(e).tasks.run(ctx, func() { snap, _, snapErr = e.takeSnapshot() }); err != nil {
 		return 0, nil, err
 	}
 	if snapErr != nil {

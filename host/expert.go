@@ -145,6 +145,7 @@ func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 // step takes one optimizer step and releases the parameter gradients.
 // Call with e.guest.slot.mu held.
 func (e *expert) step(params, gradParams []*gpuhost.Tensor, gradInputs ...[]*gpuhost.Tensor) error {
+	e.trainer.updates.Add(1) // a failed step may have changed some
 	err := e.trainer.opt.Step(params, gradParams)
 	// A custom backward may hand one tensor back as both a parameter's and
 	// an input's gradient; the input's must survive until it is sent.

@@ -113,6 +113,10 @@ type trainer struct {
 	opt  gpuhost.Optimizer // replaced by a restore, under the slot's mu
 	cfg  OptimizerConfig
 	json string // cfg, for checkpoints' metadata
+	// updates counts the optimizer steps and restores, under the slot's
+	// mu, so that a save sees that nothing changed since the last one
+	// without copying the state.
+	updates atomic.Int64
 }
 
 // configure records the config the optimizer was built from.
