@@ -81,15 +81,21 @@ func (e *expert) snapshotLocked() (*snapshot, error) {
 // was changed) is dropped with a warning, keeping the step count.
 //
 // With lazy nil, c holds the parameters' values, and they are copied
-// over the expert's: a restore of a serving expert. With lazy (whose
-// Checkpoint c is), an expert that serves nothing yet has its parameters
+// over the expert's: a restore of a serving expert, between its batches.
+// With lazy (whose Checkpoint c is), an expert that serves nothing yet
+// (and that nothing else reaches, so no lock is taken) has its parameters
 // read straight from the file into their tensors, in place of their
 // initial values, which are then never drawn; when a read fails
 // (errCheckpointRead), every parameter gets its initial values again and
 // nothing else changes.
 func (e *expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange bool, warn func(msg string, args ...any)) error {
-	e.guest.slot.mu.Lock()
-	defer e.guest.slot.mu.Unlock()
+	if lazy == nil {
+		// A serving expert's batches hold the slot: restore between
+		// them. One that serves nothing yet is nobody else's, and the
+		// experts it may share the slot with go on.
+		e.guest.slot.mu.Lock()
+		defer e.guest.slot.mu.Unlock()
+	}
 	store := e.guest.binding.Params
 	ps := store.Declared() // a lazy restore leaves the draws undone
 	if lazy == nil {

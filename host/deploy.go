@@ -44,6 +44,10 @@ type loader struct {
 	// busy are the uids being deployed or undeployed, which no other
 	// deploy or undeploy may take meanwhile.
 	busy map[string]bool
+	// starting are the share keys whose instance a load is starting,
+	// each closed when it is done, so that other loads of the share key
+	// wait to share it.
+	starting map[string]chan struct{}
 }
 
 // ownerRuntime is one owner's runtime and how many compiled modules it
@@ -74,7 +78,7 @@ func newLoader(cache *sandbox.Cache, limits func(owner string) sandbox.Limits) *
 	return &loader{
 		cache: cache, limits: limits,
 		runtimes: map[string]*ownerRuntime{}, compiled: map[string]*compiledModule{}, slots: map[string]*instanceSlot{},
-		unrestored: map[string]deployment{}, busy: map[string]bool{},
+		unrestored: map[string]deployment{}, busy: map[string]bool{}, starting: map[string]chan struct{}{},
 	}
 }
 
@@ -297,36 +301,45 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	paramBytes := limits.WithDefaults().ParamBytes // the expert's own, not its runtime's
 	limits = cm.limits
 	limits.ParamBytes = paramBytes
+	if !s.cfg.exclusiveInstances {
+		// Another load starting the instance that this one would share
+		// (Start loads experts side by side) is waited for, so that
+		// they share it.
+		l.waitStarting(ctx, share)
+	}
 	if slot, ok := l.slots[share]; ok && !s.cfg.exclusiveInstances {
 		e, err = newSharedExpert(ec.UID, slot, cm.m, ln.dev, ec.Config, opt, limits.ParamBytes)
 	} else {
 		// A new instance starts and runs moe_init (up to the owner's
 		// init timeout) without the lock.
+		started := l.beginStarting(share)
 		l.mu.Unlock()
 		e, err = newExpert(ctx, ec.UID, cm.m, ln.dev, ec.Config, opt, limits.ParamBytes)
 		l.mu.Lock()
+		if err == nil {
+			if _, ok := l.slots[share]; !ok {
+				// Another load may have started an instance for share
+				// meanwhile; then this one stays the expert's own.
+				l.slots[share] = e.guest.slot
+			}
+		}
+		started()
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	made = true
-	if _, ok := l.slots[share]; !ok {
-		// Another load may have started an instance for share meanwhile;
-		// then this one stays the expert's own.
-		l.slots[share] = e.guest.slot
-	}
 	e.guest.share, e.guest.compiledKey, e.guest.unpin = share, key, unpin
 	e.tenancy.owner, e.tenancy.forward, e.tenancy.backward = ec.Owner, ec.ForwardAccess, ec.BackwardAccess
 	e.trainer.configure(optCfg)
-	if s.ckpt != nil {
-		if err := s.ckpt.restore(e); err != nil {
-			return nil, false, errors.Join(err, s.unload(context.WithoutCancel(ctx), l, e))
-		}
-	}
-	// The initial values of what no checkpoint restored are drawn now,
-	// before the expert serves (a restore drew none of them).
-	if err := e.guest.binding.Params.Draw(); err != nil {
-		return nil, false, errors.Join(fmt.Errorf("loading expert %q: %w", ec.UID, err), s.unload(context.WithoutCancel(ctx), l, e))
+	// The expert's parameters are restored or drawn without the lock:
+	// nothing else reaches them before it serves, and loads of other
+	// experts go on meanwhile.
+	l.mu.Unlock()
+	err = s.fill(e)
+	l.mu.Lock()
+	if err != nil {
+		return nil, false, errors.Join(err, s.unload(context.WithoutCancel(ctx), l, e))
 	}
 	e.guest.callTimeout = limits.CallTimeout
 	e.q = l.quarantineOf(ec.Owner)
@@ -336,6 +349,56 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	}
 	e.attachPools(lim, s.metrics, ln.worker.Notify)
 	return e, fresh, nil
+}
+
+// fill gives a new expert its parameters' values: from its newest
+// checkpoint that loads, or else its initial values, drawn now, before it
+// serves (a restore draws none of them).
+func (s *Server) fill(e *expert) error {
+	if s.ckpt != nil {
+		if err := s.ckpt.restore(e); err != nil {
+			return err
+		}
+	}
+	if err := e.guest.binding.Params.Draw(); err != nil {
+		return fmt.Errorf("loading expert %q: %w", e.uid, err)
+	}
+	return nil
+}
+
+// beginStarting records that a load is starting share's instance, and
+// returns the function that records it done. Call both with l.mu held.
+func (l *loader) beginStarting(share string) (done func()) {
+	ch := make(chan struct{})
+	if _, ok := l.starting[share]; !ok {
+		l.starting[share] = ch
+	}
+	return func() {
+		if l.starting[share] == ch {
+			delete(l.starting, share)
+		}
+		close(ch)
+	}
+}
+
+// waitStarting waits, with l.mu released, while another load starts
+// share's instance, or until ctx ends. Call with l.mu held.
+func (l *loader) waitStarting(ctx context.Context, share string) {
+	for {
+		ch, ok := l.starting[share]
+		if !ok {
+			return
+		}
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		l.mu.Lock()
+		if ctx.Err() != nil {
+			return
+		}
+	}
 }
 
 // unload takes apart what load made: it closes the expert's instance and

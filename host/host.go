@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -227,28 +228,23 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.experts = experts // filled as they are made, so that a failed Start releases them
 	s.mu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, ec := range s.cfg.experts {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("starting: %w", err)
-		}
-		e, fresh, err := s.load(ctx, l, s.operatorBackward(ec))
-		if err != nil {
-			return err
-		}
-		if fresh {
+	loaded, err := s.loadAll(ctx, l)
+	if err != nil {
+		return err
+	}
+	for i, ec := range s.cfg.experts {
+		e := loaded[i].e
+		if loaded[i].fresh {
 			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.guest.digest()))
 		}
 		s.schedule(e)
-		s.mu.Lock()
-		experts[ec.UID] = e
-		s.mu.Unlock()
 		if c := configString(ec.Config); !slices.Contains(configs, c) {
 			configs = append(configs, c)
 		}
 		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.guest.digest(), "params", e.guest.binding.Params.Count())
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err := s.restoreDeployments(ctx, l); err != nil {
 		return err
 	}
@@ -324,6 +320,61 @@ func (s *Server) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// loaded is one configured expert that loadAll made.
+type loaded struct {
+	e     *expert
+	fresh bool // its module was compiled for it
+}
+
+// loadAll loads the configured experts side by side, as many at a time as
+// there are cores (GOMAXPROCS): experts of one module and config wait for
+// the first to compile the module and start the instance they share, then
+// restore or draw their parameters in parallel. Each is in s.experts once
+// made, so that a failed Start releases it. The error is that of the first
+// expert in the configured order that failed for a reason of its own (not
+// the cancellation that a failure of another caused).
+func (s *Server) loadAll(ctx context.Context, l *loader) ([]loaded, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := make([]loaded, len(s.cfg.experts))
+	errs := make([]error, len(s.cfg.experts))
+	sem := make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), len(s.cfg.experts))))
+	var wg sync.WaitGroup
+	for i, ec := range s.cfg.experts {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := ctx.Err(); err != nil {
+				errs[i] = fmt.Errorf("starting: %w", err)
+				return
+			}
+			l.mu.Lock()
+			e, fresh, err := s.load(ctx, l, s.operatorBackward(ec))
+			l.mu.Unlock()
+			if err != nil {
+				errs[i] = err
+				cancel()
+				return
+			}
+			out[i] = loaded{e: e, fresh: fresh}
+			s.mu.Lock()
+			s.experts[ec.UID] = e
+			s.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if first == nil || (errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
+			first = err
+		}
+	}
+	return out, first
 }
 
 // Run starts the server and blocks until ctx is done or Shutdown is
