@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -228,9 +227,26 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.experts = experts // filled as they are made, so that a failed Start releases them
 	s.mu.Unlock()
+	// The DHT node starts while the experts load: it needs none of them
+	// until it announces, after the port serves, and much of its start
+	// is waiting for its files to reach the disk. It is up, and its
+	// addresses are on disk, before Ready.
+	var (
+		services []rpc.Service
+		dhtErr   error
+		dhtDone  = make(chan struct{})
+	)
+	go func() {
+		defer close(dhtDone)
+		services, dhtErr = s.startDHT(ctx)
+	}()
 	loaded, err := s.loadAll(ctx, l)
+	<-dhtDone
 	if err != nil {
 		return err
+	}
+	if dhtErr != nil {
+		return dhtErr
 	}
 	for i, ec := range s.cfg.experts {
 		e := loaded[i].e
@@ -263,11 +279,6 @@ func (s *Server) start(ctx context.Context) error {
 	s.startSaving()
 	s.startHistory()
 
-	// The DHT node is up and its addresses are on disk before Ready.
-	services, err := s.startDHT(ctx)
-	if err != nil {
-		return err
-	}
 	if err := s.startHivemind(ctx); err != nil {
 		return err
 	}
@@ -329,7 +340,7 @@ type loaded struct {
 }
 
 // loadAll loads the configured experts side by side, as many at a time as
-// there are cores (GOMAXPROCS): experts of one module and config wait for
+// the kernels have threads (the cores): experts of one module and config wait for
 // the first to compile the module and start the instance they share, then
 // restore or draw their parameters in parallel. Each is in s.experts once
 // made, so that a failed Start releases it. The error is that of the first
@@ -340,7 +351,7 @@ func (s *Server) loadAll(ctx context.Context, l *loader) ([]loaded, error) {
 	defer cancel()
 	out := make([]loaded, len(s.cfg.experts))
 	errs := make([]error, len(s.cfg.experts))
-	sem := make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), len(s.cfg.experts))))
+	sem := make(chan struct{}, max(1, min(kernelThreads(), len(s.cfg.experts))))
 	var wg sync.WaitGroup
 	for i, ec := range s.cfg.experts {
 		wg.Go(func() {
