@@ -48,6 +48,10 @@ type loader struct {
 	// each closed when it is done, so that other loads of the share key
 	// wait to share it.
 	starting map[string]chan struct{}
+	// keeping are the keeps in flight, by owner and digest, under keepMu
+	// (they run without mu).
+	keepMu  sync.Mutex
+	keeping map[string]*keepOp
 }
 
 // ownerRuntime is one owner's runtime and how many compiled modules it
@@ -79,6 +83,7 @@ func newLoader(cache *sandbox.Cache, limits func(owner string) sandbox.Limits) *
 		cache: cache, limits: limits,
 		runtimes: map[string]*ownerRuntime{}, compiled: map[string]*compiledModule{}, slots: map[string]*instanceSlot{},
 		unrestored: map[string]deployment{}, busy: map[string]bool{}, starting: map[string]chan struct{}{},
+		keeping: map[string]*keepOp{},
 	}
 }
 
@@ -177,6 +182,73 @@ func (l *loader) compile(ctx context.Context, owner string, limits sandbox.Limit
 	return cm, key, true, nil
 }
 
+// modulePin is a module kept in the store and pinned there for one
+// expert, which pinAsync does in the background.
+type modulePin struct {
+	done    chan struct{}
+	release func() // the pin's, once done without err
+	err     error
+	once    sync.Once
+}
+
+// pinAsync keeps wasm (of digest) in the store for owner and pins it
+// there, in a goroutine; keeps of one module at a time share one write.
+func (l *loader) pinAsync(owner string, wasm []byte, digest string) *modulePin {
+	p := &modulePin{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		if p.err = l.keepOnce(owner, wasm, digest); p.err == nil {
+			p.release, p.err = l.store.Pin(owner, digest)
+		}
+	}()
+	return p
+}
+
+// wait returns once the module is kept and pinned, or could not be.
+func (p *modulePin) wait() error {
+	<-p.done
+	return p.err
+}
+
+// unpin waits for the pin and releases it; later calls do nothing.
+func (p *modulePin) unpin() {
+	p.once.Do(func() {
+		<-p.done
+		if p.release != nil {
+			p.release()
+		}
+	})
+}
+
+// keepOnce is keep, shared by the keeps of one owner's module that run at
+// once (the experts of one module, loaded side by side).
+func (l *loader) keepOnce(owner string, wasm []byte, digest string) error {
+	k := owner + "\x00" + digest
+	l.keepMu.Lock()
+	op, ok := l.keeping[k]
+	if !ok {
+		op = &keepOp{done: make(chan struct{})}
+		l.keeping[k] = op
+	}
+	l.keepMu.Unlock()
+	if ok {
+		<-op.done
+		return op.err
+	}
+	op.err = l.keep(owner, wasm, digest)
+	l.keepMu.Lock()
+	delete(l.keeping, k)
+	l.keepMu.Unlock()
+	close(op.done)
+	return op.err
+}
+
+// keepOp is a keep in flight.
+type keepOp struct {
+	done chan struct{}
+	err  error
+}
+
 // keep makes sure the module store holds wasm (of the given digest) for
 // owner, so that the deployment can be restored by digest: a tenant's
 // modules are there already when they came through an upload.
@@ -273,17 +345,13 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 			err = errors.Join(err, l.release(context.WithoutCancel(ctx), key))
 		}
 	}()
-	if err := l.keep(ec.Owner, wasm, digest); err != nil {
-		return nil, false, fmt.Errorf("loading expert %q: %w", ec.UID, err)
-	}
-	// Pinned while the expert runs it, so that its owner cannot delete it.
-	unpin, err := l.store.Pin(ec.Owner, digest)
-	if err != nil {
-		return nil, false, fmt.Errorf("loading expert %q: %w", ec.UID, err)
-	}
+	// The module is kept in the store, and pinned there while the expert
+	// runs it so that its owner cannot delete it, beside the rest of the
+	// load: the first keep of a module waits for the disk.
+	pin := l.pinAsync(ec.Owner, wasm, digest)
 	defer func() {
 		if err != nil {
-			unpin()
+			pin.unpin()
 		}
 	}()
 	optCfg := s.cfg.optimizer
@@ -329,7 +397,7 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 		return nil, false, err
 	}
 	made = true
-	e.guest.share, e.guest.compiledKey, e.guest.unpin = share, key, unpin
+	e.guest.share, e.guest.compiledKey, e.guest.unpin = share, key, pin.unpin
 	e.tenancy.owner, e.tenancy.forward, e.tenancy.backward = ec.Owner, ec.ForwardAccess, ec.BackwardAccess
 	e.trainer.configure(optCfg)
 	// The expert's parameters are restored or drawn without the lock:
@@ -337,6 +405,11 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	// experts go on meanwhile.
 	l.mu.Unlock()
 	err = s.fill(e)
+	if err == nil {
+		if err = pin.wait(); err != nil {
+			err = fmt.Errorf("loading expert %q: %w", ec.UID, err)
+		}
+	}
 	l.mu.Lock()
 	if err != nil {
 		return nil, false, errors.Join(err, s.unload(context.WithoutCancel(ctx), l, e))
