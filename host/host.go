@@ -340,22 +340,32 @@ type loaded struct {
 }
 
 // loadAll loads the configured experts side by side, as many at a time as
-// the kernels have threads (the cores): experts of one module and config wait for
-// the first to compile the module and start the instance they share, then
-// restore or draw their parameters in parallel. Each is in s.experts once
-// made, so that a failed Start releases it. The error is that of the first
-// expert in the configured order that failed for a reason of its own (not
-// the cancellation that a failure of another caused).
+// the kernels have threads (the cores; one at a time on several devices,
+// so that they go round-robin in order): experts of one module and config
+// wait for the first to compile the module and start the instance they
+// share, then restore or draw their parameters in parallel. Each is in
+// s.experts once made, so that a failed Start releases it. The error is
+// that of the first expert in the configured order that failed for a
+// reason of its own (not the cancellation that a failure of another
+// caused).
 func (s *Server) loadAll(ctx context.Context, l *loader) ([]loaded, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := make([]loaded, len(s.cfg.experts))
 	errs := make([]error, len(s.cfg.experts))
-	sem := make(chan struct{}, max(1, min(kernelThreads(), len(s.cfg.experts))))
+	n := max(1, min(kernelThreads(), len(s.cfg.experts)))
+	s.mu.Lock()
+	if len(s.lanes) > 1 {
+		// Each load picks the device with the fewest experts made so
+		// far (pickLane), which loads side by side would all see alike.
+		n = 1
+	}
+	s.mu.Unlock()
+	sem := make(chan struct{}, n)
 	var wg sync.WaitGroup
 	for i, ec := range s.cfg.experts {
+		sem <- struct{}{} // loads start in the configured order
 		wg.Go(func() {
-			sem <- struct{}{}
 			defer func() { <-sem }()
 			if err := ctx.Err(); err != nil {
 				errs[i] = fmt.Errorf("starting: %w", err)
