@@ -34,11 +34,16 @@ type asmKernel struct {
 	// or adds it when add is set, and then adds bias[0:nr] to each row
 	// unless bias is nil.
 	fn func(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+	// edge, when not nil, is fn for the top edgeMR rows of an mr-high
+	// panel: an edge tile of that height goes straight into c.
+	edge   func(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+	edgeMR int
 }
 
 var (
 	avx2Kernel = sync.OnceValue(func() *asmKernel {
-		return &asmKernel{mr: asmMR, nr: asmNR, gemmBlocking: blockingFor(machineCaches(), asmMR, asmNR), fn: gemmKernel6x16}
+		return &asmKernel{mr: asmMR, nr: asmNR, gemmBlocking: blockingFor(machineCaches(), asmMR, asmNR), fn: gemmKernel6x16,
+			edge: gemmKernel4x16, edgeMR: 4}
 	})
 	avx512Kernel = sync.OnceValue(func() *asmKernel {
 		return &asmKernel{mr: zmmMR, nr: zmmNR, gemmBlocking: blockingFor(machineCaches(), zmmMR, zmmNR), fn: gemmKernel14x32}
@@ -96,7 +101,7 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 				packAAsm(ap, a, lda, ta, ic, pc, mc, kc, mr)
 				cb := c[ic*ldc+jc:]
 				if ic > 0 {
-					kn.macro(mc, nc, kc, bs, ap, bp, cb, ldc, add, eb, &t)
+					kn.macro(mc, nc, kc, bs, ap, bp, cb, ldc, add, eb, &t, nil)
 					continue
 				}
 				// The first A block packs B a few panels at a time, just
@@ -111,11 +116,14 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 						pan = bp[jr/asmNR*bs:] // kept for the next A blocks
 					}
 					packBAsm(pan, b, ldb, tb, pc, jc+jr, kc, w, bs)
+					// While this chunk is multiplied, the next one to be
+					// packed is brought into L2 (see nextChunk).
+					pf := kn.nextChunk(tb || mc > kn.pfMC, m > mcMax, n, k, kcMax, jc, nc, pc, jr, b, ldb)
 					// The activation runs over this block's rows once it
 					// is done, while it is still in L2: rows of up to
 					// fuseNC values, rather than 16 at a time per tile.
 					ej := eb.at(jr)
-					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, epilogue{bias: ej.bias}, &t)
+					kn.macro(mc, w, kc, bs, ap, pan, cb[jr:], ldc, add, epilogue{bias: ej.bias}, &t, &pf)
 					if ej.gelu {
 						for r := range mc {
 							ej.activate(cb[r*ldc+jr:][:w])
@@ -247,7 +255,7 @@ func packBTrans(p, b []float32, ldb, kc, nr int) {
 // macro multiplies a packed mc×kc A block by a packed kc×nc B block
 // (16-wide panels bs floats apart) into c, storing or, when add is set,
 // adding, and then running ep on each tile. Edge tiles go through t.
-func (kn *asmKernel) macro(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, ep epilogue, t *[asmMaxTile]float32) {
+func (kn *asmKernel) macro(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, ep epilogue, t *[asmMaxTile]float32, pf *bPrefetch) {
 	if kc < asmShallowKC {
 		// Little arithmetic per tile: walk c row-wise, so that its
 		// stores stream instead of striding down a column of tiles.
@@ -258,11 +266,78 @@ func (kn *asmKernel) macro(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add
 		}
 		return
 	}
+	share := 0
+	if pf != nil && pf.rows > 0 {
+		tiles := (nc + kn.nr - 1) / kn.nr * ((mc + kn.mr - 1) / kn.mr)
+		share = (pf.rows + tiles - 1) / tiles
+	}
 	for jr := 0; jr < nc; jr += kn.nr {
 		for ir := 0; ir < mc; ir += kn.mr {
 			kn.tile(ir, jr, mc, nc, kc, bs, ap, bp, c, ldc, add, ep, t)
+			if share > 0 {
+				pf.next(share)
+			}
 		}
 	}
+}
+
+// bPrefetch is a block of a row-major B (rows rows of lines cache lines,
+// row stride ldb floats) to be prefetched a few rows at a time.
+type bPrefetch struct {
+	src              []float32
+	ldb, rows, lines int
+}
+
+// gemmAB switches this file's optimisations off one by one, for A/B runs
+// of old against new code in one process (TestGemmAB): bit 0 the prefetch
+// of the next B chunk, bit 1 the 4-row edge kernel. Zero in production.
+var gemmAB int
+
+// next prefetches up to n more rows.
+func (pf *bPrefetch) next(n int) {
+	n = min(n, pf.rows)
+	if n <= 0 {
+		return
+	}
+	_ = pf.src[(n-1)*pf.ldb+pf.lines*16-1] // prefetch stays within b
+	prefetchRows16(n, &pf.src[0], pf.ldb, pf.lines)
+	pf.rows -= n
+	if pf.rows > 0 {
+		pf.src = pf.src[n*pf.ldb:]
+	}
+}
+
+// nextChunk returns the block of a row-major b that the first A block
+// packs after the chunk at (pc, jc+jr), for the micro-kernel to prefetch
+// while it multiplies this one: each row of a wide b is a new 4 KiB page,
+// which the hardware prefetchers do not follow, so the packing alone
+// waits on memory for most of its reads. None for a transposed b (16
+// long rows, which the hardware prefetchers stream), nor after the last
+// chunk of a k block when later A blocks come first, nor when the A block
+// is too large to share L2 with two chunks (skip).
+func (kn *asmKernel) nextChunk(skip, manyA bool, n, k, kcMax, jc, nc, pc, jr int, b []float32, ldb int) bPrefetch {
+	if skip || gemmAB&1 != 0 {
+		return bPrefetch{}
+	}
+	pc2, col, w := pc, jc+jr+kn.fuseNC, 0
+	switch {
+	case jr+kn.fuseNC < nc:
+		w = min(kn.fuseNC, nc-jr-kn.fuseNC)
+	case manyA:
+		return bPrefetch{}
+	case pc+kcMax < k:
+		pc2, col, w = pc+kcMax, jc, min(kn.fuseNC, nc)
+	case jc+nc < n:
+		pc2, col, w = 0, jc+nc, min(kn.fuseNC, n-jc-nc)
+	default:
+		return bPrefetch{}
+	}
+	rows := min(kcMax, k-pc2)
+	lines := w / 16 // whole lines within b: a ragged end is a few floats
+	if lines == 0 {
+		return bPrefetch{}
+	}
+	return bPrefetch{src: b[pc2*ldb+col:], ldb: ldb, rows: rows, lines: lines}
 }
 
 // tile computes the tile of c at (ir, jr) from the A panel at row ir and
@@ -278,16 +353,20 @@ func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc i
 	// slack past the last packed panel (serial).
 	bpan := bp[jr/asmNR*bs:][:(nr/asmNR-1)*bs+kc*asmNR]
 	apan := ap[ir*kc:][:kc*mr]
-	if rows == mr && w == nr {
+	if w == nr && (rows == mr || rows == kn.edgeMR && kn.edge != nil && gemmAB&2 == 0) {
 		// The slice proves that the whole tile is inside c.
-		tile := c[ir*ldc+jr:][:(mr-1)*ldc+nr]
+		tile := c[ir*ldc+jr:][:(rows-1)*ldc+nr]
 		var bv *float32
 		if bias != nil {
 			bv = &bias[jr:][:nr][0]
 		}
-		kn.fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add)
+		fn := kn.fn
+		if rows != mr {
+			fn = kn.edge
+		}
+		fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add)
 		if ep.gelu {
-			for r := range mr {
+			for r := range rows {
 				ep.activate(c[(ir+r)*ldc+jr:][:nr])
 			}
 		}

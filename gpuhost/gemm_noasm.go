@@ -15,6 +15,11 @@ func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bo
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
+// gemmKernel4x16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
+	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}
+
 // gemmKernel14x32 exists so that gemm_asm.go compiles; see gemmKernel6x16.
 func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
@@ -33,4 +38,9 @@ func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int) {
 // gemmDot3x4 exists so that gemm_dot.go compiles; see gemmKernel6x16.
 func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}
+
+// prefetchRows16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func prefetchRows16(rows int, src *float32, ldb, lines int) {
+	panic("BUG: gpuhost: assembly GEMM prefetch called in a build without it")
 }

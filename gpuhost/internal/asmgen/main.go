@@ -28,11 +28,17 @@ type kernel struct {
 	vecs  int // vector registers of B per k: nr = vecs·lanes
 	ku    int // k unroll
 	xor   string
+	// apan is the height of the packed A panel it reads (values per k),
+	// mr unless the kernel computes the top rows of a taller panel.
+	apan int
 }
 
 var kernels = []kernel{
 	// 12 YMM accumulators, 2 for B and 2 for broadcasts: all 16.
 	{name: "gemmKernel6x16", isa: "AVX2 and FMA", reg: "Y", lanes: 8, mr: 6, vecs: 2, ku: 4, xor: "VXORPS"},
+	// The last 4 rows of a 6-high panel (m = 64, 256, 1024 all end so),
+	// straight into c rather than through an edge tile.
+	{name: "gemmKernel4x16", isa: "AVX2 and FMA", reg: "Y", lanes: 8, mr: 4, vecs: 2, ku: 4, xor: "VXORPS", apan: 6},
 	// 28 ZMM accumulators, 2 for B and 2 for broadcasts: all 32. Per k,
 	// 2 loads of B and 14 broadcasts feed 28 FMAs.
 	{name: "gemmKernel14x32", isa: "AVX-512F", reg: "Z", lanes: 16, mr: 14, vecs: 2, ku: 4, xor: "VPXORD"},
@@ -56,6 +62,8 @@ func main() {
 	transpose(p)
 	p("")
 	copyRows(p)
+	p("")
+	prefetchRows(p, "prefetchRows16", "PREFETCHT1", "p")
 	os.Stdout.WriteString(w.String())
 }
 
@@ -65,6 +73,9 @@ func main() {
 // column j when bias is not nil: a linear layer's bias costs no pass of
 // its own over the output.
 func (k kernel) write(p func(string, ...any)) {
+	if k.apan == 0 {
+		k.apan = k.mr
+	}
 	nr := k.vecs * k.lanes
 	acc := func(r, v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*r+v) }
 	bReg := func(v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+v) }
@@ -121,7 +132,7 @@ func (k kernel) write(p func(string, ...any)) {
 			p("\tVMOVUPS %s, %s", bAddr(v, s), bReg(v))
 		}
 		for r := range k.mr {
-			p("\tVBROADCASTSS %d(AX), %s", (s*k.mr+r)*4, aReg(r))
+			p("\tVBROADCASTSS %d(AX), %s", (s*k.apan+r)*4, aReg(r))
 			for v := range k.vecs {
 				p("\tVFMADD231PS %s, %s, %s", bReg(v), aReg(r), acc(r, v))
 			}
@@ -130,7 +141,7 @@ func (k kernel) write(p func(string, ...any)) {
 	for s := range k.ku {
 		step(s)
 	}
-	p("\tADDQ $%d, AX", k.ku*k.mr*4)
+	p("\tADDQ $%d, AX", k.ku*k.apan*4)
 	p("\tADDQ $%d, BX", k.ku*16*4)
 	p("\tDECQ R8")
 	p("\tJNZ loop")
@@ -141,7 +152,7 @@ func (k kernel) write(p func(string, ...any)) {
 	p("")
 	p("tailloop:")
 	step(0)
-	p("\tADDQ $%d, AX", k.mr*4)
+	p("\tADDQ $%d, AX", k.apan*4)
 	p("\tADDQ $%d, BX", 16*4)
 	p("\tDECQ CX")
 	p("\tJNZ tailloop")
@@ -363,5 +374,41 @@ func copyRows(p func(string, ...any)) {
 	p("")
 	p("rdone:")
 	p("\tVZEROUPPER")
+	p("\tRET")
+}
+
+// prefetchRows writes prefetchRows16, which asks for rows of b to be
+// brought into L2 while the micro-kernel computes: the B packing of the
+// next chunk then reads them from there instead of from memory.
+func prefetchRows(p func(string, ...any), name, prefetchHint, l string) {
+	p("// func " + name + "(rows int, src *float32, ldb, lines int)")
+	p("//")
+	p("// Prefetches lines cache lines from each of rows rows of src (stride")
+	p("// ldb floats) into L2.")
+	p("TEXT ·" + name + "(SB), NOSPLIT, $0-32")
+	p("\tMOVQ rows+0(FP), CX")
+	p("\tMOVQ src+8(FP), SI")
+	p("\tMOVQ ldb+16(FP), R8")
+	p("\tMOVQ lines+24(FP), R9")
+	p("\tSHLQ $2, R8")
+	p("\tTESTQ CX, CX")
+	p("\tJZ " + l + "done")
+	p("\tTESTQ R9, R9")
+	p("\tJZ " + l + "done")
+	p("")
+	p(l + "row:")
+	p("\tMOVQ SI, AX")
+	p("\tMOVQ R9, DX")
+	p("")
+	p(l + "line:")
+	p("\t%s (AX)", prefetchHint)
+	p("\tADDQ $64, AX")
+	p("\tDECQ DX")
+	p("\tJNZ " + l + "line")
+	p("\tADDQ R8, SI")
+	p("\tDECQ CX")
+	p("\tJNZ " + l + "row")
+	p("")
+	p(l + "done:")
 	p("\tRET")
 }
