@@ -29,7 +29,7 @@ func TestGemmAB(t *testing.T) {
 	shapes := []struct {
 		tb      bool
 		m, k, n int
-	}{{false, 64, 1024, 4096}, {false, 256, 1024, 4096}}
+	}{{false, 256, 1024, 4096}, {false, 256, 4096, 1024}, {false, 1024, 1024, 1024}}
 	for _, s := range shapes {
 		rng := rand.New(rand.NewPCG(1, 2))
 		a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
