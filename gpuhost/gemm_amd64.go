@@ -60,3 +60,11 @@ func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)
 //
 //go:noescape
 func prefetchRows16(rows int, src *float32, ldb, lines int)
+
+// packA6x8 packs 6 rows of a row-major A (row stride lda floats) into a
+// 6-high panel, 8 k at a time: dst[48g + 6k + r] = src[r·lda + 8g+k] for
+// g < groups, k < 8, r < 6. It also writes dst[48·groups] and the value
+// after, for the caller to overwrite. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func packA6x8(groups int, src *float32, lda int, dst *float32)

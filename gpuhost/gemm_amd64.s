@@ -1130,3 +1130,68 @@ pline:
 
 pdone:
 	RET
+
+// func packA6x8(groups int, src *float32, lda int, dst *float32)
+//
+// For g < groups, k < 8 and r < 6: dst[48g + 6k + r] = src[r·lda + 8g+k].
+// It also writes dst[48·groups] and dst[48·groups+1], which the caller
+// then overwrites.
+TEXT ·packA6x8(SB), NOSPLIT, $0-32
+	MOVQ groups+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ dst+24(FP), BX
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	LEAQ (SI)(R8*4), DI
+	TESTQ CX, CX
+	JZ adone
+
+aloop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R9*1), Y3
+	VMOVUPS (DI), Y4
+	VMOVUPS (DI)(R8*1), Y5
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS Y8, 0(BX)
+	VMOVUPS Y9, 24(BX)
+	VMOVUPS Y10, 48(BX)
+	VMOVUPS Y11, 72(BX)
+	VMOVUPS Y12, 96(BX)
+	VMOVUPS Y13, 120(BX)
+	VMOVUPS Y14, 144(BX)
+	VMOVUPS Y15, 168(BX)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $192, BX
+	DECQ CX
+	JNZ aloop
+
+adone:
+	VZEROUPPER
+	RET

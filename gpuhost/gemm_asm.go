@@ -166,7 +166,19 @@ func packAAsm(dst, a []float32, lda int, ta bool, ic, pc, mc, kc, mr int) {
 			r3 := a[base+3*lda:][:kc]
 			r4 := a[base+4*lda:][:kc]
 			r5 := a[base+5*lda:][:kc]
-			for kk := range kc {
+			// 8 k at a time by transposes; at least one k is left to
+			// the loop below, which overwrites the two values the
+			// assembly writes past its last group.
+			g := 0
+			if gemmHaveAsm && gemmAB&8 == 0 {
+				g = (kc - 1) / 8
+			}
+			if g > 0 {
+				_ = r5[8*g-1] // the assembly reads within a and p
+				_ = p[48*g+1]
+				packA6x8(g, &r0[0], lda, &p[0])
+			}
+			for kk := 8 * g; kk < kc; kk++ {
 				q := (*[asmMR]float32)(p[kk*asmMR:])
 				q[0], q[1], q[2], q[3], q[4], q[5] = r0[kk], r1[kk], r2[kk], r3[kk], r4[kk], r5[kk]
 			}
@@ -296,7 +308,8 @@ type bPrefetch struct {
 
 // gemmAB switches this file's optimisations off one by one, for A/B runs
 // of old against new code in one process (TestGemmAB): bit 0 the prefetch
-// of the next B chunk, bit 1 the 4-row edge kernel. Zero in production.
+// of the next B chunk, bit 1 the 4-row edge kernel, bit 3 the
+// assembly A packing. Zero in production.
 var gemmAB int
 
 // next prefetches up to n more rows.

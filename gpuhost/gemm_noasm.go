@@ -44,3 +44,8 @@ func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32) {
 func prefetchRows16(rows int, src *float32, ldb, lines int) {
 	panic("BUG: gpuhost: assembly GEMM prefetch called in a build without it")
 }
+
+// packA6x8 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func packA6x8(groups int, src *float32, lda int, dst *float32) {
+	panic("BUG: gpuhost: assembly GEMM packing called in a build without it")
+}

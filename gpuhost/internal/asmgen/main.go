@@ -64,6 +64,8 @@ func main() {
 	copyRows(p)
 	p("")
 	prefetchRows(p, "prefetchRows16", "PREFETCHT1", "p")
+	p("")
+	packA6(p)
 	os.Stdout.WriteString(w.String())
 }
 
@@ -410,5 +412,61 @@ func prefetchRows(p func(string, ...any), name, prefetchHint, l string) {
 	p("\tJNZ " + l + "row")
 	p("")
 	p(l + "done:")
+	p("\tRET")
+}
+
+// packA6 writes packA6x8, which packs 6 rows of a row-major A into a
+// 6-high panel, 8 k at a time: an 8×8 transpose whose last two rows are
+// don't-cares, stored 24 bytes apart so that each store's two extra
+// lanes are overwritten by the next.
+func packA6(p func(string, ...any)) {
+	p("// func packA6x8(groups int, src *float32, lda int, dst *float32)")
+	p("//")
+	p("// For g < groups, k < 8 and r < 6: dst[48g + 6k + r] = src[r·lda + 8g+k].")
+	p("// It also writes dst[48·groups] and dst[48·groups+1], which the caller")
+	p("// then overwrites.")
+	p("TEXT ·packA6x8(SB), NOSPLIT, $0-32")
+	p("\tMOVQ groups+0(FP), CX")
+	p("\tMOVQ src+8(FP), SI")
+	p("\tMOVQ lda+16(FP), R8")
+	p("\tMOVQ dst+24(FP), BX")
+	p("\tSHLQ $2, R8")
+	p("\tLEAQ (R8)(R8*2), R9") // 3·lda
+	p("\tLEAQ (SI)(R8*4), DI") // row 4
+	p("\tTESTQ CX, CX")
+	p("\tJZ adone")
+	p("")
+	p("aloop:")
+	rows := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)", "(DI)", "(DI)(R8*1)"}
+	for r, a := range rows {
+		p("\tVMOVUPS %s, Y%d", a, r)
+	}
+	for i := range 4 {
+		p("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
+		p("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
+	}
+	p("\tVSHUFPS $0x44, Y10, Y8, Y0")
+	p("\tVSHUFPS $0xEE, Y10, Y8, Y1")
+	p("\tVSHUFPS $0x44, Y11, Y9, Y2")
+	p("\tVSHUFPS $0xEE, Y11, Y9, Y3")
+	p("\tVSHUFPS $0x44, Y14, Y12, Y4")
+	p("\tVSHUFPS $0xEE, Y14, Y12, Y5")
+	p("\tVSHUFPS $0x44, Y15, Y13, Y6")
+	p("\tVSHUFPS $0xEE, Y15, Y13, Y7")
+	for i := range 4 {
+		p("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d", 4+i, i, 8+i)
+		p("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d", 4+i, i, 12+i)
+	}
+	for kk := range 8 {
+		p("\tVMOVUPS Y%d, %d(BX)", 8+kk, kk*24)
+	}
+	p("\tADDQ $32, SI")
+	p("\tADDQ $32, DI")
+	p("\tADDQ $192, BX")
+	p("\tDECQ CX")
+	p("\tJNZ aloop")
+	p("")
+	p("adone:")
+	p("\tVZEROUPPER")
 	p("\tRET")
 }
