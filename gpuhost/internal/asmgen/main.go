@@ -63,7 +63,7 @@ func main() {
 	p("")
 	copyRows(p)
 	p("")
-	prefetchRows(p, "prefetchRows16", "PREFETCHT1", "p")
+	prefetchRows(p)
 	p("")
 	packA6(p)
 	os.Stdout.WriteString(w.String())
@@ -382,36 +382,36 @@ func copyRows(p func(string, ...any)) {
 // prefetchRows writes prefetchRows16, which asks for rows of b to be
 // brought into L2 while the micro-kernel computes: the B packing of the
 // next chunk then reads them from there instead of from memory.
-func prefetchRows(p func(string, ...any), name, prefetchHint, l string) {
-	p("// func " + name + "(rows int, src *float32, ldb, lines int)")
+func prefetchRows(p func(string, ...any)) {
+	p("// func prefetchRows16(rows int, src *float32, ldb, lines int)")
 	p("//")
 	p("// Prefetches lines cache lines from each of rows rows of src (stride")
 	p("// ldb floats) into L2.")
-	p("TEXT ·" + name + "(SB), NOSPLIT, $0-32")
+	p("TEXT ·prefetchRows16(SB), NOSPLIT, $0-32")
 	p("\tMOVQ rows+0(FP), CX")
 	p("\tMOVQ src+8(FP), SI")
 	p("\tMOVQ ldb+16(FP), R8")
 	p("\tMOVQ lines+24(FP), R9")
 	p("\tSHLQ $2, R8")
 	p("\tTESTQ CX, CX")
-	p("\tJZ " + l + "done")
+	p("\tJZ pdone")
 	p("\tTESTQ R9, R9")
-	p("\tJZ " + l + "done")
+	p("\tJZ pdone")
 	p("")
-	p(l + "row:")
+	p("prow:")
 	p("\tMOVQ SI, AX")
 	p("\tMOVQ R9, DX")
 	p("")
-	p(l + "line:")
-	p("\t%s (AX)", prefetchHint)
+	p("pline:")
+	p("\tPREFETCHT1 (AX)")
 	p("\tADDQ $64, AX")
 	p("\tDECQ DX")
-	p("\tJNZ " + l + "line")
+	p("\tJNZ pline")
 	p("\tADDQ R8, SI")
 	p("\tDECQ CX")
-	p("\tJNZ " + l + "row")
+	p("\tJNZ prow")
 	p("")
-	p(l + "done:")
+	p("pdone:")
 	p("\tRET")
 }
 
@@ -433,11 +433,20 @@ func packA6(p func(string, ...any)) {
 	p("\tSHLQ $2, R8")
 	p("\tLEAQ (R8)(R8*2), R9") // 3·lda
 	p("\tLEAQ (SI)(R8*4), DI") // row 4
+	// R11 and R12: rows 6 and 10, the next panel's, prefetched as this
+	// one is packed; its rows are short runs (kc values) 6 rows apart,
+	// too short for the hardware prefetchers to catch on in time.
+	p("\tLEAQ (R9)(R9*1), R10")
+	p("\tLEAQ (SI)(R10*1), R11")
+	p("\tLEAQ (R11)(R8*4), R12")
 	p("\tTESTQ CX, CX")
 	p("\tJZ adone")
 	p("")
 	p("aloop:")
 	rows := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)", "(DI)", "(DI)(R8*1)"}
+	for _, a := range []string{"(R11)", "(R11)(R8*1)", "(R11)(R8*2)", "(R11)(R9*1)", "(R12)", "(R12)(R8*1)"} {
+		p("\tPREFETCHT0 %s", a)
+	}
 	for r, a := range rows {
 		p("\tVMOVUPS %s, Y%d", a, r)
 	}
@@ -462,6 +471,8 @@ func packA6(p func(string, ...any)) {
 	}
 	p("\tADDQ $32, SI")
 	p("\tADDQ $32, DI")
+	p("\tADDQ $32, R11")
+	p("\tADDQ $32, R12")
 	p("\tADDQ $192, BX")
 	p("\tDECQ CX")
 	p("\tJNZ aloop")
