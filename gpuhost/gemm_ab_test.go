@@ -14,6 +14,8 @@ import (
 
 var abRounds = flag.Int("abrounds", 40, "rounds")
 
+var abShape = flag.String("abshape", "", "m,k,n,tb: one shape")
+
 var gemmABFlag = flag.String("gemmab", "", "A/B variants of the AVX2 GEMM: comma-separated values of gemmAB")
 
 func TestGemmAB(t *testing.T) {
@@ -29,7 +31,11 @@ func TestGemmAB(t *testing.T) {
 	shapes := []struct {
 		tb      bool
 		m, k, n int
-	}{{false, 256, 1024, 4096}, {false, 256, 4096, 1024}, {false, 1024, 1024, 1024}}
+	}{{false, 64, 1024, 4096}, {false, 256, 1024, 4096}, {false, 256, 4096, 1024}, {false, 1024, 1024, 1024}}
+	if *abShape != "" {
+		shapes = shapes[:1]
+		fmt.Sscanf(*abShape, "%d,%d,%d,%t", &shapes[0].m, &shapes[0].k, &shapes[0].n, &shapes[0].tb)
+	}
 	for _, s := range shapes {
 		rng := rand.New(rand.NewPCG(1, 2))
 		a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)

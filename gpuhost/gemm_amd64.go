@@ -19,21 +19,21 @@ var (
 // 16-wide kernel reads one B panel). Implemented in gemm_amd64.s.
 //
 //go:noescape
-func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 
 // gemmKernel4x16 is gemmKernel6x16 for the top 4 rows of a 6-high A
 // panel: the last rows of m = 64, 256 or 1024. Implemented in
 // gemm_amd64.s.
 //
 //go:noescape
-func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 
 // gemmKernel14x32 is gemmKernel6x16 for a 14×32 tile with AVX-512F: the
 // 32 columns of B come from two 16-wide panels, at b and bs floats on.
 // Implemented in gemm_amd64.s.
 //
 //go:noescape
-func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 
 // packBTrans16 packs 16 rows of src (row stride ldb floats) into a
 // k-major panel: dst[(8g+k)·16 + r] = src[r·ldb + 8g+k] for g < groups,

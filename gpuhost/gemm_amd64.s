@@ -4,19 +4,24 @@
 
 #include "textflag.h"
 
-// func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+// func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 //
 // Needs AVX2 and FMA. Registers: Y0–Y11 accumulate the 6×16 tile (row r in
 // Y2·r onwards), Y12–Y13 hold 16 values of B, Y14–Y15 a broadcast of A.
-TEXT ·gemmKernel6x16(SB), NOSPLIT, $0-57
-	MOVQ kc+0(FP), CX
+TEXT ·gemmKernel6x16(SB), NOSPLIT, $0-72
+	MOVQ kc+0(FP), R10
 	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
+	MOVQ b+16(FP), R13
 	MOVQ c+24(FP), DI
 	MOVQ ldc+32(FP), DX
 	MOVQ bs+40(FP), R11
+	MOVQ panels+64(FP), R12
 	SHLQ $2, DX
 	SHLQ $2, R11
+
+panel:
+	MOVQ R10, CX
+	MOVQ R13, BX
 	MOVQ DI, SI
 	PREFETCHT0 0(SI)
 	PREFETCHT0 60(SI)
@@ -229,22 +234,30 @@ store:
 	ADDQ DX, DI
 	VMOVUPS Y10, 0(DI)
 	VMOVUPS Y11, 32(DI)
+	ADDQ DX, DI
+	DECQ R12
+	JNZ panel
 	VZEROUPPER
 	RET
 
-// func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+// func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 //
 // Needs AVX2 and FMA. Registers: Y0–Y7 accumulate the 4×16 tile (row r in
 // Y2·r onwards), Y8–Y9 hold 16 values of B, Y10–Y11 a broadcast of A.
-TEXT ·gemmKernel4x16(SB), NOSPLIT, $0-57
-	MOVQ kc+0(FP), CX
+TEXT ·gemmKernel4x16(SB), NOSPLIT, $0-72
+	MOVQ kc+0(FP), R10
 	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
+	MOVQ b+16(FP), R13
 	MOVQ c+24(FP), DI
 	MOVQ ldc+32(FP), DX
 	MOVQ bs+40(FP), R11
+	MOVQ panels+64(FP), R12
 	SHLQ $2, DX
 	SHLQ $2, R11
+
+panel:
+	MOVQ R10, CX
+	MOVQ R13, BX
 	MOVQ DI, SI
 	PREFETCHT0 0(SI)
 	PREFETCHT0 60(SI)
@@ -401,22 +414,30 @@ store:
 	ADDQ DX, DI
 	VMOVUPS Y6, 0(DI)
 	VMOVUPS Y7, 32(DI)
+	ADDQ DX, DI
+	DECQ R12
+	JNZ panel
 	VZEROUPPER
 	RET
 
-// func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+// func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 //
 // Needs AVX-512F. Registers: Z0–Z27 accumulate the 14×32 tile (row r in
 // Z2·r onwards), Z28–Z29 hold 32 values of B, Z30–Z31 a broadcast of A.
-TEXT ·gemmKernel14x32(SB), NOSPLIT, $0-57
-	MOVQ kc+0(FP), CX
+TEXT ·gemmKernel14x32(SB), NOSPLIT, $0-72
+	MOVQ kc+0(FP), R10
 	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
+	MOVQ b+16(FP), R13
 	MOVQ c+24(FP), DI
 	MOVQ ldc+32(FP), DX
 	MOVQ bs+40(FP), R11
+	MOVQ panels+64(FP), R12
 	SHLQ $2, DX
 	SHLQ $2, R11
+
+panel:
+	MOVQ R10, CX
+	MOVQ R13, BX
 	MOVQ DI, SI
 	PREFETCHT0 0(SI)
 	PREFETCHT0 60(SI)
@@ -867,6 +888,9 @@ store:
 	ADDQ DX, DI
 	VMOVUPS Z26, 0(DI)
 	VMOVUPS Z27, 64(DI)
+	ADDQ DX, DI
+	DECQ R12
+	JNZ panel
 	VZEROUPPER
 	RET
 

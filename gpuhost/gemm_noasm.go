@@ -11,17 +11,17 @@ const (
 
 // gemmKernel6x16 exists so that gemm_asm.go compiles; it is never called
 // because gemmHaveAsm is false.
-func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
+func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
 // gemmKernel4x16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
-func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
+func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
 // gemmKernel14x32 exists so that gemm_asm.go compiles; see gemmKernel6x16.
-func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
+func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 

@@ -70,10 +70,11 @@ func main() {
 }
 
 // write emits the kernel: func name(kc int, a, b, c *float32, ldc, bs int,
-// bias *float32, add bool). It stores the tile into c (row stride ldc
-// floats), or adds it to c when add is set, and then adds bias[j] to
-// column j when bias is not nil: a linear layer's bias costs no pass of
-// its own over the output.
+// bias *float32, add bool, panels int). It stores the tile into c (row
+// stride ldc floats), or adds it to c when add is set, and then adds
+// bias[j] to column j when bias is not nil: a linear layer's bias costs no
+// pass of its own over the output. It does so for panels consecutive A
+// panels (mr rows of c each), which saves the Go glue of a call per tile.
 func (k kernel) write(p func(string, ...any)) {
 	if k.apan == 0 {
 		k.apan = k.mr
@@ -83,20 +84,27 @@ func (k kernel) write(p func(string, ...any)) {
 	bReg := func(v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+v) }
 	aReg := func(r int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+k.vecs+r%2) }
 	vb := 4 * k.lanes // bytes per vector
-	p("// func %s(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)", k.name)
+	p("// func %s(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)", k.name)
 	p("//")
 	p("// Needs %s. Registers: %s0–%s%d accumulate the %d×%d tile (row r in", k.isa, k.reg, k.reg, k.vecs*k.mr-1, k.mr, nr)
 	p("// %s%d·r onwards), %s–%s hold %d values of B, %s–%s a broadcast of A.",
 		k.reg, k.vecs, bReg(0), bReg(k.vecs-1), nr, aReg(0), aReg(1))
-	p("TEXT ·%s(SB), NOSPLIT, $0-57", k.name)
-	p("\tMOVQ kc+0(FP), CX")
+	p("TEXT ·%s(SB), NOSPLIT, $0-72", k.name)
+	p("\tMOVQ kc+0(FP), R10")
 	p("\tMOVQ a+8(FP), AX")
-	p("\tMOVQ b+16(FP), BX")
+	p("\tMOVQ b+16(FP), R13")
 	p("\tMOVQ c+24(FP), DI")
 	p("\tMOVQ ldc+32(FP), DX")
 	p("\tMOVQ bs+40(FP), R11")
+	p("\tMOVQ panels+64(FP), R12")
 	p("\tSHLQ $2, DX")
 	p("\tSHLQ $2, R11")
+	// One tile per A panel, down a column of c: the panels are
+	// contiguous, so AX runs on from one to the next; B restarts.
+	p("")
+	p("panel:")
+	p("\tMOVQ R10, CX")
+	p("\tMOVQ R13, BX")
 	// bOff(v) addresses vector v of B: 16-wide panels, so vectors past
 	// the first panel come from the next one (R11 bytes on).
 	perPanel := 16 / k.lanes
@@ -191,10 +199,10 @@ func (k kernel) write(p func(string, ...any)) {
 		for v := range k.vecs {
 			p("\tVMOVUPS %s, %d(DI)", acc(r, v), v*vb)
 		}
-		if r < k.mr-1 {
-			p("\tADDQ DX, DI")
-		}
+		p("\tADDQ DX, DI")
 	}
+	p("\tDECQ R12")
+	p("\tJNZ panel")
 	p("\tVZEROUPPER")
 	p("\tRET")
 }
