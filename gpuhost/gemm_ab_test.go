@@ -1,3 +1,5 @@
+//go:build unix
+
 package gpuhost
 
 import (
@@ -6,36 +8,52 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-var abRounds = flag.Int("abrounds", 40, "rounds")
+var (
+	abModes  = flag.String("gemmab", "", "TestGemmAB: comma-separated values of gemmAB to run against each other, e.g. 1,0")
+	abShape  = flag.String("abshape", "", "TestGemmAB: one shape m,k,n,tb instead of the x·W shapes of make bench-kernels")
+	abRounds = flag.Int("abrounds", 20, "TestGemmAB: rounds")
+)
 
-var abShape = flag.String("abshape", "", "m,k,n,tb: one shape")
-
-var gemmABFlag = flag.String("gemmab", "", "A/B variants of the AVX2 GEMM: comma-separated values of gemmAB")
-
+// TestGemmAB runs variants of the AVX2 GEMM (values of gemmAB, which
+// switch optimisations off) against each other in one process, in turns,
+// and prints per variant the best GFLOP/s of wall time and per CPU-second
+// and, against the first variant, the ratio of the bests and the median
+// of the per-round ratios (paired rounds cancel slow drift in the load of
+// a shared machine). It runs only with -gemmab, e.g.
+//
+//	go test -run TestGemmAB -gemmab 1,0 ./gpuhost/
 func TestGemmAB(t *testing.T) {
-	if *gemmABFlag == "" || !gemmHaveAsm {
-		t.Skip("run with -gemmab")
+	if *abModes == "" || !gemmHaveAsm {
+		t.Skip("run with -gemmab on a CPU with AVX2")
 	}
 	var modes []int
-	for _, f := range strings.Split(*gemmABFlag, ",") {
-		var v int
-		fmt.Sscan(f, &v)
+	for _, f := range strings.Split(*abModes, ",") {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("-gemmab: %v", err)
+		}
 		modes = append(modes, v)
 	}
-	shapes := []struct {
-		tb      bool
+	type shape struct {
 		m, k, n int
-	}{{false, 64, 1024, 4096}, {false, 256, 1024, 4096}, {false, 256, 4096, 1024}, {false, 1024, 1024, 1024}}
-	if *abShape != "" {
-		shapes = shapes[:1]
-		fmt.Sscanf(*abShape, "%d,%d,%d,%t", &shapes[0].m, &shapes[0].k, &shapes[0].n, &shapes[0].tb)
+		tb      bool
 	}
+	shapes := []shape{{64, 1024, 4096, false}, {256, 1024, 4096, false}, {256, 4096, 1024, false}, {1024, 1024, 1024, false}}
+	if *abShape != "" {
+		var s shape
+		if _, err := fmt.Sscanf(*abShape, "%d,%d,%d,%t", &s.m, &s.k, &s.n, &s.tb); err != nil {
+			t.Fatalf("-abshape: %v", err)
+		}
+		shapes = []shape{s}
+	}
+	defer func() { gemmAB = 0 }()
 	for _, s := range shapes {
 		rng := rand.New(rand.NewPCG(1, 2))
 		a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
@@ -60,27 +78,35 @@ func TestGemmAB(t *testing.T) {
 			line := fmt.Sprintf("%dx%dx%d tb=%t %dT:", s.m, s.k, s.n, s.tb, th)
 			for i, md := range modes {
 				slices.Sort(ratios[i])
-				line += fmt.Sprintf("  m%d %.1f/%.1f best %.3f med %.3f", md, best[i][0], best[i][1], best[i][1]/best[0][1], ratios[i][len(ratios[i])/2])
+				line += fmt.Sprintf("  gemmAB=%d %.1f/%.1f best %.3f med %.3f", md, best[i][0], best[i][1], best[i][1]/best[0][1], ratios[i][len(ratios[i])/2])
 			}
 			fmt.Println(line)
 		}
 	}
-	la, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("load %s", la)
-	gemmAB = 0
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("load average: %s", la)
+	}
 }
 
+// abRate runs fn (one call warms up) for about 20 ms and returns GFLOP/s
+// of wall time and per CPU-second of the process.
 func abRate(fn func(), flop float64) (wall, cpu float64) {
 	fn()
-	var r0, r1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
+	c0 := abCPU()
 	start, n := time.Now(), 0
 	for n == 0 || time.Since(start) < 20*time.Millisecond {
 		fn()
 		n++
 	}
-	el := time.Since(start).Seconds()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
-	used := float64(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()) / 1e9
+	el, used := time.Since(start).Seconds(), (abCPU() - c0).Seconds()
 	return flop * float64(n) / el / 1e9, flop * float64(n) / max(used, 1e-9) / 1e9
+}
+
+// abCPU returns the process's user and system CPU time.
+func abCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
