@@ -1,7 +1,9 @@
 //go:build ignore
 
 // Command asmgen writes gpuhost/gemm_amd64.s: the GEMM micro-kernels
-// (AVX2/FMA 6×16 and AVX-512F 14×32) and the B packing they share. The
+// (AVX2/FMA 6×16 and its 4-row edge 4×16, AVX-512F 14×32), the B packing
+// they share, the 6-row A packing, the B prefetch and the few-row dot
+// kernel. The
 // kernels are straight-line code unrolled by hand, so a small generator
 // keeps the repetition free of typos. From gpuhost/:
 //
