@@ -19,14 +19,21 @@ var (
 // 16-wide kernel reads one B panel). Implemented in gemm_amd64.s.
 //
 //go:noescape
-func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
+
+// gemmKernel4x16 is gemmKernel6x16 for the top 4 rows of a 6-high A
+// panel: the last rows of m = 64, 256 or 1024. Implemented in
+// gemm_amd64.s.
+//
+//go:noescape
+func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 
 // gemmKernel14x32 is gemmKernel6x16 for a 14×32 tile with AVX-512F: the
 // 32 columns of B come from two 16-wide panels, at b and bs floats on.
 // Implemented in gemm_amd64.s.
 //
 //go:noescape
-func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 
 // packBTrans16 packs 16 rows of src (row stride ldb floats) into a
 // k-major panel: dst[(8g+k)·16 + r] = src[r·ldb + 8g+k] for g < groups,
@@ -47,3 +54,17 @@ func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int)
 //
 //go:noescape
 func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)
+
+// prefetchRows16 prefetches lines cache lines of each of rows rows of src
+// (stride ldb floats) into L2. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func prefetchRows16(rows int, src *float32, ldb, lines int)
+
+// packA6x8 packs 6 rows of a row-major A (row stride lda floats) into a
+// 6-high panel, 8 k at a time: dst[48g + 6k + r] = src[r·lda + 8g+k] for
+// g < groups, k < 8, r < 6. It also writes dst[48·groups] and the value
+// after, for the caller to overwrite. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func packA6x8(groups int, src *float32, lda int, dst *float32)

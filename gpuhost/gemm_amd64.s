@@ -4,19 +4,24 @@
 
 #include "textflag.h"
 
-// func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+// func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 //
 // Needs AVX2 and FMA. Registers: Y0–Y11 accumulate the 6×16 tile (row r in
 // Y2·r onwards), Y12–Y13 hold 16 values of B, Y14–Y15 a broadcast of A.
-TEXT ·gemmKernel6x16(SB), NOSPLIT, $0-57
-	MOVQ kc+0(FP), CX
+TEXT ·gemmKernel6x16(SB), NOSPLIT, $0-72
+	MOVQ kc+0(FP), R10
 	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
+	MOVQ b+16(FP), R13
 	MOVQ c+24(FP), DI
 	MOVQ ldc+32(FP), DX
 	MOVQ bs+40(FP), R11
+	MOVQ panels+64(FP), R12
 	SHLQ $2, DX
 	SHLQ $2, R11
+
+panel:
+	MOVQ R10, CX
+	MOVQ R13, BX
 	MOVQ DI, SI
 	PREFETCHT0 0(SI)
 	PREFETCHT0 60(SI)
@@ -229,22 +234,210 @@ store:
 	ADDQ DX, DI
 	VMOVUPS Y10, 0(DI)
 	VMOVUPS Y11, 32(DI)
+	ADDQ DX, DI
+	DECQ R12
+	JNZ panel
 	VZEROUPPER
 	RET
 
-// func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)
+// func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 //
-// Needs AVX-512F. Registers: Z0–Z27 accumulate the 14×32 tile (row r in
-// Z2·r onwards), Z28–Z29 hold 32 values of B, Z30–Z31 a broadcast of A.
-TEXT ·gemmKernel14x32(SB), NOSPLIT, $0-57
-	MOVQ kc+0(FP), CX
+// Needs AVX2 and FMA. Registers: Y0–Y7 accumulate the 4×16 tile (row r in
+// Y2·r onwards), Y8–Y9 hold 16 values of B, Y10–Y11 a broadcast of A.
+TEXT ·gemmKernel4x16(SB), NOSPLIT, $0-72
+	MOVQ kc+0(FP), R10
 	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
+	MOVQ b+16(FP), R13
 	MOVQ c+24(FP), DI
 	MOVQ ldc+32(FP), DX
 	MOVQ bs+40(FP), R11
+	MOVQ panels+64(FP), R12
 	SHLQ $2, DX
 	SHLQ $2, R11
+
+panel:
+	MOVQ R10, CX
+	MOVQ R13, BX
+	MOVQ DI, SI
+	PREFETCHT0 0(SI)
+	PREFETCHT0 60(SI)
+	ADDQ DX, SI
+	PREFETCHT0 0(SI)
+	PREFETCHT0 60(SI)
+	ADDQ DX, SI
+	PREFETCHT0 0(SI)
+	PREFETCHT0 60(SI)
+	ADDQ DX, SI
+	PREFETCHT0 0(SI)
+	PREFETCHT0 60(SI)
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ CX, R8
+	SHRQ $2, R8
+	ANDQ $3, CX
+	TESTQ R8, R8
+	JZ tail
+
+loop:
+	VMOVUPS 0(BX), Y8
+	VMOVUPS 32(BX), Y9
+	VBROADCASTSS 0(AX), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y10, Y1
+	VBROADCASTSS 4(AX), Y11
+	VFMADD231PS Y8, Y11, Y2
+	VFMADD231PS Y9, Y11, Y3
+	VBROADCASTSS 8(AX), Y10
+	VFMADD231PS Y8, Y10, Y4
+	VFMADD231PS Y9, Y10, Y5
+	VBROADCASTSS 12(AX), Y11
+	VFMADD231PS Y8, Y11, Y6
+	VFMADD231PS Y9, Y11, Y7
+	VMOVUPS 64(BX), Y8
+	VMOVUPS 96(BX), Y9
+	VBROADCASTSS 24(AX), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y10, Y1
+	VBROADCASTSS 28(AX), Y11
+	VFMADD231PS Y8, Y11, Y2
+	VFMADD231PS Y9, Y11, Y3
+	VBROADCASTSS 32(AX), Y10
+	VFMADD231PS Y8, Y10, Y4
+	VFMADD231PS Y9, Y10, Y5
+	VBROADCASTSS 36(AX), Y11
+	VFMADD231PS Y8, Y11, Y6
+	VFMADD231PS Y9, Y11, Y7
+	VMOVUPS 128(BX), Y8
+	VMOVUPS 160(BX), Y9
+	VBROADCASTSS 48(AX), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y10, Y1
+	VBROADCASTSS 52(AX), Y11
+	VFMADD231PS Y8, Y11, Y2
+	VFMADD231PS Y9, Y11, Y3
+	VBROADCASTSS 56(AX), Y10
+	VFMADD231PS Y8, Y10, Y4
+	VFMADD231PS Y9, Y10, Y5
+	VBROADCASTSS 60(AX), Y11
+	VFMADD231PS Y8, Y11, Y6
+	VFMADD231PS Y9, Y11, Y7
+	VMOVUPS 192(BX), Y8
+	VMOVUPS 224(BX), Y9
+	VBROADCASTSS 72(AX), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y10, Y1
+	VBROADCASTSS 76(AX), Y11
+	VFMADD231PS Y8, Y11, Y2
+	VFMADD231PS Y9, Y11, Y3
+	VBROADCASTSS 80(AX), Y10
+	VFMADD231PS Y8, Y10, Y4
+	VFMADD231PS Y9, Y10, Y5
+	VBROADCASTSS 84(AX), Y11
+	VFMADD231PS Y8, Y11, Y6
+	VFMADD231PS Y9, Y11, Y7
+	ADDQ $96, AX
+	ADDQ $256, BX
+	DECQ R8
+	JNZ loop
+
+tail:
+	TESTQ CX, CX
+	JZ done
+
+tailloop:
+	VMOVUPS 0(BX), Y8
+	VMOVUPS 32(BX), Y9
+	VBROADCASTSS 0(AX), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y10, Y1
+	VBROADCASTSS 4(AX), Y11
+	VFMADD231PS Y8, Y11, Y2
+	VFMADD231PS Y9, Y11, Y3
+	VBROADCASTSS 8(AX), Y10
+	VFMADD231PS Y8, Y10, Y4
+	VFMADD231PS Y9, Y10, Y5
+	VBROADCASTSS 12(AX), Y11
+	VFMADD231PS Y8, Y11, Y6
+	VFMADD231PS Y9, Y11, Y7
+	ADDQ $24, AX
+	ADDQ $64, BX
+	DECQ CX
+	JNZ tailloop
+
+done:
+	MOVBLZX add+56(FP), R9
+	TESTQ R9, R9
+	JZ bias
+	MOVQ DI, SI
+	VADDPS 0(SI), Y0, Y0
+	VADDPS 32(SI), Y1, Y1
+	ADDQ DX, SI
+	VADDPS 0(SI), Y2, Y2
+	VADDPS 32(SI), Y3, Y3
+	ADDQ DX, SI
+	VADDPS 0(SI), Y4, Y4
+	VADDPS 32(SI), Y5, Y5
+	ADDQ DX, SI
+	VADDPS 0(SI), Y6, Y6
+	VADDPS 32(SI), Y7, Y7
+
+bias:
+	MOVQ bias+48(FP), R9
+	TESTQ R9, R9
+	JZ store
+	VMOVUPS 0(R9), Y8
+	VMOVUPS 32(R9), Y9
+	VADDPS Y8, Y0, Y0
+	VADDPS Y9, Y1, Y1
+	VADDPS Y8, Y2, Y2
+	VADDPS Y9, Y3, Y3
+	VADDPS Y8, Y4, Y4
+	VADDPS Y9, Y5, Y5
+	VADDPS Y8, Y6, Y6
+	VADDPS Y9, Y7, Y7
+
+store:
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ DX, DI
+	VMOVUPS Y2, 0(DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ DX, DI
+	VMOVUPS Y4, 0(DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ DX, DI
+	VMOVUPS Y6, 0(DI)
+	VMOVUPS Y7, 32(DI)
+	ADDQ DX, DI
+	DECQ R12
+	JNZ panel
+	VZEROUPPER
+	RET
+
+// func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
+//
+// Needs AVX-512F. Registers: Z0–Z27 accumulate the 14×32 tile (row r in
+// Z2·r onwards), Z28–Z29 hold 32 values of B, Z30–Z31 a broadcast of A.
+TEXT ·gemmKernel14x32(SB), NOSPLIT, $0-72
+	MOVQ kc+0(FP), R10
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), R13
+	MOVQ c+24(FP), DI
+	MOVQ ldc+32(FP), DX
+	MOVQ bs+40(FP), R11
+	MOVQ panels+64(FP), R12
+	SHLQ $2, DX
+	SHLQ $2, R11
+
+panel:
+	MOVQ R10, CX
+	MOVQ R13, BX
 	MOVQ DI, SI
 	PREFETCHT0 0(SI)
 	PREFETCHT0 60(SI)
@@ -695,6 +888,9 @@ store:
 	ADDQ DX, DI
 	VMOVUPS Z26, 0(DI)
 	VMOVUPS Z27, 64(DI)
+	ADDQ DX, DI
+	DECQ R12
+	JNZ panel
 	VZEROUPPER
 	RET
 
@@ -925,5 +1121,112 @@ rpanel:
 	JNZ rrow
 
 rdone:
+	VZEROUPPER
+	RET
+
+// func prefetchRows16(rows int, src *float32, ldb, lines int)
+//
+// Prefetches lines cache lines from each of rows rows of src (stride
+// ldb floats) into L2.
+TEXT ·prefetchRows16(SB), NOSPLIT, $0-32
+	MOVQ rows+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ lines+24(FP), R9
+	SHLQ $2, R8
+	TESTQ CX, CX
+	JZ pdone
+	TESTQ R9, R9
+	JZ pdone
+
+prow:
+	MOVQ SI, AX
+	MOVQ R9, DX
+
+pline:
+	PREFETCHT1 (AX)
+	ADDQ $64, AX
+	DECQ DX
+	JNZ pline
+	ADDQ R8, SI
+	DECQ CX
+	JNZ prow
+
+pdone:
+	RET
+
+// func packA6x8(groups int, src *float32, lda int, dst *float32)
+//
+// For g < groups, k < 8 and r < 6: dst[48g + 6k + r] = src[r·lda + 8g+k].
+// It also writes dst[48·groups] and dst[48·groups+1], which the caller
+// then overwrites.
+TEXT ·packA6x8(SB), NOSPLIT, $0-32
+	MOVQ groups+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ dst+24(FP), BX
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	LEAQ (SI)(R8*4), DI
+	LEAQ (R9)(R9*1), R10
+	LEAQ (SI)(R10*1), R11
+	LEAQ (R11)(R8*4), R12
+	TESTQ CX, CX
+	JZ adone
+
+aloop:
+	PREFETCHT0 (R11)
+	PREFETCHT0 (R11)(R8*1)
+	PREFETCHT0 (R11)(R8*2)
+	PREFETCHT0 (R11)(R9*1)
+	PREFETCHT0 (R12)
+	PREFETCHT0 (R12)(R8*1)
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R9*1), Y3
+	VMOVUPS (DI), Y4
+	VMOVUPS (DI)(R8*1), Y5
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS Y8, 0(BX)
+	VMOVUPS Y9, 24(BX)
+	VMOVUPS Y10, 48(BX)
+	VMOVUPS Y11, 72(BX)
+	VMOVUPS Y12, 96(BX)
+	VMOVUPS Y13, 120(BX)
+	VMOVUPS Y14, 144(BX)
+	VMOVUPS Y15, 168(BX)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R11
+	ADDQ $32, R12
+	ADDQ $192, BX
+	DECQ CX
+	JNZ aloop
+
+adone:
 	VZEROUPPER
 	RET

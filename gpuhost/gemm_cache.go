@@ -113,18 +113,24 @@ func cpuCount(path string) int {
 // oneMC is the largest m run as one A block (half of L2), for which
 // packed B never leaves L2 (asmKernel.serial): at m = 256, k = 1024,
 // n = 4096 that was 5–15% faster than two blocks of 132 rows.
-type gemmBlocking struct{ kc, mc, nc, fuseNC, oneMC int }
+//
+// pfL2 is the floats of L2 (three quarters) that the A block and two
+// chunks of B may fill for the next chunk to be prefetched while this one
+// is multiplied (asmKernel.serial): more, and the prefetch evicts A.
+type gemmBlocking struct{ kc, mc, nc, fuseNC, oneMC, pfL2 int }
 
 func blockingFor(c cacheSizes, mr, nr int) gemmBlocking {
 	roundDown := func(v, q, lo, hi int) int { return max(lo, min(hi, v/q*q)) }
 	kc := roundDown(c.l1/2/(4*nr), 16, 64, 512)
+	fuseNC := roundDown(c.l2/4/(4*kc), nr, nr, 1024)
 	return gemmBlocking{
 		kc: kc,
 		mc: roundDown(c.l2/3/(4*kc), mr, mr, 64*mr),
 		nc: roundDown(c.l3/2/(4*kc), nr, 16*nr, 8192),
 		// The first A block packs B this many columns at a time, a
 		// quarter of L2, so that they are still there when used.
-		fuseNC: roundDown(c.l2/4/(4*kc), nr, nr, 1024),
+		fuseNC: fuseNC,
 		oneMC:  c.l2 / 2 / (4 * kc),
+		pfL2:   c.l2 * 3 / 4 / 4,
 	}
 }

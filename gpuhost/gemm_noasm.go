@@ -11,12 +11,17 @@ const (
 
 // gemmKernel6x16 exists so that gemm_asm.go compiles; it is never called
 // because gemmHaveAsm is false.
-func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
+func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int) {
+	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}
+
+// gemmKernel4x16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
 // gemmKernel14x32 exists so that gemm_asm.go compiles; see gemmKernel6x16.
-func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool) {
+func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
@@ -33,4 +38,14 @@ func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int) {
 // gemmDot3x4 exists so that gemm_dot.go compiles; see gemmKernel6x16.
 func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}
+
+// prefetchRows16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func prefetchRows16(rows int, src *float32, ldb, lines int) {
+	panic("BUG: gpuhost: assembly GEMM prefetch called in a build without it")
+}
+
+// packA6x8 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func packA6x8(groups int, src *float32, lda int, dst *float32) {
+	panic("BUG: gpuhost: assembly GEMM packing called in a build without it")
 }

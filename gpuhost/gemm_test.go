@@ -113,6 +113,9 @@ func TestGemmMatchesNaive(t *testing.T) {
 			shape{3, kn.nc + 17, 5},
 			shape{kn.mr + 1, kn.fuseNC + kn.nr + 3, 40},
 			shape{min(kn.mc+7, kn.oneMC), 2*kn.fuseNC + 5, kn.kc + 9}, // one A block past MC
+			// Prefetching the next chunk of B: within a k block, into
+			// the next one, and a ragged last chunk at the end of b.
+			shape{37, 3*kn.fuseNC + 21, 2*kn.kc + 3},
 		)
 	}
 	shapes = append(shapes,

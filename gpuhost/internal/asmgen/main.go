@@ -1,7 +1,9 @@
 //go:build ignore
 
 // Command asmgen writes gpuhost/gemm_amd64.s: the GEMM micro-kernels
-// (AVX2/FMA 6×16 and AVX-512F 14×32) and the B packing they share. The
+// (AVX2/FMA 6×16 and its 4-row edge 4×16, AVX-512F 14×32), the B packing
+// they share, the 6-row A packing, the B prefetch and the few-row dot
+// kernel. The
 // kernels are straight-line code unrolled by hand, so a small generator
 // keeps the repetition free of typos. From gpuhost/:
 //
@@ -28,11 +30,17 @@ type kernel struct {
 	vecs  int // vector registers of B per k: nr = vecs·lanes
 	ku    int // k unroll
 	xor   string
+	// apan is the height of the packed A panel it reads (values per k),
+	// mr unless the kernel computes the top rows of a taller panel.
+	apan int
 }
 
 var kernels = []kernel{
 	// 12 YMM accumulators, 2 for B and 2 for broadcasts: all 16.
 	{name: "gemmKernel6x16", isa: "AVX2 and FMA", reg: "Y", lanes: 8, mr: 6, vecs: 2, ku: 4, xor: "VXORPS"},
+	// The last 4 rows of a 6-high panel (m = 64, 256, 1024 all end so),
+	// straight into c rather than through an edge tile.
+	{name: "gemmKernel4x16", isa: "AVX2 and FMA", reg: "Y", lanes: 8, mr: 4, vecs: 2, ku: 4, xor: "VXORPS", apan: 6},
 	// 28 ZMM accumulators, 2 for B and 2 for broadcasts: all 32. Per k,
 	// 2 loads of B and 14 broadcasts feed 28 FMAs.
 	{name: "gemmKernel14x32", isa: "AVX-512F", reg: "Z", lanes: 16, mr: 14, vecs: 2, ku: 4, xor: "VPXORD"},
@@ -56,34 +64,49 @@ func main() {
 	transpose(p)
 	p("")
 	copyRows(p)
+	p("")
+	prefetchRows(p)
+	p("")
+	packA6(p)
 	os.Stdout.WriteString(w.String())
 }
 
 // write emits the kernel: func name(kc int, a, b, c *float32, ldc, bs int,
-// bias *float32, add bool). It stores the tile into c (row stride ldc
-// floats), or adds it to c when add is set, and then adds bias[j] to
-// column j when bias is not nil: a linear layer's bias costs no pass of
-// its own over the output.
+// bias *float32, add bool, panels int). It stores the tile into c (row
+// stride ldc floats), or adds it to c when add is set, and then adds
+// bias[j] to column j when bias is not nil: a linear layer's bias costs no
+// pass of its own over the output. It does so for panels consecutive A
+// panels (mr rows of c each), which saves the Go glue of a call per tile.
 func (k kernel) write(p func(string, ...any)) {
+	if k.apan == 0 {
+		k.apan = k.mr
+	}
 	nr := k.vecs * k.lanes
 	acc := func(r, v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*r+v) }
 	bReg := func(v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+v) }
 	aReg := func(r int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+k.vecs+r%2) }
 	vb := 4 * k.lanes // bytes per vector
-	p("// func %s(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool)", k.name)
+	p("// func %s(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)", k.name)
 	p("//")
 	p("// Needs %s. Registers: %s0–%s%d accumulate the %d×%d tile (row r in", k.isa, k.reg, k.reg, k.vecs*k.mr-1, k.mr, nr)
 	p("// %s%d·r onwards), %s–%s hold %d values of B, %s–%s a broadcast of A.",
 		k.reg, k.vecs, bReg(0), bReg(k.vecs-1), nr, aReg(0), aReg(1))
-	p("TEXT ·%s(SB), NOSPLIT, $0-57", k.name)
-	p("\tMOVQ kc+0(FP), CX")
+	p("TEXT ·%s(SB), NOSPLIT, $0-72", k.name)
+	p("\tMOVQ kc+0(FP), R10")
 	p("\tMOVQ a+8(FP), AX")
-	p("\tMOVQ b+16(FP), BX")
+	p("\tMOVQ b+16(FP), R13")
 	p("\tMOVQ c+24(FP), DI")
 	p("\tMOVQ ldc+32(FP), DX")
 	p("\tMOVQ bs+40(FP), R11")
+	p("\tMOVQ panels+64(FP), R12")
 	p("\tSHLQ $2, DX")
 	p("\tSHLQ $2, R11")
+	// One tile per A panel, down a column of c: the panels are
+	// contiguous, so AX runs on from one to the next; B restarts.
+	p("")
+	p("panel:")
+	p("\tMOVQ R10, CX")
+	p("\tMOVQ R13, BX")
 	// bOff(v) addresses vector v of B: 16-wide panels, so vectors past
 	// the first panel come from the next one (R11 bytes on).
 	perPanel := 16 / k.lanes
@@ -121,7 +144,7 @@ func (k kernel) write(p func(string, ...any)) {
 			p("\tVMOVUPS %s, %s", bAddr(v, s), bReg(v))
 		}
 		for r := range k.mr {
-			p("\tVBROADCASTSS %d(AX), %s", (s*k.mr+r)*4, aReg(r))
+			p("\tVBROADCASTSS %d(AX), %s", (s*k.apan+r)*4, aReg(r))
 			for v := range k.vecs {
 				p("\tVFMADD231PS %s, %s, %s", bReg(v), aReg(r), acc(r, v))
 			}
@@ -130,7 +153,7 @@ func (k kernel) write(p func(string, ...any)) {
 	for s := range k.ku {
 		step(s)
 	}
-	p("\tADDQ $%d, AX", k.ku*k.mr*4)
+	p("\tADDQ $%d, AX", k.ku*k.apan*4)
 	p("\tADDQ $%d, BX", k.ku*16*4)
 	p("\tDECQ R8")
 	p("\tJNZ loop")
@@ -141,7 +164,7 @@ func (k kernel) write(p func(string, ...any)) {
 	p("")
 	p("tailloop:")
 	step(0)
-	p("\tADDQ $%d, AX", k.mr*4)
+	p("\tADDQ $%d, AX", k.apan*4)
 	p("\tADDQ $%d, BX", 16*4)
 	p("\tDECQ CX")
 	p("\tJNZ tailloop")
@@ -178,10 +201,10 @@ func (k kernel) write(p func(string, ...any)) {
 		for v := range k.vecs {
 			p("\tVMOVUPS %s, %d(DI)", acc(r, v), v*vb)
 		}
-		if r < k.mr-1 {
-			p("\tADDQ DX, DI")
-		}
+		p("\tADDQ DX, DI")
 	}
+	p("\tDECQ R12")
+	p("\tJNZ panel")
 	p("\tVZEROUPPER")
 	p("\tRET")
 }
@@ -362,6 +385,109 @@ func copyRows(p func(string, ...any)) {
 	p("\tJNZ rrow")
 	p("")
 	p("rdone:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+}
+
+// prefetchRows writes prefetchRows16, which asks for rows of b to be
+// brought into L2 while the micro-kernel computes: the B packing of the
+// next chunk then reads them from there instead of from memory.
+func prefetchRows(p func(string, ...any)) {
+	p("// func prefetchRows16(rows int, src *float32, ldb, lines int)")
+	p("//")
+	p("// Prefetches lines cache lines from each of rows rows of src (stride")
+	p("// ldb floats) into L2.")
+	p("TEXT ·prefetchRows16(SB), NOSPLIT, $0-32")
+	p("\tMOVQ rows+0(FP), CX")
+	p("\tMOVQ src+8(FP), SI")
+	p("\tMOVQ ldb+16(FP), R8")
+	p("\tMOVQ lines+24(FP), R9")
+	p("\tSHLQ $2, R8")
+	p("\tTESTQ CX, CX")
+	p("\tJZ pdone")
+	p("\tTESTQ R9, R9")
+	p("\tJZ pdone")
+	p("")
+	p("prow:")
+	p("\tMOVQ SI, AX")
+	p("\tMOVQ R9, DX")
+	p("")
+	p("pline:")
+	p("\tPREFETCHT1 (AX)")
+	p("\tADDQ $64, AX")
+	p("\tDECQ DX")
+	p("\tJNZ pline")
+	p("\tADDQ R8, SI")
+	p("\tDECQ CX")
+	p("\tJNZ prow")
+	p("")
+	p("pdone:")
+	p("\tRET")
+}
+
+// packA6 writes packA6x8, which packs 6 rows of a row-major A into a
+// 6-high panel, 8 k at a time: an 8×8 transpose whose last two rows are
+// don't-cares, stored 24 bytes apart so that each store's two extra
+// lanes are overwritten by the next.
+func packA6(p func(string, ...any)) {
+	p("// func packA6x8(groups int, src *float32, lda int, dst *float32)")
+	p("//")
+	p("// For g < groups, k < 8 and r < 6: dst[48g + 6k + r] = src[r·lda + 8g+k].")
+	p("// It also writes dst[48·groups] and dst[48·groups+1], which the caller")
+	p("// then overwrites.")
+	p("TEXT ·packA6x8(SB), NOSPLIT, $0-32")
+	p("\tMOVQ groups+0(FP), CX")
+	p("\tMOVQ src+8(FP), SI")
+	p("\tMOVQ lda+16(FP), R8")
+	p("\tMOVQ dst+24(FP), BX")
+	p("\tSHLQ $2, R8")
+	p("\tLEAQ (R8)(R8*2), R9") // 3·lda
+	p("\tLEAQ (SI)(R8*4), DI") // row 4
+	// R11 and R12: rows 6 and 10, the next panel's, prefetched as this
+	// one is packed; its rows are short runs (kc values) 6 rows apart,
+	// too short for the hardware prefetchers to catch on in time.
+	p("\tLEAQ (R9)(R9*1), R10")
+	p("\tLEAQ (SI)(R10*1), R11")
+	p("\tLEAQ (R11)(R8*4), R12")
+	p("\tTESTQ CX, CX")
+	p("\tJZ adone")
+	p("")
+	p("aloop:")
+	rows := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)", "(DI)", "(DI)(R8*1)"}
+	for _, a := range []string{"(R11)", "(R11)(R8*1)", "(R11)(R8*2)", "(R11)(R9*1)", "(R12)", "(R12)(R8*1)"} {
+		p("\tPREFETCHT0 %s", a)
+	}
+	for r, a := range rows {
+		p("\tVMOVUPS %s, Y%d", a, r)
+	}
+	for i := range 4 {
+		p("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
+		p("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
+	}
+	p("\tVSHUFPS $0x44, Y10, Y8, Y0")
+	p("\tVSHUFPS $0xEE, Y10, Y8, Y1")
+	p("\tVSHUFPS $0x44, Y11, Y9, Y2")
+	p("\tVSHUFPS $0xEE, Y11, Y9, Y3")
+	p("\tVSHUFPS $0x44, Y14, Y12, Y4")
+	p("\tVSHUFPS $0xEE, Y14, Y12, Y5")
+	p("\tVSHUFPS $0x44, Y15, Y13, Y6")
+	p("\tVSHUFPS $0xEE, Y15, Y13, Y7")
+	for i := range 4 {
+		p("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d", 4+i, i, 8+i)
+		p("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d", 4+i, i, 12+i)
+	}
+	for kk := range 8 {
+		p("\tVMOVUPS Y%d, %d(BX)", 8+kk, kk*24)
+	}
+	p("\tADDQ $32, SI")
+	p("\tADDQ $32, DI")
+	p("\tADDQ $32, R11")
+	p("\tADDQ $32, R12")
+	p("\tADDQ $192, BX")
+	p("\tDECQ CX")
+	p("\tJNZ aloop")
+	p("")
+	p("adone:")
 	p("\tVZEROUPPER")
 	p("\tRET")
 }

@@ -1,0 +1,112 @@
+//go:build unix
+
+package gpuhost
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	abModes  = flag.String("gemmab", "", "TestGemmAB: comma-separated values of gemmAB to run against each other, e.g. 1,0")
+	abShape  = flag.String("abshape", "", "TestGemmAB: one shape m,k,n,tb instead of the x·W shapes of make bench-kernels")
+	abRounds = flag.Int("abrounds", 20, "TestGemmAB: rounds")
+)
+
+// TestGemmAB runs variants of the AVX2 GEMM (values of gemmAB, which
+// switch optimisations off) against each other in one process, in turns,
+// and prints per variant the best GFLOP/s of wall time and per CPU-second
+// and, against the first variant, the ratio of the bests and the median
+// of the per-round ratios (paired rounds cancel slow drift in the load of
+// a shared machine). It runs only with -gemmab, e.g.
+//
+//	go test -run TestGemmAB -gemmab 1,0 ./gpuhost/
+func TestGemmAB(t *testing.T) {
+	if *abModes == "" || !gemmHaveAsm {
+		t.Skip("run with -gemmab on a CPU with AVX2")
+	}
+	var modes []int
+	for _, f := range strings.Split(*abModes, ",") {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("-gemmab: %v", err)
+		}
+		modes = append(modes, v)
+	}
+	type shape struct {
+		m, k, n int
+		tb      bool
+	}
+	shapes := []shape{{64, 1024, 4096, false}, {256, 1024, 4096, false}, {256, 4096, 1024, false}, {1024, 1024, 1024, false}}
+	if *abShape != "" {
+		var s shape
+		if _, err := fmt.Sscanf(*abShape, "%d,%d,%d,%t", &s.m, &s.k, &s.n, &s.tb); err != nil {
+			t.Fatalf("-abshape: %v", err)
+		}
+		shapes = []shape{s}
+	}
+	defer func() { gemmAB = 0 }()
+	for _, s := range shapes {
+		rng := rand.New(rand.NewPCG(1, 2))
+		a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+		for _, th := range []int{1, 2} {
+			d := NewCPU(th).(*cpuDevice)
+			flop := 2 * float64(s.m) * float64(s.n) * float64(s.k)
+			best := make([][2]float64, len(modes))
+			ratios := make([][]float64, len(modes))
+			for range *abRounds {
+				var first float64
+				for i, md := range modes {
+					gemmAB = md
+					w, c := abRate(func() { d.gemmF32(false, s.tb, s.m, s.n, s.k, a, b, c, false) }, flop)
+					best[i][0] = max(best[i][0], w)
+					best[i][1] = max(best[i][1], c*float64(th))
+					if i == 0 {
+						first = c
+					}
+					ratios[i] = append(ratios[i], c/first)
+				}
+			}
+			line := fmt.Sprintf("%dx%dx%d tb=%t %dT:", s.m, s.k, s.n, s.tb, th)
+			for i, md := range modes {
+				slices.Sort(ratios[i])
+				line += fmt.Sprintf("  gemmAB=%d %.1f/%.1f best %.3f med %.3f", md, best[i][0], best[i][1], best[i][1]/best[0][1], ratios[i][len(ratios[i])/2])
+			}
+			fmt.Println(line)
+		}
+	}
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("load average: %s", la)
+	}
+}
+
+// abRate runs fn (one call warms up) for about 20 ms and returns GFLOP/s
+// of wall time and per CPU-second of the process.
+func abRate(fn func(), flop float64) (wall, cpu float64) {
+	fn()
+	c0 := abCPU()
+	start, n := time.Now(), 0
+	for n == 0 || time.Since(start) < 20*time.Millisecond {
+		fn()
+		n++
+	}
+	el, used := time.Since(start).Seconds(), (abCPU() - c0).Seconds()
+	return flop * float64(n) / el / 1e9, flop * float64(n) / max(used, 1e-9) / 1e9
+}
+
+// abCPU returns the process's user and system CPU time.
+func abCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
