@@ -32,6 +32,7 @@ import (
 // directly at hidden 32 only; at hidden 1024 that costs seconds under
 // -race, and the last Forward covers them.
 func TestCGuestMatchesGoBitwise(t *testing.T) {
+	t.Parallel()
 	experts := func(module []byte) Option {
 		return WithExperts(
 			ExpertConfig{UID: "ffn.0", Module: ModuleBytes(module), Config: map[string]int64{"hidden_dim": 1024}},

@@ -82,6 +82,7 @@ func forward(t *testing.T, c *client.Client, h int) []float32 {
 // optimizer state: 3 more steps after the restart land where 3 more steps
 // without it do.
 func TestCheckpointRestoreResumes(t *testing.T) {
+	t.Parallel()
 	const h = 8
 	ctx := context.Background()
 	dirA, dirB := t.TempDir(), t.TempDir()
@@ -147,6 +148,7 @@ func TestCheckpointRestoreResumes(t *testing.T) {
 // other shapes is refused, naming what differs, and that a corrupt newest
 // checkpoint falls back to the one before with a warning.
 func TestCheckpointRefusals(t *testing.T) {
+	t.Parallel()
 	const h = 8
 	ctx := context.Background()
 	dir := t.TempDir()

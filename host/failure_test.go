@@ -151,6 +151,7 @@ func TestPoolStatsAndMetrics(t *testing.T) {
 // refused with ResourceExhausted before it is decoded, and that the server
 // carries on.
 func TestOversizedRequest(t *testing.T) {
+	t.Parallel()
 	srv := startTestServer(t, WithMaxRequestBytes(64<<10),
 		WithExperts(ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}}))
 	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())
@@ -172,6 +173,7 @@ func TestOversizedRequest(t *testing.T) {
 // and a parameter budget below the ffn's size
 // refuses the expert at start.
 func TestGuestLimits(t *testing.T) {
+	t.Parallel()
 	srv := startTestServer(t, WithGuestLimits(GuestLimits{OpsPerCall: 2}),
 		WithExperts(ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}}))
 	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+srv.Addr())

@@ -52,6 +52,7 @@ func (b *countingBody) Read(p []byte) (int, error) {
 // the format's precision of the float32 ones, and that the bytes on the
 // wire are about halved.
 func TestHalfWire(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const hidden, rows = 64, 16
 	// SGD with a negligible rate: Backward still runs its optimizer step,

@@ -19,6 +19,7 @@ import (
 // on an instance of its own: a backward on one expert changes its outputs
 // and no other's.
 func TestSharedInstances(t *testing.T) {
+	t.Parallel()
 	experts := []ExpertConfig{
 		{UID: "s.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}},
 		{UID: "s.1", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}},
