@@ -95,7 +95,7 @@ checkexamples: examples ## Fail if a committed example .wasm differs from its so
 TEST_COMPILE_CACHE := $(CURDIR)/.tmp/test-compile-cache
 
 .PHONY: test
-test: examples ## Check formatting, vet, build without cgo, and run every test: with the race detector, and tests/ and the CLI end to end without it (5 to 7 minutes on 2 idle cores)
+test: examples ## Check formatting, vet, build without cgo, and run every test: with the race detector, and tests/ and the CLI end to end without it (5 to 6 minutes on 2 idle cores)
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './gen/*' -not -path './.tmp/*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
