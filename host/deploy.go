@@ -45,9 +45,9 @@ type loader struct {
 	// deploy or undeploy may take meanwhile.
 	busy map[string]bool
 	// starting are the share keys whose instance a load is starting,
-	// each closed when it is done, so that other loads of the share key
-	// wait to share it.
-	starting map[string]chan struct{}
+	// each done when it is, so that other loads of the share key wait to
+	// share it, or fail as it did.
+	starting map[string]*startRun
 	// keeping are the keeps in flight, by owner and digest, under keepMu
 	// (they run without mu).
 	keepMu  sync.Mutex
@@ -82,7 +82,7 @@ func newLoader(cache *sandbox.Cache, limits func(owner string) sandbox.Limits) *
 	return &loader{
 		cache: cache, limits: limits,
 		runtimes: map[string]*ownerRuntime{}, compiled: map[string]*compiledModule{}, slots: map[string]*instanceSlot{},
-		unrestored: map[string]deployment{}, busy: map[string]bool{}, starting: map[string]chan struct{}{},
+		unrestored: map[string]deployment{}, busy: map[string]bool{}, starting: map[string]*startRun{},
 		keeping: map[string]*keepOp{},
 	}
 }
@@ -372,8 +372,12 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	if !s.cfg.exclusiveInstances {
 		// Another load starting the instance that this one would share
 		// (Start loads experts side by side) is waited for, so that
-		// they share it.
-		l.waitStarting(ctx, share)
+		// they share it; if its start failed, this one fails as it did
+		// rather than run the same moe_init again (a tenant's module
+		// that spins would cost its init timeout once per deploy).
+		if err := l.waitStarting(ctx, share); err != nil {
+			return nil, false, fmt.Errorf("loading expert %q: the instance it would share failed to start: %w", ec.UID, err)
+		}
 	}
 	if slot, ok := l.slots[share]; ok && !s.cfg.exclusiveInstances {
 		e, err = newSharedExpert(ec.UID, slot, cm.m, ln.dev, ec.Config, opt, limits.ParamBytes)
@@ -391,7 +395,11 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 				l.slots[share] = e.guest.slot
 			}
 		}
-		started()
+		if ctx.Err() != nil {
+			started(nil) // this caller gave up: the start says nothing of the next
+		} else {
+			started(err)
+		}
 	}
 	if err != nil {
 		return nil, false, err
@@ -439,37 +447,52 @@ func (s *Server) fill(e *expert) error {
 	return nil
 }
 
+// startRun is a load starting a share key's instance: done closes when it
+// ends, and err is then its error, nil if it started or its caller gave
+// up.
+type startRun struct {
+	done chan struct{}
+	err  error
+}
+
 // beginStarting records that a load is starting share's instance, and
-// returns the function that records it done. Call both with l.mu held.
-func (l *loader) beginStarting(share string) (done func()) {
-	ch := make(chan struct{})
+// returns the function that records it done with the start's error (nil
+// when the start says nothing of another's: it worked, or its caller gave
+// up). Call both with l.mu held.
+func (l *loader) beginStarting(share string) (done func(error)) {
+	run := &startRun{done: make(chan struct{})}
 	if _, ok := l.starting[share]; !ok {
-		l.starting[share] = ch
+		l.starting[share] = run
 	}
-	return func() {
-		if l.starting[share] == ch {
+	return func(err error) {
+		if l.starting[share] == run {
 			delete(l.starting, share)
 		}
-		close(ch)
+		run.err = err
+		close(run.done)
 	}
 }
 
 // waitStarting waits, with l.mu released, while another load starts
-// share's instance, or until ctx ends. Call with l.mu held.
-func (l *loader) waitStarting(ctx context.Context, share string) {
+// share's instance, or until ctx ends. It returns the error of a start it
+// waited for that failed on its own. Call with l.mu held.
+func (l *loader) waitStarting(ctx context.Context, share string) error {
 	for {
-		ch, ok := l.starting[share]
+		run, ok := l.starting[share]
 		if !ok {
-			return
+			return nil
 		}
 		l.mu.Unlock()
 		select {
-		case <-ch:
+		case <-run.done:
 		case <-ctx.Done():
 		}
 		l.mu.Lock()
 		if ctx.Err() != nil {
-			return
+			return nil
+		}
+		if run.err != nil {
+			return run.err
 		}
 	}
 }

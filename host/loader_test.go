@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,5 +91,35 @@ func TestLoaderHammer(t *testing.T) {
 	defer l.mu.Unlock()
 	if len(l.compiled) != 0 || len(l.slots) != 0 || len(l.busy) != 0 {
 		t.Errorf("left behind: %d compiled modules, %d instance slots, %d busy uids", len(l.compiled), len(l.slots), len(l.busy))
+	}
+}
+
+// TestDeploySharesAFailedStart deploys two experts of one spinning module
+// and config: the second waits for the first's instance to start, and when
+// that start fails at its init timeout, fails with its error instead of
+// running the same moe_init again.
+func TestDeploySharesAFailedStart(t *testing.T) {
+	t.Parallel()
+	srv := startTestServer(t, WithGuestLimits(GuestLimits{InitTimeout: 500 * time.Millisecond}))
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- srv.Deploy(ctx, ExpertConfig{UID: "spin.0", Module: ModuleBytes(spinInit)}) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		srv.loader.mu.Lock()
+		n := len(srv.loader.starting)
+		srv.loader.mu.Unlock()
+		if n > 0 {
+			break // spin.0's instance is starting
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("spin.0's instance never started")
+		}
+	}
+	second := srv.Deploy(ctx, ExpertConfig{UID: "spin.1", Module: ModuleBytes(spinInit)})
+	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("spin.0: %v, want its init timeout", err)
+	}
+	if !errors.Is(second, context.DeadlineExceeded) || !strings.Contains(second.Error(), `"spin.1": the instance it would share failed to start`) {
+		t.Fatalf("spin.1: %v, want spin.0's failed start", second)
 	}
 }
