@@ -9,6 +9,7 @@ import (
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/internal/benchenv"
+	"github.com/moehost/moehost/internal/lefloat"
 )
 
 // cpuDevice is the pure-Go device. Its only shared state is a pool of GEMM
@@ -113,7 +114,7 @@ func (d *cpuDevice) FromBytes(dt abi.DType, shape []int, data []byte) (*Tensor, 
 		return nil, fmt.Errorf("%w: cpu: from bytes: %d bytes for %s, want %d", ErrShape, len(data), t.desc(), t.ByteSize())
 	}
 	if f := t.f32(); f != nil {
-		getFloat32s(f, data)
+		lefloat.Get(f, data)
 	} else {
 		copy(t.mem.([]byte), data)
 	}
@@ -152,7 +153,7 @@ func (d *cpuDevice) ReadBytes(t *Tensor, dst []byte) error {
 		return fmt.Errorf("%w: cpu: read bytes: %d bytes for %s, want %d", ErrShape, len(dst), t.desc(), t.ByteSize())
 	}
 	if f := t.f32(); f != nil {
-		putFloat32s(dst, f)
+		lefloat.Put(dst, f)
 	} else {
 		copy(dst, t.mem.([]byte))
 	}

@@ -10,7 +10,8 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"unsafe"
+
+	"github.com/moehost/moehost/internal/lefloat"
 )
 
 // ErrCorrupt is returned for bytes that are not a valid safetensors file
@@ -219,9 +220,6 @@ func (tf *tensorFile) readAll() ([]Tensor, error) {
 	return out, nil
 }
 
-// littleEndian is true where float32s in memory are the file's bytes.
-var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-
 // readFloats reads len(dst) little-endian float32s at off in r into dst:
 // where memory is little-endian, straight into dst's bytes, with no
 // buffer in between.
@@ -229,14 +227,12 @@ func readFloats(r io.ReaderAt, off int64, dst []float32) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	raw := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), 4*len(dst))
+	raw := lefloat.Bytes(dst)
 	if _, err := r.ReadAt(raw, off); err != nil {
 		return err
 	}
-	if !littleEndian {
-		for i := range dst {
-			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-		}
+	if !lefloat.LittleEndian {
+		lefloat.Get(dst, raw)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package gpuhost
+package lefloat
 
 import (
 	"bytes"
@@ -18,16 +18,16 @@ func TestFloat32Bytes(t *testing.T) {
 		f = append(f, math.Float32frombits(rng.Uint32()))
 	}
 	want := make([]byte, 4*len(f))
-	putFloat32sLoop(want, f)
+	putLoop(want, f)
 	got := make([]byte, 4*len(f))
-	putFloat32s(got, f)
+	Put(got, f)
 	if !bytes.Equal(got, want) {
-		t.Fatal("putFloat32s and the loop disagree")
+		t.Fatal("Put and the loop disagree")
 	}
 	back := make([]float32, len(f))
-	getFloat32s(back, want)
+	Get(back, want)
 	wantBack := make([]float32, len(f))
-	getFloat32sLoop(wantBack, want)
+	getLoop(wantBack, want)
 	bits := func(f []float32) []uint32 {
 		out := make([]uint32, len(f))
 		for i, v := range f {
@@ -36,8 +36,8 @@ func TestFloat32Bytes(t *testing.T) {
 		return out
 	}
 	if !slices.Equal(bits(back), bits(wantBack)) || !slices.Equal(bits(back), bits(f)) {
-		t.Fatal("getFloat32s, the loop and the values disagree")
+		t.Fatal("Get, the loop and the values disagree")
 	}
-	putFloat32s(nil, nil) // empty slices copy nothing
-	getFloat32s(nil, nil)
+	Put(nil, nil) // empty slices copy nothing
+	Get(nil, nil)
 }
