@@ -300,23 +300,7 @@ func transpose(p func(string, ...any)) {
 			}
 			p("\tVMOVUPS "+rows[r%4]+", Y%d", base, r)
 		}
-		for i := range 4 {
-			p("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
-			p("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
-		}
-		// s0..s7 from t0..t7 (Y8..Y15)
-		p("\tVSHUFPS $0x44, Y10, Y8, Y0")
-		p("\tVSHUFPS $0xEE, Y10, Y8, Y1")
-		p("\tVSHUFPS $0x44, Y11, Y9, Y2")
-		p("\tVSHUFPS $0xEE, Y11, Y9, Y3")
-		p("\tVSHUFPS $0x44, Y14, Y12, Y4")
-		p("\tVSHUFPS $0xEE, Y14, Y12, Y5")
-		p("\tVSHUFPS $0x44, Y15, Y13, Y6")
-		p("\tVSHUFPS $0xEE, Y15, Y13, Y7")
-		for i := range 4 {
-			p("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d", 4+i, i, 8+i)
-			p("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d", 4+i, i, 12+i)
-		}
+		transpose8x8(p)
 		for kk := range 8 {
 			p("\tVMOVUPS Y%d, %d(BX)", 8+kk, kk*64+off)
 		}
@@ -460,22 +444,7 @@ func packA6(p func(string, ...any)) {
 	for r, a := range rows {
 		p("\tVMOVUPS %s, Y%d", a, r)
 	}
-	for i := range 4 {
-		p("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
-		p("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
-	}
-	p("\tVSHUFPS $0x44, Y10, Y8, Y0")
-	p("\tVSHUFPS $0xEE, Y10, Y8, Y1")
-	p("\tVSHUFPS $0x44, Y11, Y9, Y2")
-	p("\tVSHUFPS $0xEE, Y11, Y9, Y3")
-	p("\tVSHUFPS $0x44, Y14, Y12, Y4")
-	p("\tVSHUFPS $0xEE, Y14, Y12, Y5")
-	p("\tVSHUFPS $0x44, Y15, Y13, Y6")
-	p("\tVSHUFPS $0xEE, Y15, Y13, Y7")
-	for i := range 4 {
-		p("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d", 4+i, i, 8+i)
-		p("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d", 4+i, i, 12+i)
-	}
+	transpose8x8(p)
 	for kk := range 8 {
 		p("\tVMOVUPS Y%d, %d(BX)", 8+kk, kk*24)
 	}
@@ -490,4 +459,27 @@ func packA6(p func(string, ...any)) {
 	p("adone:")
 	p("\tVZEROUPPER")
 	p("\tRET")
+}
+
+// transpose8x8 emits the transpose of the 8×8 floats in Y0–Y7 (row r in
+// Yr) into Y8–Y15 (column c in Y8+c), by unpacks, shuffles and lane
+// permutes; Y0–Y7 are overwritten. packBTrans16 and packA6x8 share it.
+func transpose8x8(p func(string, ...any)) {
+	for i := range 4 {
+		p("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
+		p("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
+	}
+	// s0..s7 from t0..t7 (Y8..Y15)
+	p("\tVSHUFPS $0x44, Y10, Y8, Y0")
+	p("\tVSHUFPS $0xEE, Y10, Y8, Y1")
+	p("\tVSHUFPS $0x44, Y11, Y9, Y2")
+	p("\tVSHUFPS $0xEE, Y11, Y9, Y3")
+	p("\tVSHUFPS $0x44, Y14, Y12, Y4")
+	p("\tVSHUFPS $0xEE, Y14, Y12, Y5")
+	p("\tVSHUFPS $0x44, Y15, Y13, Y6")
+	p("\tVSHUFPS $0xEE, Y15, Y13, Y7")
+	for i := range 4 {
+		p("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d", 4+i, i, 8+i)
+		p("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d", 4+i, i, 12+i)
+	}
 }
