@@ -11,11 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/moehost/moehost/cmd/moehost/internal/loadgen"
 	"github.com/spf13/cobra"
 )
 
@@ -201,7 +201,7 @@ func startOnce(ctx context.Context, bin, dir, mode string, serveArgs []string) (
 		cmd.Wait()
 		return s, fmt.Errorf("moehost serve was not Ready in 2 minutes: %s", tail.String())
 	}
-	s.cpu, err = statCPU(cmd.Process.Pid)
+	s.cpu, err = loadgen.ProcessTreeCPU(cmd.Process.Pid)
 	if err != nil {
 		cmd.Process.Kill()
 		<-drained
@@ -217,35 +217,6 @@ func startOnce(ctx context.Context, bin, dir, mode string, serveArgs []string) (
 		return s, fmt.Errorf("moehost serve: %w: %s", err, tail.String())
 	}
 	return s, nil
-}
-
-// statCPU returns the user and system time of a process and of its
-// children that it has waited for (its compile children), from
-// /proc/pid/stat.
-func statCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields resume after the command name's closing parenthesis, at
-	// field 3; utime, stime, cutime and cstime are fields 14 to 17.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 15 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 15", pid, len(f))
-	}
-	var ticks int64
-	for _, s := range f[11:15] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %q: %w", pid, s, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * (time.Second / 100), nil
 }
 
 func readyOf(s startupSample) time.Duration { return s.ready }

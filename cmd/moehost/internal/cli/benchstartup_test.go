@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moehost/moehost/cmd/moehost/internal/loadgen"
 )
 
 // TestStartupStats checks bench-startup's figures: the median and least
@@ -24,7 +26,7 @@ func TestStartupStats(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
-	before, err := statCPU(os.Getpid())
+	before, err := loadgen.ProcessTreeCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func TestStartupStats(t *testing.T) {
 	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
 		x++
 	}
-	after, err := statCPU(os.Getpid())
+	after, err := loadgen.ProcessTreeCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}

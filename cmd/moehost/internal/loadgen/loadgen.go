@@ -220,16 +220,23 @@ const Header = "| mode                         | samples/s  | requests/s | reque
 // ProcessCPU returns the user and system CPU time of process pid so far,
 // from /proc/pid/stat (Linux; in clock ticks of 1/100 s, the USER_HZ of
 // every Linux architecture Go supports).
-func ProcessCPU(pid int) (time.Duration, error) {
+func ProcessCPU(pid int) (time.Duration, error) { return procCPU(pid, false) }
+
+// ProcessTreeCPU is ProcessCPU plus the CPU time of the children pid has
+// waited for (a server's compile children).
+func ProcessTreeCPU(pid int) (time.Duration, error) { return procCPU(pid, true) }
+
+func procCPU(pid int, children bool) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
-	return parseStatCPU(pid, b)
+	return parseStatCPU(pid, b, children)
 }
 
-// parseStatCPU returns utime+stime of a /proc/pid/stat line.
-func parseStatCPU(pid int, b []byte) (time.Duration, error) {
+// parseStatCPU returns utime+stime of a /proc/pid/stat line (fields 14
+// and 15), and with children also cutime+cstime (16 and 17).
+func parseStatCPU(pid int, b []byte, children bool) (time.Duration, error) {
 	// The command name (field 2) may hold spaces; fields resume after
 	// its closing parenthesis, at field 3.
 	i := bytes.LastIndexByte(b, ')')
@@ -237,13 +244,20 @@ func parseStatCPU(pid int, b []byte) (time.Duration, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
+	n := 2 // utime and stime, fields 14 and 15
+	if children {
+		n = 4 // and cutime and cstime, 16 and 17
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
-	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
+	if len(f) < 11+n {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least %d", pid, len(f), 11+n)
 	}
-	return time.Duration(utime+stime) * (time.Second / 100), nil
+	var ticks int64
+	for _, t := range f[11 : 11+n] {
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: CPU time %q: %w", pid, t, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100), nil
 }
