@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -66,7 +65,7 @@ func TestGemmAB(t *testing.T) {
 				var first float64
 				for i, md := range modes {
 					gemmAB = md
-					w, c := abRate(func() { d.gemmF32(false, s.tb, s.m, s.n, s.k, a, b, c, false) }, flop)
+					w, c := gflops(func() { d.gemmF32(false, s.tb, s.m, s.n, s.k, a, b, c, false) }, flop, 20*time.Millisecond)
 					best[i][0] = max(best[i][0], w)
 					best[i][1] = max(best[i][1], c*float64(th))
 					if i == 0 {
@@ -86,27 +85,4 @@ func TestGemmAB(t *testing.T) {
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Printf("load average: %s", la)
 	}
-}
-
-// abRate runs fn (one call warms up) for about 20 ms and returns GFLOP/s
-// of wall time and per CPU-second of the process.
-func abRate(fn func(), flop float64) (wall, cpu float64) {
-	fn()
-	c0 := abCPU()
-	start, n := time.Now(), 0
-	for n == 0 || time.Since(start) < 20*time.Millisecond {
-		fn()
-		n++
-	}
-	el, used := time.Since(start).Seconds(), (abCPU() - c0).Seconds()
-	return flop * float64(n) / el / 1e9, flop * float64(n) / max(used, 1e-9) / 1e9
-}
-
-// abCPU returns the process's user and system CPU time.
-func abCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,4 +1,4 @@
-//go:build openblas && cgo
+//go:build openblas && cgo && unix
 
 package gpuhost
 
@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -89,7 +88,7 @@ func TestKernelTable(t *testing.T) {
 				for j := range 2 {
 					i := (j + r) % 2
 					d := []*cpuDevice{ours, blas}[i]
-					wall, cpu := gflops(func() { run(d) }, flop)
+					wall, cpu := gflops(func() { run(d) }, flop, 50*time.Millisecond)
 					best[i] = max(best[i], wall)
 					bestCPU[i] = max(bestCPU[i], cpu*float64(th))
 				}
@@ -112,30 +111,6 @@ func TestKernelTable(t *testing.T) {
 		fmt.Fprintf(&out, "load average: %s", la)
 	}
 	os.Stdout.WriteString(out.String())
-}
-
-// gflops runs fn (one call warms up) until about 50 ms have passed and
-// returns the rate of flop per call in GFLOP/s of wall time and per
-// CPU-second of the process.
-func gflops(fn func(), flop float64) (wall, cpu float64) {
-	fn()
-	c0 := cpuTime()
-	start, n := time.Now(), 0
-	for n == 0 || time.Since(start) < 50*time.Millisecond {
-		fn()
-		n++
-	}
-	el, used := time.Since(start).Seconds(), (cpuTime() - c0).Seconds()
-	return flop * float64(n) / el / 1e9, flop * float64(n) / max(used, 1e-9) / 1e9
-}
-
-// cpuTime returns the process's user and system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // pathBlocking returns p's blocking, for benchmark tables.
