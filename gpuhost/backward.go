@@ -191,29 +191,13 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if err := addAll(gs, a, gt); err != nil {
 			return err
 		}
-		if needs[big] {
-			if err := gs.add(big, gsum, false); err != nil {
-				return err
-			}
-		}
-		if needs[small] {
-			return reduceInto(dev, gs, small, gsum)
-		}
-		return nil
+		return addBackward(dev, gs, needs, big, small, gsum)
 	case abi.OpAdd:
 		big, small := a[0], a[1]
 		if r.swapped {
 			big, small = small, big
 		}
-		if needs[big] {
-			if err := gs.add(big, gy, false); err != nil {
-				return err
-			}
-		}
-		if needs[small] {
-			return reduceInto(dev, gs, small, gy)
-		}
-		return nil
+		return addBackward(dev, gs, needs, big, small, gy)
 	case abi.OpGeluTanh:
 		if !needs[a[0]] {
 			return nil
@@ -368,6 +352,21 @@ func addAll(gs *gradSet, args, gt []*Tensor) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// addBackward gives the gradient g of big + small (small repeated over
+// big's leading dims) to the operands that need one: big takes g as it
+// is, small its sum over the repeats.
+func addBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, big, small, g *Tensor) error {
+	if needs[big] {
+		if err := gs.add(big, g, false); err != nil {
+			return err
+		}
+	}
+	if needs[small] {
+		return reduceInto(dev, gs, small, g)
 	}
 	return nil
 }
