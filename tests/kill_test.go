@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/host/checkpoint"
+	"github.com/moehost/moehost/internal/racebuild"
 	"github.com/moehost/moehost/sdk/client"
 )
 
@@ -32,7 +33,7 @@ var (
 // the package's tests. TestMain removes it. Under -race it skips the test.
 func buildMoehost(t testing.TB, _ string) string {
 	t.Helper()
-	if raceEnabled {
+	if racebuild.Enabled {
 		t.Skip("runs moehost serve in a child process, built without -race: make test runs it in its run without -race (make test-e2e)")
 	}
 	binOnce.Do(func() {

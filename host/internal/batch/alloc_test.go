@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/internal/racebuild"
 )
 
 // TestUnsplitSubmitAllocations bounds the allocations of a one-piece
@@ -13,7 +14,7 @@ import (
 // its result share one allocation. The bound is what the cycle costs
 // today; a change that adds to it should say why.
 func TestUnsplitSubmitAllocations(t *testing.T) {
-	if raceEnabled {
+	if racebuild.Enabled {
 		t.Skip("the race detector allocates on its own account")
 	}
 	var p *batch.Pool[int, int]

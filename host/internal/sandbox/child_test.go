@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/internal/racebuild"
 	"github.com/moehost/moehost/modules"
 )
 
@@ -88,12 +89,16 @@ func TestCompileChildRefuses(t *testing.T) {
 	}
 }
 
-// skipUnderRace skips a test that compiles the Go examples in race builds
-// (see raceEnabled). Such a test's name starts with TestCompile, which is
-// what make test-compile runs without the detector.
+// skipUnderRace skips a test that compiles the Go examples in a compile
+// child, or the adversarial shapes, in race builds, where the child is
+// the race-built test binary and each compile took minutes of CPU beside
+// the rest of make test. The detector has nothing to watch there: a
+// compile runs on one goroutine, or in another process. Such a test's
+// name starts with TestCompile, which is what make test-compile runs
+// without the detector.
 func skipUnderRace(t *testing.T) {
 	t.Helper()
-	if raceEnabled {
+	if racebuild.Enabled {
 		t.Skip("compiles the Go examples: make test runs it without -race (make test-compile)")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/internal/racebuild"
 )
 
 // TestMain serves as the compile child that `serve` (run in process by
@@ -16,11 +17,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// skipUnderRace skips an end-to-end CLI test in a race build (see
-// race_on_test.go).
+// skipUnderRace skips an end-to-end CLI test (serve, bench, expert build)
+// in a race build, where every compile child is the race-built test
+// binary and each took minutes of CPU; make test runs them in its run
+// without the detector (make test-e2e). The servers they start are
+// host.Servers, which host's own tests run under -race.
 func skipUnderRace(t *testing.T) {
 	t.Helper()
-	if raceEnabled {
+	if racebuild.Enabled {
 		t.Skip("end to end through compile children: make test runs it without -race (make test-e2e)")
 	}
 }
