@@ -127,9 +127,21 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	// TCP, Noise and yamux only: no QUIC, relay, NAT traversal or metrics
 	// in libp2p's global registry. Servers are reachable hosts.
+	addrs := make([]ma.Multiaddr, 0, len(listen))
+	for _, s := range listen {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %w", s, err)
+		}
+		addrs = append(addrs, a)
+	}
+	// The host starts without listening, and listens once it is whole: a
+	// listen that fails inside libp2p.New leaves the peerstore's, the
+	// resource manager's and the swarm's goroutines running, while
+	// h.Close stops them all.
 	h, err := libp2p.New(
 		libp2p.Identity(id.priv),
-		libp2p.ListenAddrStrings(listen...),
+		libp2p.NoListenAddrs,
 		libp2p.NoTransports,
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Security(noise.ID, noise.New),
@@ -140,6 +152,9 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	)
 	if err != nil {
 		return nil, fmt.Errorf("starting libp2p host: %w", err)
+	}
+	if err := h.Network().Listen(addrs...); err != nil {
+		return nil, errors.Join(fmt.Errorf("listening on %v: %w", listen, err), h.Close())
 	}
 	mode := dht.ModeServer
 	if cfg.Client {

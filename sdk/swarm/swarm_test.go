@@ -2,6 +2,8 @@ package swarm_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -11,8 +13,14 @@ import (
 	dsq "github.com/ipfs/go-datastore/query"
 	dssync "github.com/ipfs/go-datastore/sync"
 
+	"go.uber.org/goleak"
+
 	"github.com/moehost/moehost/sdk/swarm"
 )
+
+// Every test closes what it started, including nodes that failed to
+// start: no goroutine may outlive the package's tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func startNode(t testing.TB, cfg swarm.Config) *swarm.Node {
 	t.Helper()
@@ -190,6 +198,29 @@ func TestAnnounceAloneIsPrompt(t *testing.T) {
 	}
 	if got := find(t, n, "solo.0"); len(got) != 1 {
 		t.Errorf("own record not found alone: %+v", got)
+	}
+}
+
+// TestNewNodeListenFails starts a node on a port that is taken: NewNode
+// must fail, name the address, and leave nothing running (TestMain).
+func TestNewNodeListenFails(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", l.Addr().(*net.TCPAddr).Port)
+	n, err := swarm.NewNode(context.Background(), swarm.Config{Listen: []string{addr}})
+	if err == nil {
+		n.Close()
+		t.Fatalf("NewNode on taken %s succeeded", addr)
+	}
+	if !strings.Contains(err.Error(), addr) {
+		t.Errorf("NewNode on taken %s = %v, want the address named", addr, err)
+	}
+	if _, err := swarm.NewNode(context.Background(), swarm.Config{Listen: []string{"/ip4/nonsense"}}); err == nil || !strings.Contains(err.Error(), "/ip4/nonsense") {
+		t.Errorf("NewNode on a bad address = %v, want it named", err)
 	}
 }
 
