@@ -53,3 +53,6 @@ func SetStoreClock(s ds.Batching, now func() time.Time) { s.(*store).now = now }
 
 // RecordsOf calls records on a store made by NewStore.
 func RecordsOf(s ds.Batching, limit int) ([]Record, int) { return s.(*store).records(limit) }
+
+// AskedOf returns how many record requests n has served.
+func AskedOf(n *Node) int64 { return n.asked.Load() }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -87,6 +88,8 @@ type Node struct {
 
 	mu  sync.Mutex
 	own map[string][]byte // name → our latest signed value, served on RecordProtocol
+
+	asked atomic.Int64 // RecordProtocol requests served
 }
 
 // RecordProtocol is the libp2p protocol on which a node answers, for one
@@ -443,16 +446,27 @@ func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
 	// The providers that the DHT knows, and, on a path of their own, the
 	// moehost peers this node is connected to: sybils gathered around a
 	// name's key can keep its provider records from this node, but not
-	// the record of a host it talks to directly.
+	// the record of a host it talks to directly. Each peer is asked once:
+	// a connected provider's DHT path waits for the direct answer, and
+	// looks further only when that held no record.
+	direct := map[peer.ID]*directAsk{}
 	for _, p := range n.directPeers(maxDirectAsks) {
+		d := &directAsk{done: make(chan struct{})}
+		direct[p] = d
 		wg.Go(func() {
+			defer close(d.done)
 			fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 			v, err := n.fetch(fctx, p, name)
 			cancel()
 			if err != nil || len(v) == 0 {
 				return // no record of the name there
 			}
-			if r, err := Decode(Key(p.String(), name), v, time.Now()); err == nil && r.Live() {
+			r, err := Decode(Key(p.String(), name), v, time.Now())
+			if err != nil {
+				return
+			}
+			d.answered = true
+			if r.Live() {
 				add(r)
 			}
 		})
@@ -461,8 +475,14 @@ func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
 		if ai.ID != n.h.ID() && len(ai.Addrs) > 0 {
 			n.h.Peerstore().AddAddrs(ai.ID, ai.Addrs, time.Minute)
 		}
+		d := direct[ai.ID]
 		wg.Go(func() {
-			r, ok := n.recordOf(ctx, ai.ID, name)
+			if d != nil {
+				if <-d.done; d.answered {
+					return // the direct path has its record
+				}
+			}
+			r, ok := n.recordOf(ctx, ai.ID, name, d != nil)
 			if !ok || !r.Live() {
 				return // expired, withdrawn, never stored or unreachable
 			}
@@ -475,6 +495,13 @@ func (n *Node) Find(ctx context.Context, name string) ([]Record, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
 	return out, nil
+}
+
+// directAsk is Find's direct fetch from one connected peer: answered, once
+// done is closed, says whether the peer sent a record of the name.
+type directAsk struct {
+	done     chan struct{}
+	answered bool
 }
 
 // maxDirectAsks bounds the connected peers one Find asks directly.
@@ -497,16 +524,20 @@ func (n *Node) directPeers(max int) []peer.ID {
 }
 
 // recordOf returns provider p's record of name: asked of p itself over
-// RecordProtocol, or, if p cannot be reached, read from the DHT. A value
+// RecordProtocol (unless asked: Find asked p already), or, if p cannot be
+// reached or holds none, read from the DHT. A value
 // that fails validation is ignored, never taken as the provider's answer.
-func (n *Node) recordOf(ctx context.Context, p peer.ID, name string) (Record, bool) {
+func (n *Node) recordOf(ctx context.Context, p peer.ID, name string, asked bool) (Record, bool) {
 	key := Key(p.String(), name)
 	var v []byte
-	if p == n.h.ID() {
+	switch {
+	case p == n.h.ID():
 		n.mu.Lock()
 		v = n.own[name]
 		n.mu.Unlock()
-	} else {
+	case asked:
+		// Find asked p directly already.
+	default:
 		fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 		v, _ = n.fetch(fctx, p, name)
 		cancel()
@@ -549,6 +580,7 @@ func (n *Node) fetch(ctx context.Context, p peer.ID, name string) ([]byte, error
 // serveRecord answers one RecordProtocol request.
 func (n *Node) serveRecord(s network.Stream) {
 	defer s.Close()
+	n.asked.Add(1)
 	_ = s.SetDeadline(time.Now().Add(fetchTimeout))
 	name, err := msgio.NewVarintReaderSize(s, MaxNameLen).ReadMsg()
 	if err != nil {

@@ -113,6 +113,24 @@ func TestSwarmFindsEveryAnnouncer(t *testing.T) {
 	}
 }
 
+// TestFindAsksEachPeerOnce: a provider the client is connected to is on
+// both of Find's paths (direct and DHT) and must be asked once a lookup.
+func TestFindAsksEachPeerOnce(t *testing.T) {
+	t.Parallel()
+	nodes := startSwarm(t, 3)
+	announce(t, nodes[1], swarm.Record{Name: "once.0", URLs: []string{"http://once"}, Expires: time.Now().Add(time.Minute)})
+	client := startNode(t, swarm.Config{Client: true, InitialPeers: nodes[1].Addrs()})
+	for i := range 3 {
+		before := swarm.AskedOf(nodes[1])
+		if got := find(t, client, "once.0"); len(got) != 1 || got[0].PeerID != nodes[1].PeerID() {
+			t.Fatalf("find %d: %+v, want node 1's record", i, got)
+		}
+		if asked := swarm.AskedOf(nodes[1]) - before; asked != 1 {
+			t.Errorf("find %d asked the provider %d times, want once", i, asked)
+		}
+	}
+}
+
 // TestPeersRefuseForgedRecords has a malicious node (one that skips
 // validation) put records under an honest server's key; no honest peer
 // stores them and lookups do not return them. Its own validly signed
