@@ -9,6 +9,13 @@ import (
 )
 
 // naiveGemm is the triple loop in float64 that the blocked GEMM must match.
+// fmaLoop, where the build has one (amd64), runs n groups of FMAs on
+// registers, fmaLoopFlop flop each: fmaCeiling's loop.
+var (
+	fmaLoop     func(n int)
+	fmaLoopFlop int
+)
+
 func naiveGemm(ta, tb bool, m, n, k int, a, b []float32) []float64 {
 	c := make([]float64, m*n)
 	for i := range m {

@@ -68,6 +68,8 @@ func main() {
 	prefetchRows(p)
 	p("")
 	packA6(p)
+	p("")
+	fmaPeak(p)
 	os.Stdout.WriteString(w.String())
 }
 
@@ -482,4 +484,33 @@ func transpose8x8(p func(string, ...any)) {
 		p("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d", 4+i, i, 8+i)
 		p("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d", 4+i, i, 12+i)
 	}
+}
+
+// fmaPeak writes fmaPeak8x12, a loop of FMAs on registers only: 12
+// independent chains, so that latency never stalls it and no load or
+// store competes. Its rate is the core's FMA ceiling, against which the
+// kernel table (make bench-kernels) shows each GEMM.
+func fmaPeak(p func(string, ...any)) {
+	p("// func fmaPeak8x12(n int)")
+	p("//")
+	p("// Runs n groups of 12 independent 8-lane FMAs on registers. Needs AVX2")
+	p("// and FMA.")
+	p("TEXT ·fmaPeak8x12(SB), NOSPLIT, $0-8")
+	p("\tMOVQ n+0(FP), CX")
+	for r := range 14 {
+		p("\tVXORPS Y%d, Y%d, Y%d", r, r, r)
+	}
+	p("\tTESTQ CX, CX")
+	p("\tJZ fdone")
+	p("")
+	p("floop:")
+	for r := range 12 {
+		p("\tVFMADD231PS Y12, Y13, Y%d", r)
+	}
+	p("\tDECQ CX")
+	p("\tJNZ floop")
+	p("")
+	p("fdone:")
+	p("\tVZEROUPPER")
+	p("\tRET")
 }
