@@ -21,12 +21,12 @@ var (
 //go:noescape
 func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
 
-// gemmKernel4x16 is gemmKernel6x16 for the top 4 rows of a 6-high A
-// panel: the last rows of m = 64, 256 or 1024. Implemented in
-// gemm_amd64.s.
+// gemmEdge6x16 is gemmKernel6x16 for the top rows rows (1 to 5) of one
+// 6-high A panel: the last rows of m (4 at m = 64, 256 and 1024) go
+// straight into c. Implemented in gemm_amd64.s.
 //
 //go:noescape
-func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
+func gemmEdge6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, rows int)
 
 // gemmKernel14x32 is gemmKernel6x16 for a 14×32 tile with AVX-512F: the
 // 32 columns of B come from two 16-wide panels, at b and bs floats on.
@@ -34,6 +34,12 @@ func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bo
 //
 //go:noescape
 func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
+
+// gemmEdge14x32 is gemmKernel14x32 for the top rows rows (1 to 13) of one
+// 14-high A panel. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func gemmEdge14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, rows int)
 
 // packBTrans16 packs 16 rows of src (row stride ldb floats) into a
 // k-major panel: dst[(8g+k)·16 + r] = src[r·ldb + 8g+k] for g < groups,

@@ -35,19 +35,19 @@ type asmKernel struct {
 	// unless bias is nil.
 	// It does so for panels consecutive A panels, down a column of c.
 	fn func(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
-	// edge, when not nil, is fn for the top edgeMR rows of an mr-high
-	// panel: an edge tile of that height goes straight into c.
-	edge   func(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)
-	edgeMR int
+	// edge is fn for the top rows rows (0 < rows < mr) of one mr-high
+	// A panel: an edge tile of m goes straight into c.
+	edge func(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, rows int)
 }
 
 var (
 	avx2Kernel = sync.OnceValue(func() *asmKernel {
 		return &asmKernel{mr: asmMR, nr: asmNR, gemmBlocking: blockingFor(machineCaches(), asmMR, asmNR), fn: gemmKernel6x16,
-			edge: gemmKernel4x16, edgeMR: 4}
+			edge: gemmEdge6x16}
 	})
 	avx512Kernel = sync.OnceValue(func() *asmKernel {
-		return &asmKernel{mr: zmmMR, nr: zmmNR, gemmBlocking: blockingFor(machineCaches(), zmmMR, zmmNR), fn: gemmKernel14x32}
+		return &asmKernel{mr: zmmMR, nr: zmmNR, gemmBlocking: blockingFor(machineCaches(), zmmMR, zmmNR), fn: gemmKernel14x32,
+			edge: gemmEdge14x32}
 	})
 )
 
@@ -349,7 +349,7 @@ type bPrefetch struct {
 
 // gemmAB switches this file's optimisations off one by one, for A/B runs
 // of old against new code in one process (TestGemmAB): bit 0 the prefetch
-// of the next B chunk, bit 1 the 4-row edge kernel, bit 3 the
+// of the next B chunk, bit 1 the edge kernels, bit 3 the
 // assembly A packing, bit 6 the multi-tile kernel calls. Zero in
 // production.
 var gemmAB int
@@ -413,18 +413,18 @@ func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc i
 	// slack past the last packed panel (serial).
 	bpan := bp[jr/asmNR*bs:][:(nr/asmNR-1)*bs+kc*asmNR]
 	apan := ap[ir*kc:][:kc*mr]
-	if w == nr && (rows == mr || rows == kn.edgeMR && kn.edge != nil && gemmAB&2 == 0) {
+	if w == nr && (rows == mr || kn.edge != nil && gemmAB&2 == 0) {
 		// The slice proves that the whole tile is inside c.
 		tile := c[ir*ldc+jr:][:(rows-1)*ldc+nr]
 		var bv *float32
 		if bias != nil {
 			bv = &bias[jr:][:nr][0]
 		}
-		fn := kn.fn
-		if rows != mr {
-			fn = kn.edge
+		if rows == mr {
+			kn.fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add, 1)
+		} else {
+			kn.edge(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add, rows)
 		}
-		fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add, 1)
 		if ep.gelu {
 			for r := range rows {
 				ep.activate(c[(ir+r)*ldc+jr:][:nr])

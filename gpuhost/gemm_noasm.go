@@ -15,13 +15,18 @@ func gemmKernel6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bo
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
-// gemmKernel4x16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
-func gemmKernel4x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int) {
+// gemmEdge6x16 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func gemmEdge6x16(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, rows int) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
 // gemmKernel14x32 exists so that gemm_asm.go compiles; see gemmKernel6x16.
 func gemmKernel14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int) {
+	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}
+
+// gemmEdge14x32 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func gemmEdge14x32(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, rows int) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 

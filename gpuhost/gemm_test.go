@@ -124,6 +124,11 @@ func TestGemmMatchesNaive(t *testing.T) {
 			// the next one, and a ragged last chunk at the end of b.
 			shape{37, 3*kn.fuseNC + 21, 2*kn.kc + 3},
 		)
+		// Every height of edge tile (the edge kernel's every body),
+		// below a full panel, with full-width and ragged tiles.
+		for r := 1; r < kn.mr; r++ {
+			shapes = append(shapes, shape{kn.mr + r, 2*kn.nr + 3, 37})
+		}
 	}
 	shapes = append(shapes,
 		shape{dotMaxM - 1, 21, 40}, // the dot path's largest m, and past it

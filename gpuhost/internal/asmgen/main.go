@@ -38,12 +38,22 @@ type kernel struct {
 var kernels = []kernel{
 	// 12 YMM accumulators, 2 for B and 2 for broadcasts: all 16.
 	{name: "gemmKernel6x16", isa: "AVX2 and FMA", reg: "Y", lanes: 8, mr: 6, vecs: 2, ku: 4, xor: "VXORPS"},
-	// The last 4 rows of a 6-high panel (m = 64, 256, 1024 all end so),
-	// straight into c rather than through an edge tile.
-	{name: "gemmKernel4x16", isa: "AVX2 and FMA", reg: "Y", lanes: 8, mr: 4, vecs: 2, ku: 4, xor: "VXORPS", apan: 6},
 	// 28 ZMM accumulators, 2 for B and 2 for broadcasts: all 32. Per k,
 	// 2 loads of B and 14 broadcasts feed 28 FMAs.
 	{name: "gemmKernel14x32", isa: "AVX-512F", reg: "Z", lanes: 16, mr: 14, vecs: 2, ku: 4, xor: "VPXORD"},
+}
+
+// edges are the kernels for the last rows of m, fewer than a panel's
+// height: one entry point per full kernel, which runs the tile of the
+// top rows rows of a full-height A panel straight into c. Through a
+// full-height tile and a copy, the 4 rows left at m = 256 cost the 14-row
+// kernel 14 rows of work (4% of the product), the 8 left at m = 64 9%.
+var edges = []struct {
+	name string
+	of   kernel
+}{
+	{"gemmEdge6x16", kernels[0]},
+	{"gemmEdge14x32", kernels[1]},
 }
 
 func main() {
@@ -57,6 +67,10 @@ func main() {
 	p("")
 	for _, k := range kernels {
 		k.write(p)
+		p("")
+	}
+	for _, e := range edges {
+		e.of.writeEdge(p, e.name)
 		p("")
 	}
 	dot(p)
@@ -80,33 +94,83 @@ func main() {
 // pass of its own over the output. It does so for panels consecutive A
 // panels (mr rows of c each), which saves the Go glue of a call per tile.
 func (k kernel) write(p func(string, ...any)) {
-	if k.apan == 0 {
-		k.apan = k.mr
+	k.comment(p, k.name, "panels int")
+	p("TEXT ·%s(SB), NOSPLIT, $0-72", k.name)
+	loadArgs(p, "panels+64(FP), R12")
+	k.body(p, "")
+}
+
+// writeEdge emits name(kc int, a, b, c *float32, ldc, bs int, bias
+// *float32, add bool, rows int): k for the top rows rows (1 ≤ rows <
+// k.mr) of one k.mr-high A panel. It branches once to the body for that
+// height.
+func (k kernel) writeEdge(p func(string, ...any), name string) {
+	p("// func %s(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, rows int)", name)
+	p("//")
+	p("// %s for the top rows rows (1 to %d) of one %d-high A panel, each", k.name, k.mr-1, k.mr)
+	p("// height with its own body (the registers of the full kernel's top rows).")
+	p("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	loadArgs(p, "rows+64(FP), R9")
+	p("\tMOVQ $1, R12")
+	for r := 1; r < k.mr; r++ {
+		p("\tCMPQ R9, $%d", r)
+		p("\tJEQ r%dpanel", r)
 	}
+	p("\tRET")
+	for r := 1; r < k.mr; r++ {
+		e := k
+		e.apan, e.mr = k.height(), r
+		p("")
+		e.body(p, fmt.Sprintf("r%d", r))
+	}
+}
+
+// height is the height of the A panels k reads.
+func (k kernel) height() int {
+	if k.apan == 0 {
+		return k.mr
+	}
+	return k.apan
+}
+
+// comment describes k's registers above its TEXT line.
+func (k kernel) comment(p func(string, ...any), name, last string) {
 	nr := k.vecs * k.lanes
-	acc := func(r, v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*r+v) }
-	bReg := func(v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+v) }
-	aReg := func(r int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+k.vecs+r%2) }
-	vb := 4 * k.lanes // bytes per vector
-	p("// func %s(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, panels int)", k.name)
+	p("// func %s(kc int, a, b, c *float32, ldc, bs int, bias *float32, add bool, %s)", name, last)
 	p("//")
 	p("// Needs %s. Registers: %s0–%s%d accumulate the %d×%d tile (row r in", k.isa, k.reg, k.reg, k.vecs*k.mr-1, k.mr, nr)
-	p("// %s%d·r onwards), %s–%s hold %d values of B, %s–%s a broadcast of A.",
-		k.reg, k.vecs, bReg(0), bReg(k.vecs-1), nr, aReg(0), aReg(1))
-	p("TEXT ·%s(SB), NOSPLIT, $0-72", k.name)
+	p("// %s%d·r onwards), %s%d–%s%d hold %d values of B, %s%d–%s%d a broadcast of A.",
+		k.reg, k.vecs, k.reg, k.vecs*k.mr, k.reg, k.vecs*k.mr+k.vecs-1, nr, k.reg, k.vecs*k.mr+k.vecs, k.reg, k.vecs*k.mr+k.vecs+1)
+}
+
+// loadArgs loads the arguments every kernel shares (kc in R10, a in AX,
+// b in R13, c in DI, ldc and bs in bytes in DX and R11), and the last
+// one, which differs, as last says.
+func loadArgs(p func(string, ...any), last string) {
 	p("\tMOVQ kc+0(FP), R10")
 	p("\tMOVQ a+8(FP), AX")
 	p("\tMOVQ b+16(FP), R13")
 	p("\tMOVQ c+24(FP), DI")
 	p("\tMOVQ ldc+32(FP), DX")
 	p("\tMOVQ bs+40(FP), R11")
-	p("\tMOVQ panels+64(FP), R12")
+	p("\tMOVQ %s", last)
 	p("\tSHLQ $2, DX")
 	p("\tSHLQ $2, R11")
+}
+
+// body emits the kernel from its first panel to RET, its labels prefixed
+// with l; R12 holds the number of panels.
+func (k kernel) body(p func(string, ...any), l string) {
+	k.apan = k.height()
+	nr := k.vecs * k.lanes
+	acc := func(r, v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*r+v) }
+	bReg := func(v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+v) }
+	aReg := func(r int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+k.vecs+r%2) }
+	vb := 4 * k.lanes // bytes per vector
 	// One tile per A panel, down a column of c: the panels are
 	// contiguous, so AX runs on from one to the next; B restarts.
 	p("")
-	p("panel:")
+	p(l + "panel:")
 	p("\tMOVQ R10, CX")
 	p("\tMOVQ R13, BX")
 	// bOff(v) addresses vector v of B: 16-wide panels, so vectors past
@@ -138,9 +202,9 @@ func (k kernel) write(p func(string, ...any)) {
 	p("\tSHRQ $%d, R8", log2(k.ku))
 	p("\tANDQ $%d, CX", k.ku-1)
 	p("\tTESTQ R8, R8")
-	p("\tJZ tail")
+	p("\tJZ " + l + "tail")
 	p("")
-	p("loop:")
+	p(l + "loop:")
 	step := func(s int) {
 		for v := range k.vecs {
 			p("\tVMOVUPS %s, %s", bAddr(v, s), bReg(v))
@@ -158,23 +222,23 @@ func (k kernel) write(p func(string, ...any)) {
 	p("\tADDQ $%d, AX", k.ku*k.apan*4)
 	p("\tADDQ $%d, BX", k.ku*16*4)
 	p("\tDECQ R8")
-	p("\tJNZ loop")
+	p("\tJNZ " + l + "loop")
 	p("")
-	p("tail:")
+	p(l + "tail:")
 	p("\tTESTQ CX, CX")
-	p("\tJZ done")
+	p("\tJZ " + l + "done")
 	p("")
-	p("tailloop:")
+	p(l + "tailloop:")
 	step(0)
 	p("\tADDQ $%d, AX", k.apan*4)
 	p("\tADDQ $%d, BX", 16*4)
 	p("\tDECQ CX")
-	p("\tJNZ tailloop")
+	p("\tJNZ " + l + "tailloop")
 	p("")
-	p("done:")
+	p(l + "done:")
 	p("\tMOVBLZX add+56(FP), R9")
 	p("\tTESTQ R9, R9")
-	p("\tJZ bias")
+	p("\tJZ " + l + "bias")
 	p("\tMOVQ DI, SI")
 	for r := range k.mr {
 		for v := range k.vecs {
@@ -185,10 +249,10 @@ func (k kernel) write(p func(string, ...any)) {
 		}
 	}
 	p("")
-	p("bias:")
+	p(l + "bias:")
 	p("\tMOVQ bias+48(FP), R9")
 	p("\tTESTQ R9, R9")
-	p("\tJZ store")
+	p("\tJZ " + l + "store")
 	for v := range k.vecs {
 		p("\tVMOVUPS %d(R9), %s", v*vb, bReg(v))
 	}
@@ -198,7 +262,7 @@ func (k kernel) write(p func(string, ...any)) {
 		}
 	}
 	p("")
-	p("store:")
+	p(l + "store:")
 	for r := range k.mr {
 		for v := range k.vecs {
 			p("\tVMOVUPS %s, %d(DI)", acc(r, v), v*vb)
@@ -206,7 +270,7 @@ func (k kernel) write(p func(string, ...any)) {
 		p("\tADDQ DX, DI")
 	}
 	p("\tDECQ R12")
-	p("\tJNZ panel")
+	p("\tJNZ " + l + "panel")
 	p("\tVZEROUPPER")
 	p("\tRET")
 }
