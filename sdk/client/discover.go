@@ -54,8 +54,12 @@ type Directory interface {
 	// soon as it ends, until it returns false or nothing remains.
 	DiscoverPages(ctx context.Context, names []string, yield func(map[string][]Endpoint) bool) error
 	// BeamSearch returns the k existing experts of the grid prefix.i.j…
-	// with the highest sum of per-dimension scores, best first.
-	BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int) ([]Choice, error)
+	// with the highest sum of per-dimension scores, best first. peers, if
+	// not empty, limits the search to the records signed by those peer
+	// IDs (at most swarm.MaxBeamPeers, each in canonical form): an expert
+	// counts only if one of them hosts it, and only their endpoints are
+	// returned.
+	BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int, peers []string) ([]Choice, error)
 }
 
 // SwarmOption configures a Swarm.
@@ -195,8 +199,8 @@ func (s *Swarm) DiscoverPages(ctx context.Context, names []string, yield func(ma
 }
 
 // BeamSearch implements Directory.
-func (s *Swarm) BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int) ([]Choice, error) {
-	best, err := swarm.BeamSearch(ctx, s.find, prefix, scores, k)
+func (s *Swarm) BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int, peers []string) ([]Choice, error) {
+	best, err := swarm.BeamSearch(ctx, s.find, prefix, scores, k, peers)
 	if err != nil {
 		return nil, err
 	}
@@ -346,8 +350,8 @@ func (d *DiscoveryClient) DiscoverPages(ctx context.Context, names []string, yie
 }
 
 // BeamSearch implements Directory.
-func (d *DiscoveryClient) BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int) ([]Choice, error) {
-	req := &moehostv1.BeamSearchRequest{Prefix: prefix, K: int32(min(k, swarm.MaxBeamK+1))}
+func (d *DiscoveryClient) BeamSearch(ctx context.Context, prefix string, scores [][]float64, k int, peers []string) ([]Choice, error) {
+	req := &moehostv1.BeamSearchRequest{Prefix: prefix, K: int32(min(k, swarm.MaxBeamK+1)), Peers: peers}
 	for _, s := range scores {
 		req.GridScores = append(req.GridScores, &moehostv1.Scores{Values: s})
 	}
@@ -357,7 +361,16 @@ func (d *DiscoveryClient) BeamSearch(ctx context.Context, prefix string, scores 
 	}
 	var out []Choice
 	for _, e := range res.Msg.GetExperts() {
-		out = append(out, Choice{UID: e.GetUid(), Score: e.GetScore(), Endpoints: endpointsFromWire(e.GetEndpoints())})
+		eps := endpointsFromWire(e.GetEndpoints())
+		if len(peers) > 0 {
+			// The server is not trusted to have filtered: keep the
+			// allowed peers' endpoints, and the experts that have one.
+			eps = slices.DeleteFunc(eps, func(ep Endpoint) bool { return !slices.Contains(peers, ep.PeerID) })
+			if len(eps) == 0 {
+				continue
+			}
+		}
+		out = append(out, Choice{UID: e.GetUid(), Score: e.GetScore(), Endpoints: eps})
 	}
 	return out, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/sdk/swarm"
 )
 
 // MoEConfig configures a MixtureOfExperts, after hivemind's
@@ -40,9 +41,13 @@ type MoEConfig struct {
 	// BanBase after one failure, doubling per failure in a row, up to
 	// BanMax. Defaults 1s and 1m.
 	BanBase, BanMax time.Duration
-	// TrustedPeers, if not empty, pins the servers the mixture calls: only
-	// endpoints whose record was signed by one of these peer IDs (host
-	// keys) are used. Default: any server the directory finds.
+	// TrustedPeers, if not empty, pins the servers the mixture calls: the
+	// beam search runs over the records signed by these peer IDs (host
+	// keys) alone, so that the k best experts that they host are found
+	// however many others score higher, and only their endpoints are
+	// called (checked again here, since a discovery server may not have
+	// filtered). At most swarm.MaxBeamPeers, in canonical form. Default:
+	// any server the directory finds.
 	TrustedPeers []string
 }
 
@@ -114,6 +119,10 @@ func NewMixtureOfExperts(dir Directory, cfg MoEConfig, opts ...Option) (*Mixture
 	case cfg.ForwardTimeout < 0 || cfg.TimeoutAfterKMin < 0 || cfg.BackwardTimeout < 0:
 		return nil, errors.New("client: negative timeout")
 	}
+	if err := swarm.CheckPeers(cfg.TrustedPeers); err != nil {
+		return nil, fmt.Errorf("client: trusted peers: %w", err)
+	}
+	cfg.TrustedPeers = slices.Clone(cfg.TrustedPeers)
 	return &MixtureOfExperts{dir: dir, cfg: cfg, opts: opts, clients: map[string]*Client{}, bans: map[string]ban{}, seen: map[string]measured{}}, nil
 }
 
@@ -195,7 +204,7 @@ func (m *MixtureOfExperts) Forward(ctx context.Context, x Tensor, scores [][][]f
 // forwardSample calls the k best experts of one sample.
 func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [][]float64, st *sampleState) error {
 	st.input = x
-	choices, err := m.dir.BeamSearch(ctx, m.cfg.Prefix, scores, m.cfg.K)
+	choices, err := m.dir.BeamSearch(ctx, m.cfg.Prefix, scores, m.cfg.K, m.cfg.TrustedPeers)
 	if err != nil {
 		return fmt.Errorf("beam search: %w", err)
 	}

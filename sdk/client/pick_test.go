@@ -13,6 +13,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/host"
 	"github.com/moehost/moehost/sdk/client"
+	"github.com/moehost/moehost/sdk/swarm"
 )
 
 // fixedDirectory finds one uid at fixed endpoints.
@@ -31,7 +32,9 @@ func (d fixedDirectory) DiscoverPages(ctx context.Context, names []string, yield
 	return nil
 }
 
-func (d fixedDirectory) BeamSearch(context.Context, string, [][]float64, int) ([]client.Choice, error) {
+// BeamSearch ignores peers, as a discovery server that does not filter
+// would.
+func (d fixedDirectory) BeamSearch(context.Context, string, [][]float64, int, []string) ([]client.Choice, error) {
 	return []client.Choice{{UID: d.uid, Endpoints: d.eps}}, nil
 }
 
@@ -92,10 +95,12 @@ func TestMixturePrefersMeasuredOverClaimedLoad(t *testing.T) {
 		t.Errorf("the slow endpoint that claims no load got %d of %d calls; want at most the one that measured it", n, calls)
 	}
 
-	// Pinned host keys: the endpoint signed by another key is never called.
+	// Pinned host keys: the endpoint signed by another key is never
+	// called, although the directory returned it.
 	slowCalls.Store(0)
-	dir.eps[0].PeerID, dir.eps[1].PeerID = "12D3KooWstranger", "12D3KooWhonest"
-	pinned, err := client.NewMixtureOfExperts(dir, client.MoEConfig{Prefix: "pick", K: 1, TrustedPeers: []string{"12D3KooWhonest"}})
+	stranger, honest := newPeerID(t), newPeerID(t)
+	dir.eps[0].PeerID, dir.eps[1].PeerID = stranger, honest
+	pinned, err := client.NewMixtureOfExperts(dir, client.MoEConfig{Prefix: "pick", K: 1, TrustedPeers: []string{honest}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,4 +113,13 @@ func TestMixturePrefersMeasuredOverClaimedLoad(t *testing.T) {
 	if n := slowCalls.Load(); n != 0 {
 		t.Errorf("an endpoint of an untrusted peer got %d calls", n)
 	}
+}
+
+func newPeerID(t *testing.T) string {
+	t.Helper()
+	id, err := swarm.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.PeerID()
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Finder looks names (uids or prefixes) up, returning the live records of
@@ -27,6 +29,9 @@ type Scored struct {
 
 // MaxBeamK bounds BeamSearch's k.
 const MaxBeamK = 1024
+
+// MaxBeamPeers bounds the allow-list of peers of one beam search.
+const MaxBeamPeers = 1024
 
 // MaxGridSize bounds the coordinates of one grid dimension that a beam
 // search scores.
@@ -136,9 +141,35 @@ func MergeChildren(lists [][]int32) []int32 {
 	}
 }
 
+// CheckPeers reports why peers cannot be a beam search's allow-list: it
+// has more than MaxBeamPeers entries, or an entry is not a libp2p peer ID
+// in the canonical text form that records carry (a peer ID written
+// otherwise would match no record).
+func CheckPeers(peers []string) error {
+	if len(peers) > MaxBeamPeers {
+		return fmt.Errorf("%d peers, more than %d", len(peers), MaxBeamPeers)
+	}
+	for _, p := range peers {
+		id, err := peer.Decode(p)
+		if err != nil {
+			return fmt.Errorf("peer %.80q is not a libp2p peer ID", p)
+		}
+		if id.String() != p {
+			return fmt.Errorf("peer %.80q is not in canonical form; write it %s", p, id)
+		}
+	}
+	return nil
+}
+
 // BeamSearch returns the k existing experts of the grid prefix.i.j… with
 // the highest sum of scores[d][coordinate d], best first (ties by uid).
 // An expert exists if some server has a live record of its uid.
+//
+// peers, if not empty, is an allow-list (see CheckPeers): the search reads
+// only the records of those peers, prefixes and uids alike, so that an
+// expert exists only if one of them has a live record of it, its Records
+// are theirs alone, and other servers can neither crowd it out of the top
+// k nor make the search expand prefixes that no allowed peer lists.
 //
 // Unlike hivemind's beam search, which keeps the best k prefixes at each
 // level and can miss a better expert under a pruned prefix, this is a
@@ -147,9 +178,19 @@ func MergeChildren(lists [][]int32) []int32 {
 // force over every existing expert. It expands up to k prefixes per round
 // and looks them up in parallel, so a search takes a few rounds of
 // lookups, not one per prefix.
-func BeamSearch(ctx context.Context, find Finder, prefix string, scores [][]float64, k int) ([]Scored, error) {
+func BeamSearch(ctx context.Context, find Finder, prefix string, scores [][]float64, k int, peers []string) ([]Scored, error) {
 	if k < 1 || k > MaxBeamK {
 		return nil, fmt.Errorf("k = %d, want 1 to %d", k, MaxBeamK)
+	}
+	if err := CheckPeers(peers); err != nil {
+		return nil, err
+	}
+	var allowed map[string]bool // nil: every peer
+	if len(peers) > 0 {
+		allowed = make(map[string]bool, len(peers))
+		for _, p := range peers {
+			allowed[p] = true
+		}
 	}
 	if len(scores) == 0 {
 		return nil, errors.New("no grid dimensions")
@@ -205,6 +246,9 @@ func BeamSearch(ctx context.Context, find Finder, prefix string, scores [][]floa
 		}
 		for _, it := range batch {
 			recs := found[it.name]
+			if allowed != nil {
+				recs = slices.DeleteFunc(slices.Clone(recs), func(r Record) bool { return !allowed[r.PeerID] })
+			}
 			if it.depth == dims {
 				var live []Record
 				for _, r := range recs {

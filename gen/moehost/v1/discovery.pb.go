@@ -279,7 +279,15 @@ type BeamSearchRequest struct {
 	// coordinate of that dimension.
 	GridScores []*Scores `protobuf:"bytes,2,rep,name=grid_scores,json=gridScores,proto3" json:"grid_scores,omitempty"`
 	// k is how many experts to return; 1 to 1024.
-	K             int32 `protobuf:"varint,3,opt,name=k,proto3" json:"k,omitempty"`
+	K int32 `protobuf:"varint,3,opt,name=k,proto3" json:"k,omitempty"`
+	// peers, if not empty, is the allow-list of servers the caller trusts:
+	// only experts with a live record signed by one of these peers count,
+	// only those peers' endpoints are returned, and the grid's prefix
+	// records are read from them alone, so that untrusted servers neither
+	// crowd trusted experts out of the top k nor steer the search. Empty
+	// means every peer. At most 1024 libp2p peer IDs in their canonical
+	// text form ("12D3KooW…"); a malformed one is InvalidArgument.
+	Peers         []string `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +341,13 @@ func (x *BeamSearchRequest) GetK() int32 {
 		return x.K
 	}
 	return 0
+}
+
+func (x *BeamSearchRequest) GetPeers() []string {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
 }
 
 // Scores are one dimension's scores, indexed by coordinate.
@@ -689,12 +704,13 @@ const file_moehost_v1_discovery_proto_rawDesc = "" +
 	"\x0fexpires_unix_ms\x18\x04 \x01(\x03R\rexpiresUnixMs\x12\x1f\n" +
 	"\vqueue_depth\x18\x05 \x01(\x03R\n" +
 	"queueDepth\x12,\n" +
-	"\x12samples_per_second\x18\x06 \x01(\x01R\x10samplesPerSecond\"n\n" +
+	"\x12samples_per_second\x18\x06 \x01(\x01R\x10samplesPerSecond\"\x84\x01\n" +
 	"\x11BeamSearchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x123\n" +
 	"\vgrid_scores\x18\x02 \x03(\v2\x12.moehost.v1.ScoresR\n" +
 	"gridScores\x12\f\n" +
-	"\x01k\x18\x03 \x01(\x05R\x01k\" \n" +
+	"\x01k\x18\x03 \x01(\x05R\x01k\x12\x14\n" +
+	"\x05peers\x18\x04 \x03(\tR\x05peers\" \n" +
 	"\x06Scores\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\x01R\x06values\"H\n" +
 	"\x12BeamSearchResponse\x122\n" +

@@ -87,7 +87,7 @@ func (d discovery) BeamSearch(ctx context.Context, req *connect.Request[moehostv
 	if !swarm.ValidName(req.Msg.GetPrefix()) || swarm.IsPrefix(req.Msg.GetPrefix()) {
 		return nil, fmt.Errorf("%w: prefix %.80q is not a grid name (without the trailing dot)", ErrBadQuery, req.Msg.GetPrefix())
 	}
-	best, err := swarm.BeamSearch(ctx, d.s.find, req.Msg.GetPrefix(), scores, k)
+	best, err := swarm.BeamSearch(ctx, d.s.find, req.Msg.GetPrefix(), scores, k, req.Msg.GetPeers())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err

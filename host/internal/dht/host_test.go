@@ -255,6 +255,18 @@ func TestDiscoveryRejectsBadRequests(t *testing.T) {
 			_, err := dc.BeamSearch(ctx, connect.NewRequest(&moehostv1.BeamSearchRequest{Prefix: "x.", K: 1, GridScores: scores}))
 			return err
 		}, "prefix"},
+		{"bad peer", func() error {
+			info, _ := srv.DHT()
+			_, err := dc.BeamSearch(ctx, connect.NewRequest(&moehostv1.BeamSearchRequest{Prefix: "x", K: 1, GridScores: scores,
+				Peers: []string{info.PeerID, "12D3KooWnobody"}}))
+			return err
+		}, `peer "12D3KooWnobody" is not a libp2p peer ID`},
+		{"too many peers", func() error {
+			info, _ := srv.DHT()
+			_, err := dc.BeamSearch(ctx, connect.NewRequest(&moehostv1.BeamSearchRequest{Prefix: "x", K: 1, GridScores: scores,
+				Peers: slices.Repeat([]string{info.PeerID}, swarm.MaxBeamPeers+1)}))
+			return err
+		}, "1025 peers, more than 1024"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,7 +274,7 @@ func TestDiscoveryRejectsBadRequests(t *testing.T) {
 			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want InvalidArgument mentioning %q", err, tt.want)
 			}
-			if strings.Count(err.Error(), "invalid_argument") > 1 {
+			if err != nil && strings.Count(err.Error(), "invalid_argument") > 1 {
 				t.Errorf("code repeated in %q", err)
 			}
 		})
@@ -283,5 +295,55 @@ func TestDiscoveryRejectsBadRequests(t *testing.T) {
 		FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{Names: []string{"x.0"}}))
 	if connect.CodeOf(err) != connect.CodeUnimplemented {
 		t.Errorf("DiscoveryService without DHT: %v, want Unimplemented", err)
+	}
+}
+
+// TestBeamSearchOverTrustedPeers runs two servers in one swarm: a crowd
+// hosting eight experts that outscore the trusted server's two, and the
+// uid nop.0 on both. A beam search allowed only the trusted server's peer
+// ID finds its experts, with its endpoints alone; without peers it finds
+// the crowd's.
+func TestBeamSearchOverTrustedPeers(t *testing.T) {
+	t.Parallel()
+	crowd := startServer(t, t.TempDir(), host.DHTConfig{}, "nop.0", "nop.1", "nop.2", "nop.3", "nop.4", "nop.5", "nop.6", "nop.7")
+	crowdInfo, _ := crowd.DHT()
+	trusted := startServer(t, t.TempDir(), host.DHTConfig{InitialPeers: crowdInfo.Addrs}, "nop.0", "nop.8", "nop.9")
+	trustedInfo, _ := trusted.DHT()
+	trustedURL := "http://" + trusted.Addr()
+	// Ask the crowd's server: the records of both reach it through the DHT.
+	dc := moehostv1connect.NewDiscoveryServiceClient(http.DefaultClient, "http://"+crowd.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	search := func(peers ...string) []*moehostv1.ScoredExpert {
+		t.Helper()
+		res, err := dc.BeamSearch(ctx, connect.NewRequest(&moehostv1.BeamSearchRequest{Prefix: "nop", K: 2, Peers: peers,
+			GridScores: []*moehostv1.Scores{{Values: []float64{10, 9, 8, 7, 6, 5, 4, 3, 1, 0}}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.GetExperts()
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if e := search(); len(e) > 0 && len(e[0].GetEndpoints()) == 2 && len(search(trustedInfo.PeerID)) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the two servers' records never met: %v", search())
+		}
+	}
+	got := search(trustedInfo.PeerID)
+	if len(got) != 2 || got[0].GetUid() != "nop.0" || got[1].GetUid() != "nop.8" {
+		t.Fatalf("BeamSearch over the trusted peer = %v, want nop.0 and nop.8", got)
+	}
+	for _, e := range got {
+		if eps := e.GetEndpoints(); len(eps) != 1 || eps[0].GetPeerId() != trustedInfo.PeerID || eps[0].GetUrl() != trustedURL {
+			t.Errorf("%s: endpoints %v, want the trusted server's alone", e.GetUid(), eps)
+		}
+	}
+	if all := search(); len(all) != 2 || all[0].GetUid() != "nop.0" || all[1].GetUid() != "nop.1" {
+		t.Errorf("BeamSearch over every peer = %v, want nop.0 and nop.1", all)
+	}
+	if both := search(trustedInfo.PeerID, crowdInfo.PeerID); len(both) != 2 || both[1].GetUid() != "nop.1" || len(both[0].GetEndpoints()) != 2 {
+		t.Errorf("BeamSearch over both peers = %v, want nop.0 (two endpoints) and nop.1", both)
 	}
 }

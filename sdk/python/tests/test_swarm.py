@@ -22,6 +22,8 @@ import moehost  # noqa: E402
 from serve import Server  # noqa: E402
 
 HIDDEN = 4
+# A valid peer ID whose key no server in these tests holds.
+NOBODY = "12D3KooWPMSVuobA4jb3cr1XeWZZK1qHYTAZ5e9KTSFMJEbsBafm"
 
 
 def gate(moe, scores):
@@ -81,7 +83,7 @@ class SwarmTest(unittest.TestCase):
                                                       discovery=s.addr, k_best=2, trusted_peers=[s.peer_id])
             self.assertEqual(tuple(trusting(torch.randn(1, HIDDEN)).shape), (1, HIDDEN))
             stranger = moehost.RemoteMixtureOfExperts(in_features=HIDDEN, grid_size=(2,), uid_prefix="ffn.",
-                                                      discovery=s.addr, k_best=2, trusted_peers=["12D3KooWnobody"])
+                                                      discovery=s.addr, k_best=2, trusted_peers=[NOBODY])
             with self.assertRaisesRegex(moehost.KMinNotMetError, "trusted"):
                 stranger(torch.randn(1, HIDDEN))
         finally:

@@ -47,7 +47,8 @@ type DiscoveryServiceClient interface {
 	// coordinates that exist under each prefix (a name ending in ".").
 	FindExperts(context.Context, *connect.Request[v1.FindExpertsRequest]) (*connect.Response[v1.FindExpertsResponse], error)
 	// BeamSearch returns the k existing experts of a grid with the highest
-	// sum of per-dimension scores, best first, with their endpoints.
+	// sum of per-dimension scores, best first, with their endpoints; with
+	// peers, over those servers' records only.
 	BeamSearch(context.Context, *connect.Request[v1.BeamSearchRequest]) (*connect.Response[v1.BeamSearchResponse], error)
 }
 
@@ -101,7 +102,8 @@ type DiscoveryServiceHandler interface {
 	// coordinates that exist under each prefix (a name ending in ".").
 	FindExperts(context.Context, *connect.Request[v1.FindExpertsRequest]) (*connect.Response[v1.FindExpertsResponse], error)
 	// BeamSearch returns the k existing experts of a grid with the highest
-	// sum of per-dimension scores, best first, with their endpoints.
+	// sum of per-dimension scores, best first, with their endpoints; with
+	// peers, over those servers' records only.
 	BeamSearch(context.Context, *connect.Request[v1.BeamSearchRequest]) (*connect.Response[v1.BeamSearchResponse], error)
 }
 

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file moehost/v1/discovery.proto.
  */
 export const file_moehost_v1_discovery: GenFile = /*@__PURE__*/
-  fileDesc("Chptb2Vob3N0L3YxL2Rpc2NvdmVyeS5wcm90bxIKbW9laG9zdC52MSIjChJGaW5kRXhwZXJ0c1JlcXVlc3QSDQoFbmFtZXMYASADKAkiNwoTRmluZEV4cGVydHNSZXNwb25zZRIgCgVmb3VuZBgBIAMoCzIRLm1vZWhvc3QudjEuRm91bmQiUAoFRm91bmQSDAoEbmFtZRgBIAEoCRInCgllbmRwb2ludHMYAiADKAsyFC5tb2Vob3N0LnYxLkVuZHBvaW50EhAKCGNoaWxkcmVuGAMgAygFIoIBCghFbmRwb2ludBILCgN1cmwYASABKAkSDwoHcGVlcl9pZBgCIAEoCRIOCgZkaWdlc3QYAyABKAkSFwoPZXhwaXJlc191bml4X21zGAQgASgDEhMKC3F1ZXVlX2RlcHRoGAUgASgDEhoKEnNhbXBsZXNfcGVyX3NlY29uZBgGIAEoASJXChFCZWFtU2VhcmNoUmVxdWVzdBIOCgZwcmVmaXgYASABKAkSJwoLZ3JpZF9zY29yZXMYAiADKAsyEi5tb2Vob3N0LnYxLlNjb3JlcxIJCgFrGAMgASgFIhgKBlNjb3JlcxIOCgZ2YWx1ZXMYASADKAEiPwoSQmVhbVNlYXJjaFJlc3BvbnNlEikKB2V4cGVydHMYASADKAsyGC5tb2Vob3N0LnYxLlNjb3JlZEV4cGVydCJTCgxTY29yZWRFeHBlcnQSCwoDdWlkGAEgASgJEg0KBXNjb3JlGAIgASgBEicKCWVuZHBvaW50cxgDIAMoCzIULm1vZWhvc3QudjEuRW5kcG9pbnQipAEKCURIVFJlY29yZBIMCgRuYW1lGAEgASgJEg8KB3BlZXJfaWQYAiABKAkSDAoEdXJscxgDIAMoCRIOCgZkaWdlc3QYBCABKAkSFwoPZXhwaXJlc191bml4X21zGAUgASgDEhMKC3F1ZXVlX2RlcHRoGAYgASgDEhoKEnNhbXBsZXNfcGVyX3NlY29uZBgHIAEoARIQCghjaGlsZHJlbhgIIAMoBSJICg9TaWduZWRESFRSZWNvcmQSDgoGcmVjb3JkGAEgASgMEhIKCnB1YmxpY19rZXkYAiABKAwSEQoJc2lnbmF0dXJlGAMgASgMMrkBChBEaXNjb3ZlcnlTZXJ2aWNlElMKC0ZpbmRFeHBlcnRzEh4ubW9laG9zdC52MS5GaW5kRXhwZXJ0c1JlcXVlc3QaHy5tb2Vob3N0LnYxLkZpbmRFeHBlcnRzUmVzcG9uc2UiA5ACARJQCgpCZWFtU2VhcmNoEh0ubW9laG9zdC52MS5CZWFtU2VhcmNoUmVxdWVzdBoeLm1vZWhvc3QudjEuQmVhbVNlYXJjaFJlc3BvbnNlIgOQAgFiBnByb3RvMw");
+  fileDesc("Chptb2Vob3N0L3YxL2Rpc2NvdmVyeS5wcm90bxIKbW9laG9zdC52MSIjChJGaW5kRXhwZXJ0c1JlcXVlc3QSDQoFbmFtZXMYASADKAkiNwoTRmluZEV4cGVydHNSZXNwb25zZRIgCgVmb3VuZBgBIAMoCzIRLm1vZWhvc3QudjEuRm91bmQiUAoFRm91bmQSDAoEbmFtZRgBIAEoCRInCgllbmRwb2ludHMYAiADKAsyFC5tb2Vob3N0LnYxLkVuZHBvaW50EhAKCGNoaWxkcmVuGAMgAygFIoIBCghFbmRwb2ludBILCgN1cmwYASABKAkSDwoHcGVlcl9pZBgCIAEoCRIOCgZkaWdlc3QYAyABKAkSFwoPZXhwaXJlc191bml4X21zGAQgASgDEhMKC3F1ZXVlX2RlcHRoGAUgASgDEhoKEnNhbXBsZXNfcGVyX3NlY29uZBgGIAEoASJmChFCZWFtU2VhcmNoUmVxdWVzdBIOCgZwcmVmaXgYASABKAkSJwoLZ3JpZF9zY29yZXMYAiADKAsyEi5tb2Vob3N0LnYxLlNjb3JlcxIJCgFrGAMgASgFEg0KBXBlZXJzGAQgAygJIhgKBlNjb3JlcxIOCgZ2YWx1ZXMYASADKAEiPwoSQmVhbVNlYXJjaFJlc3BvbnNlEikKB2V4cGVydHMYASADKAsyGC5tb2Vob3N0LnYxLlNjb3JlZEV4cGVydCJTCgxTY29yZWRFeHBlcnQSCwoDdWlkGAEgASgJEg0KBXNjb3JlGAIgASgBEicKCWVuZHBvaW50cxgDIAMoCzIULm1vZWhvc3QudjEuRW5kcG9pbnQipAEKCURIVFJlY29yZBIMCgRuYW1lGAEgASgJEg8KB3BlZXJfaWQYAiABKAkSDAoEdXJscxgDIAMoCRIOCgZkaWdlc3QYBCABKAkSFwoPZXhwaXJlc191bml4X21zGAUgASgDEhMKC3F1ZXVlX2RlcHRoGAYgASgDEhoKEnNhbXBsZXNfcGVyX3NlY29uZBgHIAEoARIQCghjaGlsZHJlbhgIIAMoBSJICg9TaWduZWRESFRSZWNvcmQSDgoGcmVjb3JkGAEgASgMEhIKCnB1YmxpY19rZXkYAiABKAwSEQoJc2lnbmF0dXJlGAMgASgMMrkBChBEaXNjb3ZlcnlTZXJ2aWNlElMKC0ZpbmRFeHBlcnRzEh4ubW9laG9zdC52MS5GaW5kRXhwZXJ0c1JlcXVlc3QaHy5tb2Vob3N0LnYxLkZpbmRFeHBlcnRzUmVzcG9uc2UiA5ACARJQCgpCZWFtU2VhcmNoEh0ubW9laG9zdC52MS5CZWFtU2VhcmNoUmVxdWVzdBoeLm1vZWhvc3QudjEuQmVhbVNlYXJjaFJlc3BvbnNlIgOQAgFiBnByb3RvMw");
 
 /**
  * FindExpertsRequest names the uids ("ffn.3.14") or prefixes ("ffn.3.")
@@ -174,6 +174,19 @@ export type BeamSearchRequest = Message<"moehost.v1.BeamSearchRequest"> & {
    * @generated from field: int32 k = 3;
    */
   k: number;
+
+  /**
+   * peers, if not empty, is the allow-list of servers the caller trusts:
+   * only experts with a live record signed by one of these peers count,
+   * only those peers' endpoints are returned, and the grid's prefix
+   * records are read from them alone, so that untrusted servers neither
+   * crowd trusted experts out of the top k nor steer the search. Empty
+   * means every peer. At most 1024 libp2p peer IDs in their canonical
+   * text form ("12D3KooW…"); a malformed one is InvalidArgument.
+   *
+   * @generated from field: repeated string peers = 4;
+   */
+  peers: string[];
 };
 
 /**
@@ -390,7 +403,8 @@ export const DiscoveryService: GenService<{
   },
   /**
    * BeamSearch returns the k existing experts of a grid with the highest
-   * sum of per-dimension scores, best first, with their endpoints.
+   * sum of per-dimension scores, best first, with their endpoints; with
+   * peers, over those servers' records only.
    *
    * @generated from rpc moehost.v1.DiscoveryService.BeamSearch
    */
