@@ -15,6 +15,11 @@ from moehost.expert import DEFAULT_MAX_MESSAGE_BYTES, _from_wire, _to_wire, wire
 from moehost.v1 import discovery_pb2, discovery_pb2_grpc, expert_pb2, expert_pb2_grpc
 
 
+# MAX_TRUSTED_PEERS bounds trusted_peers, as the DiscoveryService bounds
+# BeamSearchRequest.peers.
+MAX_TRUSTED_PEERS = 1024
+
+
 class KMinNotMetError(RuntimeError):
     """Fewer than k_min (or backward_k_min) experts of a sample answered."""
 
@@ -86,8 +91,12 @@ class RemoteMixtureOfExperts(nn.Module):
     Among an expert's servers, one never called is tried first (the least
     loaded by its record's claim), then the one that failed least and
     answered fastest; a record's claimed load never outranks what was
-    measured. ``trusted_peers``, if given, keeps only the servers whose
-    DHT peer id (the key that signed their record) is in it.
+    measured. ``trusted_peers``, if given (at most 1024 peer ids), pins
+    the servers the mixture calls: the discovery server's beam search runs
+    over the records signed by those keys alone, so that the k_best
+    experts they host are found however many others score higher, and
+    each endpoint's peer id is checked again here, since the discovery
+    server is not trusted to have filtered.
     """
 
     def __init__(
@@ -133,7 +142,11 @@ class RemoteMixtureOfExperts(nn.Module):
         self._stubs: Dict[str, expert_pb2_grpc.ExpertServiceStub] = {}
         self._dummy = nn.Parameter(torch.empty(0), requires_grad=True)
         self.ban_base, self.ban_max = ban_base, ban_max
+        if trusted_peers is not None and len(trusted_peers) > MAX_TRUSTED_PEERS:
+            raise ValueError(f"moehost: {len(trusted_peers)} trusted peers: want at most {MAX_TRUSTED_PEERS}")
         self.trusted_peers = frozenset(trusted_peers) if trusted_peers is not None else None
+        # Sent with every beam search; sorted, so that requests are stable.
+        self._peers = sorted(self.trusted_peers) if self.trusted_peers is not None else []
         self._bans: Dict[str, Tuple[float, float]] = {}  # addr -> (until, backoff)
         self._seen: Dict[str, Tuple[float, int]] = {}  # addr -> (latency average, failures in a row)
 
@@ -190,16 +203,18 @@ class RemoteMixtureOfExperts(nn.Module):
         """Asks the discovery server for each sample's k_best experts, best
         first, and picks a server for each (the least loaded)."""
         scores = [s.detach().double().cpu() for s in grid_scores]
-        # Ask for more than k_best while servers are banned (or some are
-        # untrusted), so that the next best experts replace theirs.
+        # Ask for more than k_best while servers are banned, so that the
+        # next best experts replace theirs. Untrusted servers need no
+        # margin: the search runs over the trusted peers' records alone.
         extra = sum(1 for a in self._bans if self.banned(a))
-        k = min(self.k_best * (1 + extra) * (4 if self.trusted_peers is not None else 1), 1024)
+        k = min(self.k_best * (1 + extra), 1024)
         futures = [
             self._discovery.BeamSearch.future(
                 discovery_pb2.BeamSearchRequest(
                     prefix=self.uid_prefix,
                     grid_scores=[discovery_pb2.Scores(values=s[b].tolist()) for s in scores],
                     k=k,
+                    peers=self._peers,
                 ),
                 timeout=self.forward_timeout,
             )
