@@ -216,4 +216,4 @@ export function stats(values: Float32Array): Stats {
   for (const x of values) sq += (x - mean) * (x - mean);
   return { count: values.length, mean, std: values.length ? Math.sqrt(sq / values.length) : NaN, min, max };
 }
-export { RemoteMixtureOfExperts, KMinNotMetError, type MixtureOptions } from "./moe.js";
+export { RemoteMixtureOfExperts, KMinNotMetError, MAX_TRUSTED_PEERS, type MixtureOptions } from "./moe.js";

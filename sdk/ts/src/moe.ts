@@ -17,9 +17,18 @@ export interface MixtureOptions extends ClientOptions {
   /** banBase and banMax bound how long a failing server is avoided, in ms: banBase after one failure, doubling up to banMax. Defaults 1000 and 60000. */
   banBase?: number;
   banMax?: number;
-  /** trustedPeers, if given, keeps only servers whose record is signed by one of these peer ids. */
+  /**
+   * trustedPeers, if given (at most 1024 peer ids), pins the servers called:
+   * the discovery server's beam search runs over the records signed by these
+   * keys alone, so that the kBest experts they host are found however many
+   * others score higher, and each endpoint's peer id is checked again here,
+   * since the discovery server is not trusted to have filtered.
+   */
   trustedPeers?: string[];
 }
+
+/** MAX_TRUSTED_PEERS bounds trustedPeers, as the DiscoveryService bounds BeamSearchRequest.peers. */
+export const MAX_TRUSTED_PEERS = 1024;
 
 /** KMinNotMetError: fewer than kMin experts of a sample answered. */
 export class KMinNotMetError extends Error {}
@@ -32,6 +41,9 @@ export class RemoteMixtureOfExperts {
   private readonly seen = new Map<string, { latency: number; failures: number }>();
 
   constructor(private readonly opts: MixtureOptions) {
+    if (opts.trustedPeers && opts.trustedPeers.length > MAX_TRUSTED_PEERS) {
+      throw new RangeError(`moehost: ${opts.trustedPeers.length} trusted peers: want at most ${MAX_TRUSTED_PEERS}`);
+    }
     this.prefix = opts.uidPrefix.replace(/\.$/, "");
     this.discovery = createClient(DiscoveryService, createTransport(opts));
   }
@@ -93,9 +105,11 @@ export class RemoteMixtureOfExperts {
     const res = await this.discovery.beamSearch({
       prefix: this.prefix,
       gridScores: gridScores.map((values) => ({ values })),
-      // Ask for more while servers are banned or untrusted, so that the
-      // next best experts can replace theirs.
-      k: Math.min(k * (1 + banned) * (this.opts.trustedPeers ? 4 : 1), 1024),
+      // Ask for more while servers are banned, so that the next best
+      // experts can replace theirs. Untrusted servers need no margin: the
+      // search runs over the trusted peers' records alone.
+      k: Math.min(k * (1 + banned), 1024),
+      peers: this.opts.trustedPeers ?? [],
     });
     const chosen: { uid: string; url: string; score: number }[] = [];
     for (const e of res.experts) {

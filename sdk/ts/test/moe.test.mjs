@@ -1,9 +1,10 @@
 // RemoteMixtureOfExperts against live `moehost serve` processes: a tenant
 // grid is found by its prefix; a SIGKILLed server is banned after its
-// first failure and its experts replaced; trustedPeers pins host keys.
+// first failure and its experts replaced; trustedPeers pins host keys and
+// finds the trusted experts however many others score higher.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { RemoteMixtureOfExperts, KMinNotMetError } from "../dist/index.js";
+import { RemoteMixtureOfExperts, KMinNotMetError, MAX_TRUSTED_PEERS } from "../dist/index.js";
 import { startServer } from "./serve.mjs";
 
 const x = new Float32Array([1, 2, 3, 4]);
@@ -55,5 +56,35 @@ test("a killed server is banned and its experts replaced; trustedPeers pins host
   } finally {
     await a.stop();
     await b.stop();
+  }
+});
+
+test("trustedPeers finds the trusted experts below a crowd of better ones", async () => {
+  // The crowd's eight experts outscore the trusted server's two: with kBest 2
+  // that is four times over, as many as asking for 4 × k and filtering
+  // afterwards could ever skip.
+  const crowd = await startServer(["--experts", "ffn.[0:8]", "--hidden-dim", "4", "--no-checkpoints", "--update-period", "10s"]);
+  const trusted = await startServer(["--experts", "ffn.[8:10]", "--hidden-dim", "4", "--no-checkpoints", "--update-period", "10s", "--initial-peers", crowd.dhtAddrs[0]]);
+  try {
+    const moe = new RemoteMixtureOfExperts({ baseUrl: crowd.baseUrl, uidPrefix: "ffn", kBest: 2, kMin: 2, trustedPeers: [trusted.peerId] });
+    const scores = [[10, 9, 8, 7, 6, 5, 4, 3, 1, 0]];
+    let experts;
+    for (let i = 0; ; i++) {
+      try {
+        ({ experts } = await moe.forward(x, scores));
+        break;
+      } catch (err) {
+        // The trusted server's records have not reached the crowd's node yet.
+        if (!(err instanceof KMinNotMetError)) throw err;
+      }
+      assert.ok(i < 300, "the trusted experts were never found");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.deepEqual(experts, ["ffn.8", "ffn.9"]);
+    assert.ok(!moe.banned(crowd.baseUrl) && !moe.banned(trusted.baseUrl));
+    assert.throws(() => new RemoteMixtureOfExperts({ baseUrl: crowd.baseUrl, uidPrefix: "ffn", kBest: 1, trustedPeers: Array(MAX_TRUSTED_PEERS + 1).fill(trusted.peerId) }), RangeError);
+  } finally {
+    await crowd.stop();
+    await trusted.stop();
   }
 });
