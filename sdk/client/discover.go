@@ -359,13 +359,17 @@ func (d *DiscoveryClient) BeamSearch(ctx context.Context, prefix string, scores 
 	if err != nil {
 		return nil, err
 	}
+	// The server is not trusted to have filtered: keep the allowed peers'
+	// endpoints, and the experts that have one.
+	allowed := make(map[string]bool, len(peers))
+	for _, p := range peers {
+		allowed[p] = true
+	}
 	var out []Choice
 	for _, e := range res.Msg.GetExperts() {
 		eps := endpointsFromWire(e.GetEndpoints())
 		if len(peers) > 0 {
-			// The server is not trusted to have filtered: keep the
-			// allowed peers' endpoints, and the experts that have one.
-			eps = slices.DeleteFunc(eps, func(ep Endpoint) bool { return !slices.Contains(peers, ep.PeerID) })
+			eps = slices.DeleteFunc(eps, func(ep Endpoint) bool { return !allowed[ep.PeerID] })
 			if len(eps) == 0 {
 				continue
 			}

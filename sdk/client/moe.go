@@ -61,9 +61,10 @@ var ErrKMinNotMet = errors.New("too few experts answered")
 // Experts take and return one float32 tensor; each sample is sent as a
 // batch of one. It is safe for concurrent use.
 type MixtureOfExperts struct {
-	dir  Directory
-	cfg  MoEConfig
-	opts []Option
+	dir     Directory
+	cfg     MoEConfig
+	opts    []Option
+	trusted map[string]bool // cfg.TrustedPeers; nil: every peer
 
 	mu      sync.Mutex
 	clients map[string]*Client // by endpoint URL
@@ -123,7 +124,14 @@ func NewMixtureOfExperts(dir Directory, cfg MoEConfig, opts ...Option) (*Mixture
 		return nil, fmt.Errorf("client: trusted peers: %w", err)
 	}
 	cfg.TrustedPeers = slices.Clone(cfg.TrustedPeers)
-	return &MixtureOfExperts{dir: dir, cfg: cfg, opts: opts, clients: map[string]*Client{}, bans: map[string]ban{}, seen: map[string]measured{}}, nil
+	m := &MixtureOfExperts{dir: dir, cfg: cfg, opts: opts, clients: map[string]*Client{}, bans: map[string]ban{}, seen: map[string]measured{}}
+	if len(cfg.TrustedPeers) > 0 {
+		m.trusted = make(map[string]bool, len(cfg.TrustedPeers))
+		for _, p := range cfg.TrustedPeers {
+			m.trusted[p] = true
+		}
+	}
+	return m, nil
 }
 
 // Close closes the clients of the experts' servers.
@@ -437,7 +445,7 @@ func (m *MixtureOfExperts) pick(eps []Endpoint) string {
 		if b, ok := m.bans[e.URL]; ok && now.Before(b.until) {
 			continue
 		}
-		if len(m.cfg.TrustedPeers) > 0 && !slices.Contains(m.cfg.TrustedPeers, e.PeerID) {
+		if m.trusted != nil && !m.trusted[e.PeerID] {
 			continue
 		}
 		if best < 0 || better(i, best) {
