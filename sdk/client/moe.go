@@ -212,9 +212,25 @@ func (m *MixtureOfExperts) Forward(ctx context.Context, x Tensor, scores [][][]f
 // forwardSample calls the k best experts of one sample.
 func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [][]float64, st *sampleState) error {
 	st.input = x
-	choices, err := m.dir.BeamSearch(ctx, m.cfg.Prefix, scores, m.cfg.K, m.cfg.TrustedPeers)
+	// Ask for more than K while servers are banned, so that the next best
+	// experts replace theirs, and call the best K that have a server to
+	// call (not banned, and trusted).
+	k := min(m.cfg.K*(1+m.activeBans()), swarm.MaxBeamK)
+	found, err := m.dir.BeamSearch(ctx, m.cfg.Prefix, scores, k, m.cfg.TrustedPeers)
 	if err != nil {
 		return fmt.Errorf("beam search: %w", err)
+	}
+	var (
+		choices []Choice
+		urls    []string
+	)
+	for _, ch := range found {
+		if len(choices) == m.cfg.K {
+			break
+		}
+		if u := m.pick(ch.Endpoints); u != "" {
+			choices, urls = append(choices, ch), append(urls, u)
+		}
 	}
 	if m.cfg.ForwardTimeout > 0 {
 		var cancel context.CancelFunc
@@ -230,14 +246,8 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 		took time.Duration
 	}
 	results := make(chan result, len(choices))
-	urls := make([]string, len(choices))
 	for i, ch := range choices {
-		urls[i] = m.pick(ch.Endpoints)
 		go func() {
-			if urls[i] == "" {
-				results <- result{i: i, err: fmt.Errorf("expert %s: every endpoint is banned or untrusted, or none is known", ch.UID)}
-				return
-			}
 			begin := time.Now()
 			outs, err := m.client(urls[i]).Expert(ch.UID).Forward(ctx, x)
 			took := time.Since(begin)
@@ -264,7 +274,7 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 		}
 		if r.err != nil {
 			failures = append(failures, fmt.Errorf("%s at %s: %w", choices[r.i].UID, urls[r.i], r.err))
-			if urls[r.i] != "" && ctx.Err() == nil {
+			if ctx.Err() == nil {
 				m.fail(urls[r.i])
 			}
 			continue
@@ -277,6 +287,9 @@ func (m *MixtureOfExperts) forwardSample(ctx context.Context, x Tensor, scores [
 	}
 	if len(got) < m.cfg.KMin {
 		err := fmt.Errorf("%w: %d of %d experts answered, k_min is %d", ErrKMinNotMet, len(got), len(choices), m.cfg.KMin)
+		if len(choices) < m.cfg.K {
+			err = fmt.Errorf("%w (%d of the %d experts found have a server that is not banned or untrusted)", err, len(choices), len(found))
+		}
 		if len(failures) > 0 {
 			err = fmt.Errorf("%w: %w", err, errors.Join(failures...))
 		}
@@ -456,6 +469,19 @@ func (m *MixtureOfExperts) pick(eps []Endpoint) string {
 		return ""
 	}
 	return eps[best].URL
+}
+
+// activeBans counts the endpoints banned now.
+func (m *MixtureOfExperts) activeBans() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, now := 0, time.Now()
+	for _, b := range m.bans {
+		if now.Before(b.until) {
+			n++
+		}
+	}
+	return n
 }
 
 // fail bans url for a while, longer after each failure in a row.

@@ -2,10 +2,12 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,4 +124,73 @@ func newPeerID(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return id.PeerID()
+}
+
+// rankedDirectory's beam search returns the best k of a fixed ranking of
+// experts, each at one endpoint, and records the k it was asked for.
+type rankedDirectory struct {
+	fixedDirectory
+	ranked []client.Choice
+	asked  *atomic.Int64 // the k of the last beam search
+}
+
+func (d rankedDirectory) BeamSearch(_ context.Context, _ string, _ [][]float64, k int, _ []string) ([]client.Choice, error) {
+	d.asked.Store(int64(k))
+	return d.ranked[:min(k, len(d.ranked))], nil
+}
+
+// TestMixtureReplacesBannedExperts ranks an expert whose server is down
+// first: the call that finds it down bans it, and from then on the
+// mixture asks for more experts and calls the next best two instead.
+func TestMixtureReplacesBannedExperts(t *testing.T) {
+	t.Parallel()
+	var experts []host.ExpertConfig
+	for _, uid := range []string{"rank.1", "rank.2"} {
+		experts = append(experts, host.ExpertConfig{UID: uid, Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}})
+	}
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()), host.WithExperts(experts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there
+	live := "http://" + srv.Addr()
+	dir := rankedDirectory{asked: new(atomic.Int64), ranked: []client.Choice{
+		{UID: "rank.0", Endpoints: []client.Endpoint{{URL: down}}},
+		{UID: "rank.1", Endpoints: []client.Endpoint{{URL: live}}},
+		{UID: "rank.2", Endpoints: []client.Endpoint{{URL: live}}},
+	}}
+	moe, err := client.NewMixtureOfExperts(dir, client.MoEConfig{Prefix: "rank", K: 2, KMin: 2, BanBase: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer moe.Close()
+	x := client.Float32([]int64{1, hidden}, []float32{1, 2, 3, 4})
+	scores := [][][]float64{{{3, 2, 1}}}
+	if _, err := moe.Forward(ctx, x, scores); !errors.Is(err, client.ErrKMinNotMet) {
+		t.Fatalf("forward with the best expert's server down = %v, want ErrKMinNotMet", err)
+	}
+	if !moe.Banned(down) {
+		t.Fatalf("%s is not banned after failing", down)
+	}
+	out, err := moe.Forward(ctx, x, scores)
+	if err != nil {
+		t.Fatalf("forward with a banned server and two more experts: %v", err)
+	}
+	if got := strings.Join(out.Experts[0], ","); got != "rank.1,rank.2" {
+		t.Errorf("mixed %s, want rank.1,rank.2", got)
+	}
+	if k := dir.asked.Load(); k != 4 {
+		t.Errorf("beam search asked for %d experts with one server banned, want 4 (K × (1 + 1 ban))", k)
+	}
 }
