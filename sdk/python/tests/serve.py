@@ -36,11 +36,20 @@ class Server:
                 break
         if self.addr is None:
             self.proc.kill()
+            self.proc.wait()
+            self.proc.stderr.close()
             raise RuntimeError("moehost serve did not start:\n" + "".join(self.log))
         m = re.search(r'msg="dht node up" peer=(\S+)', "".join(self.log))
         self.peer_id = m.group(1) if m else ""
-        # Keep draining the log so that the server never blocks on it.
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+        # Keep draining the log so that the server never blocks on it, and
+        # close the pipe once the server has exited.
+        self._drain = threading.Thread(target=self._drain_log, daemon=True)
+        self._drain.start()
+
+    def _drain_log(self):
+        with self.proc.stderr:
+            for line in self.proc.stderr:
+                self.log.append(line)
 
     @property
     def dht_addrs(self):
@@ -54,4 +63,6 @@ class Server:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+        self._drain.join(timeout=10)
         self._tmp.cleanup()
