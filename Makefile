@@ -124,6 +124,11 @@ test-compile: ## The sandbox's compile tests without the race detector (they ski
 # Debian's Python (with Debian's python3-torch), not a virtualenv's.
 PYTHON ?= /usr/bin/python3
 
+# Not part of make test: minutes of one core in the emulator.
+.PHONY: test-avx512-emu
+test-avx512-emu: ## gpuhost's GEMM tests on the AVX-512 path in Bochs's emulated Skylake-X, for machines without AVX-512 (installs bochs, isolinux, xorriso if missing; Debian's kernel into .tmp/avx512-emu)
+	GO=$(GO) ./scripts/avx512-emu.sh
+
 .PHONY: test-python-interop
 test-python-interop: ## Load an ffn checkpoint into PyTorch's FeedforwardBlock (strict=True) and compare outputs (needs python3-torch: scripts/install-python-torch.sh)
 	MOEHOST_PYTHON=$(PYTHON) $(GO) test -count=1 -run '^TestPythonInterop$$' -v ./tests/

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/moehost/moehost/internal/benchenv"
 )
 
 func TestPathFromEnv(t *testing.T) {
@@ -35,6 +37,25 @@ func TestPathFromEnv(t *testing.T) {
 			t.Errorf("pathFromEnv(%q) = %v, %v; the CPU supports it: %t", p, got, err, supported)
 		}
 	}
+}
+
+// TestGemmPathFromEnv fails when MOEHOST_GEMM names a path that new
+// devices do not run: one this CPU or build lacks, or an AVX-512 kernel
+// that failed its first-use check. A run that asks for a path (make
+// test-avx512-emu asks for avx512) then cannot pass on the others alone.
+func TestGemmPathFromEnv(t *testing.T) {
+	v := os.Getenv(benchenv.GEMM)
+	if v == "" {
+		t.Skipf("%s is not set", benchenv.GEMM)
+	}
+	want, err := pathFromEnv(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := defaultPath(); got != want {
+		t.Fatalf("%s=%s: new devices run %v", benchenv.GEMM, v, got)
+	}
+	t.Logf("%s=%s: new devices run %v; this CPU and build run %v", benchenv.GEMM, v, want, gemmPaths())
 }
 
 // TestCheckAgainstGo checks the first-use check that guards the AVX-512
