@@ -14,7 +14,9 @@
 # Environment:
 #   AVX512_EMU_CPU      Bochs CPU model (default corei7_skylake_x; e.g.
 #                       corei7_haswell_4770, an AVX2-only CPU, must fail)
-#   AVX512_EMU_RUN      the tests' -test.run pattern
+#   AVX512_EMU_RUN      the tests' -test.run pattern (default: the GEMM
+#                       tests that run every path); AVX512_EMU_SKIP a
+#                       -test.skip pattern
 #   AVX512_EMU_TIMEOUT  seconds before the emulator is stopped (default 1500)
 #
 # Work files (the kernel .deb, the ISO, the serial log) live in
@@ -27,6 +29,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=$root/.tmp/avx512-emu
 cpu=${AVX512_EMU_CPU:-corei7_skylake_x}
 run=${AVX512_EMU_RUN:-'^(TestGemmPathFromEnv|TestCheckAgainstGo|TestGemmBias|TestGemmGeluEpilogue|TestGemmMatchesNaive)$'}
+skip=${AVX512_EMU_SKIP:-}
 limit=${AVX512_EMU_TIMEOUT:-1500}
 GO=${GO:-go}
 
@@ -57,7 +60,7 @@ mkdir -p initramfs iso/isolinux
 (cd "$root" && CGO_ENABLED=0 "$GO" test -c -o "$work/initramfs/gpuhost.test" ./gpuhost/)
 # -test.short: the largest products of TestGemmMatchesNaive take minutes
 # each in the emulator, and every path runs every shape.
-printf '%s\n' -test.v -test.short -test.count=1 "-test.run=$run" >initramfs/emu-args
+printf '%s\n' -test.v -test.short -test.count=1 "-test.run=$run" ${skip:+"-test.skip=$skip"} >initramfs/emu-args
 (cd initramfs && find . | cpio -o -H newc --quiet | gzip -6) >iso/initrd.gz
 cp "$vmlinuz" iso/vmlinuz
 cp /usr/lib/ISOLINUX/isolinux.bin /usr/lib/syslinux/modules/bios/ldlinux.c32 iso/isolinux/

@@ -56,7 +56,8 @@ func main() {
 }
 
 // run reports the guest's CPU and runs the tests: 0 only when the CPU
-// has AVX-512F and every test passed.
+// has AVX-512F and every test passed. It runs them on any CPU, so that a
+// run on one without AVX-512 shows the tests failing by themselves.
 func run() (int, string) {
 	// The kernel's FPU lines: it turns XSAVE off, and with it every AVX
 	// register, when the CPU's XSAVE sizes look inconsistent.
@@ -67,9 +68,6 @@ func run() (int, string) {
 	fmt.Printf("emuinit: /proc/cpuinfo avx512 flags: %s\n", strings.Join(flags, " "))
 	fmt.Printf("emuinit: x/sys/cpu: AVX2=%t FMA=%t AVX512F=%t OSXSAVE=%t\n",
 		cpu.X86.HasAVX2, cpu.X86.HasFMA, cpu.X86.HasAVX512F, cpu.X86.HasOSXSAVE)
-	if !cpu.X86.HasAVX512F {
-		return 2, "the guest CPU lacks AVX-512F (or the kernel does not save ZMM state)"
-	}
 	args, err := readArgs("/emu-args")
 	if err != nil {
 		return 3, err.Error()
@@ -82,11 +80,15 @@ func run() (int, string) {
 	start := time.Now()
 	err = cmd.Run()
 	took := fmt.Sprintf("tests took %s (guest clock)", time.Since(start).Round(time.Second))
-	if err != nil {
-		if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() > 0 {
-			return cmd.ProcessState.ExitCode(), took
-		}
+	switch {
+	case err != nil && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() > 0:
+		return cmd.ProcessState.ExitCode(), took
+	case err != nil:
 		return 4, fmt.Sprintf("%v; %s", err, took)
+	case !cpu.X86.HasAVX512F:
+		// The tests ran anyway, so that a run shows what they do on a
+		// CPU without AVX-512 (TestGemmPathFromEnv fails them).
+		return 2, "the tests passed, but the guest CPU lacks AVX-512F (or the kernel does not save ZMM state); " + took
 	}
 	return 0, took
 }
