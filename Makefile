@@ -34,7 +34,7 @@ C_TOOLCHAIN_PROBE = printf 'int x;\n' | $(WASM_CC) $(C_WASM_FLAGS) -x c -o /dev/
 
 .PHONY: help
 help: ## Describe the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: examples ## Build the moehost binary into .tmp/bin
