@@ -40,9 +40,17 @@ cd "$work"
 
 # Debian's current kernel, once: the metapackage names the version.
 if ! ls boot/vmlinuz-* >/dev/null 2>&1; then
-	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+	kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
+	pkg=$(kernel_pkg)
 	if [ -z "$pkg" ]; then
-		echo "$name: apt knows no linux-image-amd64 (run apt-get update)" >&2
+		# Package lists never fetched (a fresh container, say).
+		sudo=()
+		[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+		"${sudo[@]}" apt-get update
+		pkg=$(kernel_pkg)
+	fi
+	if [ -z "$pkg" ]; then
+		echo "$name: apt knows no linux-image-amd64" >&2
 		exit 1
 	fi
 	echo "$name: downloading $pkg"
