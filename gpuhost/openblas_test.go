@@ -81,7 +81,22 @@ func TestKernelTable(t *testing.T) {
 	var ofPeak [2][]float64 // each side's 1-thread bests, as fractions of ceiling
 	for _, s := range shapes {
 		rng := rand.New(rand.NewPCG(1, 2))
-		a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+		// The operands are tensors of the device, as a server's weights
+		// and activations are (backed by transparent huge pages where
+		// the kernel allows); both GEMMs read the same ones.
+		dev := NewCPU(1)
+		tensor := func(shape ...int) []float32 {
+			x, err := dev.FromFloat32(shape, randSlice(rng, shape[0]*shape[1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return x.f32()
+		}
+		bShape := []int{s.k, s.n}
+		if s.tb {
+			bShape = []int{s.n, s.k}
+		}
+		a, b, c := tensor(s.m, s.k), tensor(bShape...), tensor(s.m, s.n)
 		fmt.Fprintf(tw, "%s\t%s\t", s.name, s.op)
 		for _, th := range threads {
 			ours, blas := NewCPU(th).(*cpuDevice), NewOpenBLAS(th).(*cpuDevice)
