@@ -16,17 +16,11 @@ import (
 
 const hidden = 4
 
-// startExpertServer starts a server hosting one ffn expert in a DHT swarm.
-// Its SGD learning rate is so small that training leaves the parameters
-// as they are, so that the test can call the experts again to compare.
-func startExpertServer(t *testing.T, uid string, peers []string) *host.Server {
+// startServer starts a server on a free loopback port with a data dir of
+// its own, and shuts it down when the test ends.
+func startServer(t *testing.T, opts ...host.Option) *host.Server {
 	t.Helper()
-	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
-		host.WithExperts(host.ExpertConfig{UID: uid, Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}}),
-		host.WithOptimizer(host.OptimizerConfig{Name: "sgd", LR: 1e-30}),
-		// Records live twice the period: at 1 s, a race run on a loaded
-		// machine let a live expert's record lapse between refreshes.
-		host.WithUpdatePeriod(5*time.Second), host.WithDHT(host.DHTConfig{InitialPeers: peers}))
+	srv, err := host.New(append([]host.Option{host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +31,19 @@ func startExpertServer(t *testing.T, uid string, peers []string) *host.Server {
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	return srv
+}
+
+// startExpertServer starts a server hosting one ffn expert in a DHT swarm.
+// Its SGD learning rate is so small that training leaves the parameters
+// as they are, so that the test can call the experts again to compare.
+func startExpertServer(t *testing.T, uid string, peers []string) *host.Server {
+	t.Helper()
+	return startServer(t,
+		host.WithExperts(host.ExpertConfig{UID: uid, Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}}),
+		host.WithOptimizer(host.OptimizerConfig{Name: "sgd", LR: 1e-30}),
+		// Records live twice the period: at 1 s, a race run on a loaded
+		// machine let a live expert's record lapse between refreshes.
+		host.WithUpdatePeriod(5*time.Second), host.WithDHT(host.DHTConfig{InitialPeers: peers}))
 }
 
 // TestMixtureOfExpertsSurvivesAKilledExpert runs a 2×2 grid with three

@@ -47,17 +47,9 @@ func (d fixedDirectory) BeamSearch(context.Context, string, [][]float64, int, []
 // calls the endpoint it measured faster, whatever the records claim.
 func TestMixturePrefersMeasuredOverClaimedLoad(t *testing.T) {
 	t.Parallel()
-	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
-		host.WithExperts(host.ExpertConfig{UID: "pick.0", Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := startServer(t, host.WithExperts(host.ExpertConfig{UID: "pick.0", Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	direct := "http://" + srv.Addr()
 	backend, _ := url.Parse(direct)
 	var slowCalls atomic.Int64
@@ -148,16 +140,9 @@ func TestMixtureReplacesBannedExperts(t *testing.T) {
 	for _, uid := range []string{"rank.1", "rank.2"} {
 		experts = append(experts, host.ExpertConfig{UID: uid, Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": hidden}})
 	}
-	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()), host.WithExperts(experts...))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := startServer(t, host.WithExperts(experts...))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -26,18 +26,8 @@ func startGridServer(t *testing.T, peers []string, uids ...string) *host.Server 
 	for _, u := range uids {
 		experts = append(experts, host.ExpertConfig{UID: u, Module: host.ModuleBytes(wasmexperts.Nop), Config: map[string]int64{"hidden_dim": hidden}})
 	}
-	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()), host.WithExperts(experts...),
+	return startServer(t, host.WithExperts(experts...),
 		host.WithUpdatePeriod(5*time.Second), host.WithDHT(host.DHTConfig{InitialPeers: peers}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	return srv
 }
 
 // TestMixtureFindsTrustedExpertsBelowACrowd runs a crowd server whose
