@@ -43,7 +43,15 @@ class SwarmTest(unittest.TestCase):
         try:
             moe = moehost.RemoteMixtureOfExperts(in_features=HIDDEN, grid_size=(2,), uid_prefix="me.linear.",
                                                  discovery=s.addr, k_best=2, k_min=2)
-            out = moe(torch.randn(3, HIDDEN))
+            # The server announces its experts in the background once it
+            # serves: the first lookups may find one of them, or none.
+            for attempt in range(100):
+                try:
+                    out = moe(torch.randn(3, HIDDEN))
+                    break
+                except moehost.KMinNotMetError:
+                    self.assertLess(attempt, 99, "the grid was never found whole")
+                    time.sleep(0.1)
             self.assertEqual(tuple(out.shape), (3, HIDDEN))
         finally:
             s.stop()
