@@ -361,14 +361,11 @@ func (d *DiscoveryClient) BeamSearch(ctx context.Context, prefix string, scores 
 	}
 	// The server is not trusted to have filtered: keep the allowed peers'
 	// endpoints, and the experts that have one.
-	allowed := make(map[string]bool, len(peers))
-	for _, p := range peers {
-		allowed[p] = true
-	}
+	allowed := swarm.PeerSet(peers)
 	var out []Choice
 	for _, e := range res.Msg.GetExperts() {
 		eps := endpointsFromWire(e.GetEndpoints())
-		if len(peers) > 0 {
+		if allowed != nil {
 			eps = slices.DeleteFunc(eps, func(ep Endpoint) bool { return !allowed[ep.PeerID] })
 			if len(eps) == 0 {
 				continue

@@ -124,14 +124,8 @@ func NewMixtureOfExperts(dir Directory, cfg MoEConfig, opts ...Option) (*Mixture
 		return nil, fmt.Errorf("client: trusted peers: %w", err)
 	}
 	cfg.TrustedPeers = slices.Clone(cfg.TrustedPeers)
-	m := &MixtureOfExperts{dir: dir, cfg: cfg, opts: opts, clients: map[string]*Client{}, bans: map[string]ban{}, seen: map[string]measured{}}
-	if len(cfg.TrustedPeers) > 0 {
-		m.trusted = make(map[string]bool, len(cfg.TrustedPeers))
-		for _, p := range cfg.TrustedPeers {
-			m.trusted[p] = true
-		}
-	}
-	return m, nil
+	return &MixtureOfExperts{dir: dir, cfg: cfg, opts: opts, trusted: swarm.PeerSet(cfg.TrustedPeers),
+		clients: map[string]*Client{}, bans: map[string]ban{}, seen: map[string]measured{}}, nil
 }
 
 // Close closes the clients of the experts' servers.

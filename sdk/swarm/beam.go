@@ -161,6 +161,19 @@ func CheckPeers(peers []string) error {
 	return nil
 }
 
+// PeerSet returns peers as a set for allow-list lookups, or nil, meaning
+// every peer, when peers is empty.
+func PeerSet(peers []string) map[string]bool {
+	if len(peers) == 0 {
+		return nil
+	}
+	set := make(map[string]bool, len(peers))
+	for _, p := range peers {
+		set[p] = true
+	}
+	return set
+}
+
 // BeamSearch returns the k existing experts of the grid prefix.i.j… with
 // the highest sum of scores[d][coordinate d], best first (ties by uid).
 // An expert exists if some server has a live record of its uid.
@@ -185,13 +198,7 @@ func BeamSearch(ctx context.Context, find Finder, prefix string, scores [][]floa
 	if err := CheckPeers(peers); err != nil {
 		return nil, err
 	}
-	var allowed map[string]bool // nil: every peer
-	if len(peers) > 0 {
-		allowed = make(map[string]bool, len(peers))
-		for _, p := range peers {
-			allowed[p] = true
-		}
-	}
+	allowed := PeerSet(peers)
 	if len(scores) == 0 {
 		return nil, errors.New("no grid dimensions")
 	}
