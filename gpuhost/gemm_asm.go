@@ -303,7 +303,7 @@ func (kn *asmKernel) macro(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add
 				if share > 0 {
 					g = 1
 				}
-				kn.column(ir, jr, g, kc, bs, ap, bp, c, ldc, add, ep)
+				kn.column(ir, jr, g, g*kn.mr, kc, bs, ap, bp, c, ldc, add, ep)
 				ir += g * kn.mr
 				if share > 0 {
 					pf.next(g * share)
@@ -319,20 +319,26 @@ func (kn *asmKernel) macro(mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add
 	}
 }
 
-// column computes g whole tiles of c down the column at (ir, jr), from g
-// consecutive A panels, in one call of the micro-kernel.
-func (kn *asmKernel) column(ir, jr, g, kc, bs int, ap, bp, c []float32, ldc int, add bool, ep epilogue) {
+// column computes the full-width tiles of c down the column at (ir, jr)
+// from g consecutive A panels, straight into c, in one call of the
+// micro-kernel: rows is g·mr, or fewer for an edge tile (g = 1), which
+// the edge kernel computes. The kernel adds the bias; an activation then
+// runs on the tiles' rows while they are in L1.
+func (kn *asmKernel) column(ir, jr, g, rows, kc, bs int, ap, bp, c []float32, ldc int, add bool, ep epilogue) {
 	mr, nr := kn.mr, kn.nr
-	rows := g * mr
 	// The slices prove that the kernel stays inside c, A and B.
 	tile := c[ir*ldc+jr:][:(rows-1)*ldc+nr]
-	apan := ap[ir*kc:][:rows*kc]
+	apan := ap[ir*kc:][:g*mr*kc]
 	bpan := bp[jr/asmNR*bs:][:(nr/asmNR-1)*bs+kc*asmNR]
 	var bv *float32
 	if ep.bias != nil {
 		bv = &ep.bias[jr:][:nr][0]
 	}
-	kn.fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add, g)
+	if rows == g*mr {
+		kn.fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add, g)
+	} else {
+		kn.edge(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add, rows)
+	}
 	if ep.gelu {
 		for r := range rows {
 			ep.activate(c[(ir+r)*ldc+jr:][:nr])
@@ -401,37 +407,21 @@ func nextChunk(skip, manyA bool, fuse, n, k, kcMax, jc, nc, pc, jr int, b []floa
 }
 
 // tile computes the tile of c at (ir, jr) from the A panel at row ir and
-// the B panels from column jr; edge tiles go through t. The kernel adds
-// the bias; an activation then runs on the tile's rows while they are in
-// L1.
+// the B panels from column jr: a full-width one straight into c (column),
+// a narrower one through t.
 func (kn *asmKernel) tile(ir, jr, mc, nc, kc, bs int, ap, bp, c []float32, ldc int, add bool, ep epilogue, t *[asmMaxTile]float32) {
 	bias := ep.bias
 	mr, nr := kn.mr, kn.nr
 	w := min(nr, nc-jr)
 	rows := min(mr, mc-ir)
+	if w == nr && (rows == mr || kn.edge != nil && gemmAB&2 == 0) {
+		kn.column(ir, jr, 1, rows, kc, bs, ap, bp, c, ldc, add, ep)
+		return
+	}
 	// The kernel reads nr/16 panels from here; the buffer has one of
 	// slack past the last packed panel (serial).
 	bpan := bp[jr/asmNR*bs:][:(nr/asmNR-1)*bs+kc*asmNR]
 	apan := ap[ir*kc:][:kc*mr]
-	if w == nr && (rows == mr || kn.edge != nil && gemmAB&2 == 0) {
-		// The slice proves that the whole tile is inside c.
-		tile := c[ir*ldc+jr:][:(rows-1)*ldc+nr]
-		var bv *float32
-		if bias != nil {
-			bv = &bias[jr:][:nr][0]
-		}
-		if rows == mr {
-			kn.fn(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add, 1)
-		} else {
-			kn.edge(kc, &apan[0], &bpan[0], &tile[0], ldc, bs, bv, add, rows)
-		}
-		if ep.gelu {
-			for r := range rows {
-				ep.activate(c[(ir+r)*ldc+jr:][:nr])
-			}
-		}
-		return
-	}
 	kn.fn(kc, &apan[0], &bpan[0], &t[0], nr, bs, nil, false, 1)
 	for r := range rows {
 		row := c[(ir+r)*ldc+jr:][:w]
