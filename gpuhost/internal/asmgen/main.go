@@ -1,11 +1,11 @@
 //go:build ignore
 
 // Command asmgen writes gpuhost/gemm_amd64.s: the GEMM micro-kernels
-// (AVX2/FMA 6×16 and its 4-row edge 4×16, AVX-512F 14×32), the B packing
-// they share, the 6-row A packing, the B prefetch and the few-row dot
-// kernel. The
-// kernels are straight-line code unrolled by hand, so a small generator
-// keeps the repetition free of typos. From gpuhost/:
+// (AVX2/FMA 6×16, AVX-512F 14×32) and their edge kernels for the last
+// rows of m, the B packing they share, the 6-row A packing, the B
+// prefetch, the few-row dot kernel and the FMA loop of the kernel table.
+// The kernels are straight-line code unrolled by hand, so a small
+// generator keeps the repetition free of typos. From gpuhost/:
 //
 //	go run internal/asmgen/main.go > gemm_amd64.s
 package main
@@ -30,8 +30,9 @@ type kernel struct {
 	vecs  int // vector registers of B per k: nr = vecs·lanes
 	ku    int // k unroll
 	xor   string
-	// apan is the height of the packed A panel it reads (values per k),
-	// mr unless the kernel computes the top rows of a taller panel.
+	// apan is the height of the packed A panel it reads (values per k):
+	// mr when zero; more for an edge body, which computes the top mr rows
+	// of a taller panel.
 	apan int
 }
 
@@ -119,18 +120,10 @@ func (k kernel) writeEdge(p func(string, ...any), name string) {
 	p("\tRET")
 	for r := 1; r < k.mr; r++ {
 		e := k
-		e.apan, e.mr = k.height(), r
+		e.apan, e.mr = k.mr, r
 		p("")
 		e.body(p, fmt.Sprintf("r%d", r))
 	}
-}
-
-// height is the height of the A panels k reads.
-func (k kernel) height() int {
-	if k.apan == 0 {
-		return k.mr
-	}
-	return k.apan
 }
 
 // comment describes k's registers above its TEXT line.
@@ -161,7 +154,9 @@ func loadArgs(p func(string, ...any), last string) {
 // body emits the kernel from its first panel to RET, its labels prefixed
 // with l; R12 holds the number of panels.
 func (k kernel) body(p func(string, ...any), l string) {
-	k.apan = k.height()
+	if k.apan == 0 {
+		k.apan = k.mr
+	}
 	nr := k.vecs * k.lanes
 	acc := func(r, v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*r+v) }
 	bReg := func(v int) string { return fmt.Sprintf("%s%d", k.reg, k.vecs*k.mr+v) }
