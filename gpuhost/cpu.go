@@ -24,6 +24,9 @@ type cpuDevice struct {
 	// asm selects the AVX2 elementwise kernels (gelu, layer_norm, Adam…):
 	// gemmHaveAsm, unless MOEHOST_GEMM=go asks for the portable code.
 	asm bool
+	// wide selects their AVX-512 versions, where one exists, on the
+	// AVX-512 path; it implies asm.
+	wide bool
 	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
 	sgemm  func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
 	packMu sync.Mutex
@@ -42,10 +45,25 @@ func NewCPU(threads int, opts ...DeviceOption) Device {
 		o.applyDevice(&cfg)
 	}
 	p := defaultPath()
-	d := &cpuDevice{threads: threads, minWork: gemmMinWork, path: p, asm: gemmHaveAsm && p != pathGo}
+	d := cpuOnPath(threads, p)
 	d.mem.ceiling = cfg.ceiling
 	d.mem.exact = cfg.exactPool || os.Getenv(benchenv.ExactPool) == "1"
 	return d
+}
+
+// cpuOnPath returns a bare device of threads goroutines on path p.
+func cpuOnPath(threads int, p gemmPath) *cpuDevice {
+	d := &cpuDevice{threads: threads, minWork: gemmMinWork}
+	d.setPath(p)
+	return d
+}
+
+// setPath puts d on GEMM path p and on the elementwise kernels of the
+// same width.
+func (d *cpuDevice) setPath(p gemmPath) {
+	d.path = p
+	d.asm = gemmHaveAsm && p != pathGo
+	d.wide = d.asm && p == pathAVX512
 }
 
 // Name returns "cpu", or "cpu-openblas" for [NewOpenBLAS]'s device.

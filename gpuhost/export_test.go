@@ -16,10 +16,9 @@ func NewCPUOnPath(threads int, path string) Device {
 	d := NewCPU(threads).(*cpuDevice)
 	for _, p := range gemmPaths() {
 		if p.String() == path {
-			d.path = p
+			d.setPath(p)
 		}
 	}
-	d.asm = gemmHaveAsm && d.path != pathGo
 	d.minWork = 1
 	return d
 }

@@ -87,7 +87,7 @@ var verifiedAVX512 = sync.OnceValue(func() bool {
 	if !gemmHaveAVX512 {
 		return false
 	}
-	if err := checkAgainstGo(&cpuDevice{threads: 1, minWork: gemmMinWork, path: pathAVX512, asm: true}); err != nil {
+	if err := checkAgainstGo(cpuOnPath(1, pathAVX512)); err != nil {
 		log.Printf("gpuhost: the AVX-512 GEMM disagrees with the Go GEMM (%v); using AVX2", err)
 		return false
 	}

@@ -63,7 +63,7 @@ func TestGemmPathFromEnv(t *testing.T) {
 // one element of one case fails it.
 func TestCheckAgainstGo(t *testing.T) {
 	for _, p := range gemmPaths() {
-		if err := checkAgainstGo(&cpuDevice{threads: 1, minWork: gemmMinWork, path: p, asm: gemmHaveAsm && p != pathGo}); err != nil {
+		if err := checkAgainstGo(cpuOnPath(1, p)); err != nil {
 			t.Errorf("%v: %v", p, err)
 		}
 	}
