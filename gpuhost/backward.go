@@ -14,12 +14,13 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 	gy := gys[0]
 	// newGrad allocates a gradient shaped like arg i.
 	newGrad := func(i int) (*Tensor, error) { return gs.zeros(a[i].shape) }
-	// gemmInto computes a gradient for arg i with one GEMM.
+	// gemmInto computes a gradient for arg i with one GEMM, which writes
+	// all of it.
 	gemmInto := func(i int, ta, tb bool, m, n, k int, x, y *Tensor) error {
 		if !needs[a[i]] {
 			return nil
 		}
-		g, err := newGrad(i)
+		g, err := gs.scratch(a[i].shape)
 		if err != nil {
 			return err
 		}
@@ -34,7 +35,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if !needs[a[i]] {
 			return nil
 		}
-		g, err := newGrad(i)
+		g, err := gs.scratch(a[i].shape)
 		if err != nil {
 			return err
 		}

@@ -1,5 +1,7 @@
 package gpuhost
 
+import "github.com/moehost/moehost/abi"
+
 // kernels is what a device implements so that Apply, Tape and the
 // optimizers can run on it. It is unexported because ops validate shapes
 // once, in this package, and kernels trust what they get: every tensor is
@@ -13,6 +15,12 @@ type kernels interface {
 	// m×k row-major, or k×m when ta; b holds k×n, or n×k when tb. Only the
 	// element counts matter, not the tensors' shapes.
 	gemm(ta, tb bool, m, n, k int, a, b, c *Tensor, acc bool) error
+
+	// allocDirty returns a float32 or other tensor whose storage may hold
+	// a released tensor's values, for a caller that overwrites all of it
+	// (a GEMM's output, with acc unset): clearing it first would be a
+	// pass over memory for nothing.
+	allocDirty(dt abi.DType, shape []int) (*Tensor, error)
 
 	// addRepeat sets dst[i] = src[i] + small[i mod small.Len()]. dst may be
 	// src, which makes it an in-place add (bias, gradient accumulation).

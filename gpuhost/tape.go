@@ -57,6 +57,17 @@ func (s *gradSet) zeros(shape []int) (*Tensor, error) {
 	return t, nil
 }
 
+// scratch allocates a gradient that a kernel will overwrite whole (a GEMM
+// that does not accumulate), without clearing it first.
+func (s *gradSet) scratch(shape []int) (*Tensor, error) {
+	t, err := s.dev.allocDirty(abi.DTypeFloat32, shape)
+	if err != nil {
+		return nil, err
+	}
+	t.stop = s.stop
+	return t, nil
+}
+
 // add adds g to t's gradient.
 func (s *gradSet) add(t, g *Tensor, owned bool) error {
 	e, ok := s.m[t]
