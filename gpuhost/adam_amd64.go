@@ -9,14 +9,31 @@ package gpuhost
 //go:noescape
 func adamAVX2(p, grad, m, v *float32, n int, k *adamLanes, wd bool)
 
-// adamVec runs adamAVX2 over the whole 8-lane part of p and returns how
-// many elements it did. Call it only when the device's asm field is set.
-func adamVec(p, g, m, v []float32, k *adamLanes, wd bool) int {
+// adamAVX512 is adamAVX2 on 16 lanes (AVX-512F), n a multiple of 16,
+// bit for bit the same. Implemented in adam512_amd64.s.
+//
+//go:noescape
+func adamAVX512(p, grad, m, v *float32, n int, k *adamLanes, wd bool)
+
+// adamVec runs the vector kernels over the whole 8-lane part of p and
+// returns how many elements they did: with wide, adamAVX512 over the
+// 16-lane part and adamAVX2 over a remaining 8. Call it only when the
+// device's asm field is set, with wide only when its wide field is.
+func adamVec(p, g, m, v []float32, k *adamLanes, wd, wide bool) int {
 	n := len(p) &^ 7
 	if n == 0 {
 		return 0
 	}
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
-	adamAVX2(&p[0], &g[0], &m[0], &v[0], n, k, wd)
+	w := 0
+	if wide {
+		w = len(p) &^ 15
+		if w > 0 {
+			adamAVX512(&p[0], &g[0], &m[0], &v[0], w, k, wd)
+		}
+	}
+	if w < n {
+		adamAVX2(&p[w], &g[w], &m[w], &v[w], n-w, k, wd)
+	}
 	return n
 }

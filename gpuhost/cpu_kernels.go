@@ -109,14 +109,14 @@ const (
 )
 
 // geluForward implements kernels.geluForward in float32, with tanh32's
-// approximation; the AVX2 kernel takes whole runs of 8.
+// approximation; the vector kernels take whole runs of 16 (AVX-512) and 8.
 func (d *cpuDevice) geluForward(y, x *Tensor) error {
 	o, in := y.f32(), x.f32()
 	return d.parallelFor(y.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx := o[lo:hi], in[lo:hi]
 		done := 0
 		if d.asm {
-			done = geluForwardVec(oo, xx)
+			done = geluForwardVec(oo, xx, d.wide)
 		}
 		geluForward32(oo[done:], xx[done:])
 	})
@@ -130,7 +130,7 @@ func (d *cpuDevice) geluBackward(gx, x, gy *Tensor) error {
 		oo, xx, gg := o[lo:hi], in[lo:hi], g[lo:hi]
 		done := 0
 		if d.asm {
-			done = geluBackwardVec(oo, xx, gg)
+			done = geluBackwardVec(oo, xx, gg, d.wide)
 		}
 		geluBackward32(oo[done:], xx[done:], gg[done:])
 	})
@@ -345,7 +345,7 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 		ps, gs, ms, vs := pp[lo:hi], gg[lo:hi], mm[lo:hi], vv[lo:hi]
 		gs, ms, vs = gs[:len(ps)], ms[:len(ps)], vs[:len(ps)]
 		if lanes != nil {
-			done := adamVec(ps, gs, ms, vs, lanes, wd != 0)
+			done := adamVec(ps, gs, ms, vs, lanes, wd != 0, d.wide)
 			ps, gs, ms, vs = ps[done:], gs[done:], ms[done:], vs[done:]
 		}
 		for i, pv := range ps {
@@ -370,7 +370,8 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 }
 
 // adamLanes are adamStep's float32 coefficients, each in 8 lanes for the
-// AVX2 kernel: scale, wd, 1−β1, β2, 1−β2, lr/bc1, √bc2, eps.
+// AVX2 kernel (the AVX-512 one broadcasts the first): scale, wd, 1−β1, β2,
+// 1−β2, lr/bc1, √bc2, eps.
 type adamLanes [8][8]float32
 
 // sumSquares implements kernels.sumSquares.

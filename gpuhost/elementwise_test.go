@@ -7,20 +7,24 @@ import (
 	"testing"
 )
 
-// elementwiseSizes cover whole runs of 8 lanes, tails and the thread split.
-var elementwiseSizes = []int{1, 7, 8, 9, 31, 64, 1000, 4099, 3 * grainTanh}
+// elementwiseSizes cover whole runs of 16 and 8 lanes, an 8-lane run after
+// the 16-lane ones (24, 31, 40, 47), tails and the thread split.
+var elementwiseSizes = []int{1, 7, 8, 9, 16, 24, 31, 40, 47, 64, 1000, 4099, 3 * grainTanh}
 
-// TestGeluKernels checks the gelu_tanh kernels, vector and portable, on
-// one and two threads, against float64 over the whole float range that
-// matters, including the saturated tails, where gelu and its derivative
-// must be exactly 0 (x ≪ 0) or x and 1 (x ≫ 0).
+// TestGeluKernels checks the gelu_tanh kernels of every width this CPU
+// runs (AVX-512, AVX2, portable) on one and two threads, against float64
+// over the whole float range that matters, including the saturated tails,
+// where gelu and its derivative must be exactly 0 (x ≪ 0) or x and 1
+// (x ≫ 0).
 func TestGeluKernels(t *testing.T) {
 	t.Parallel()
-	for _, asm := range []bool{false, gemmHaveAsm} {
+	wide := false
+	for _, p := range rowWidths() {
+		wide = wide || p == pathAVX512
 		for _, threads := range []int{1, 2} {
 			for _, n := range elementwiseSizes {
-				t.Run(fmt.Sprintf("asm=%v/threads=%d/n=%d", asm, threads, n), func(t *testing.T) {
-					d := &cpuDevice{threads: threads, minWork: gemmMinWork, asm: asm}
+				t.Run(fmt.Sprintf("%v/threads=%d/n=%d", p, threads, n), func(t *testing.T) {
+					d := widthDevice(threads, p)
 					rng := rand.New(rand.NewPCG(uint64(n), 7))
 					xs, gs := make([]float32, n), make([]float32, n)
 					for i := range xs {
@@ -65,62 +69,78 @@ func TestGeluKernels(t *testing.T) {
 			}
 		}
 	}
+	requireWide(t, wide)
 }
 
-// TestAdamKernels checks that the AVX2 Adam step is the scalar one bit for
-// bit (it promises the same roundings), with and without weight decay and
-// gradient scaling, on sizes with tails and thread splits, over several
-// steps so that m and v grow from zero.
+// TestAdamKernels checks that the vector Adam steps of every width this
+// CPU runs (AVX-512, AVX2) are the scalar one bit for bit (they promise
+// the same roundings), with and without weight decay and gradient
+// scaling, on sizes with tails and thread splits, over several steps so
+// that m and v grow from zero.
 func TestAdamKernels(t *testing.T) {
 	t.Parallel()
+	wide := false
+	for _, p := range rowWidths() {
+		if p == pathGo {
+			continue // the reference
+		}
+		wide = wide || p == pathAVX512
+		for _, c := range []adamCoeffs{
+			{lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, gradScale: 1},
+			{lr: 3e-2, beta1: 0.8, beta2: 0.99, eps: 1e-6, weightDecay: 0.1, gradScale: 0.37},
+		} {
+			for _, n := range elementwiseSizes {
+				t.Run(fmt.Sprintf("%v/wd=%g/n=%d", p, c.weightDecay, n), func(t *testing.T) {
+					testAdamWidth(t, p, c, n)
+				})
+			}
+		}
+	}
+	requireWide(t, wide)
 	if !gemmHaveAsm {
 		t.Skip("no AVX2: only the scalar Adam runs here")
 	}
-	for _, c := range []adamCoeffs{
-		{lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, gradScale: 1},
-		{lr: 3e-2, beta1: 0.8, beta2: 0.99, eps: 1e-6, weightDecay: 0.1, gradScale: 0.37},
-	} {
-		for _, n := range elementwiseSizes {
-			t.Run(fmt.Sprintf("wd=%g/n=%d", c.weightDecay, n), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(uint64(n), 9))
-				var state [2][4]*Tensor // [asm][p, g, m, v]
-				vals := make([][]float32, 4)
-				for i := range vals {
-					vals[i] = make([]float32, n)
-					for j := range vals[i] {
-						vals[i][j] = float32(rng.NormFloat64())
-					}
-				}
-				devs := [2]*cpuDevice{{threads: 2, asm: false}, {threads: 2, asm: true}}
-				for a, d := range devs {
-					for i := range 4 {
-						v := vals[i]
-						if i >= 2 {
-							v = make([]float32, n) // m and v start at zero
-						}
-						state[a][i], _ = d.FromFloat32([]int{n}, v)
-					}
-				}
-				for step := 1; step <= 3; step++ {
-					cs := c
-					cs.bc1 = 1 - math.Pow(c.beta1, float64(step))
-					cs.bc2 = 1 - math.Pow(c.beta2, float64(step))
-					for a, d := range devs {
-						s := state[a]
-						if err := d.adamStep(s[0], s[1], s[2], s[3], cs); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-				for i, name := range []string{"p", "g", "m", "v"} {
-					want, got := state[0][i].f32(), state[1][i].f32()
-					for j := range want {
-						if math.Float32bits(want[j]) != math.Float32bits(got[j]) {
-							t.Fatalf("%s[%d]: AVX2 %g, scalar %g", name, j, got[j], want[j])
-						}
-					}
-				}
-			})
+}
+
+// testAdamWidth runs three Adam steps on path p's kernels and on the
+// scalar loop from the same state and compares p, g, m and v bit for bit.
+func testAdamWidth(t *testing.T, p gemmPath, c adamCoeffs, n int) {
+	rng := rand.New(rand.NewPCG(uint64(n), 9))
+	var state [2][4]*Tensor // [scalar, vector][p, g, m, v]
+	vals := make([][]float32, 4)
+	for i := range vals {
+		vals[i] = make([]float32, n)
+		for j := range vals[i] {
+			vals[i][j] = float32(rng.NormFloat64())
+		}
+	}
+	devs := [2]*cpuDevice{widthDevice(2, pathGo), widthDevice(2, p)}
+	for a, d := range devs {
+		for i := range 4 {
+			v := vals[i]
+			if i >= 2 {
+				v = make([]float32, n) // m and v start at zero
+			}
+			state[a][i], _ = d.FromFloat32([]int{n}, v)
+		}
+	}
+	for step := 1; step <= 3; step++ {
+		cs := c
+		cs.bc1 = 1 - math.Pow(c.beta1, float64(step))
+		cs.bc2 = 1 - math.Pow(c.beta2, float64(step))
+		for a, d := range devs {
+			s := state[a]
+			if err := d.adamStep(s[0], s[1], s[2], s[3], cs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, name := range []string{"p", "g", "m", "v"} {
+		want, got := state[0][i].f32(), state[1][i].f32()
+		for j := range want {
+			if math.Float32bits(want[j]) != math.Float32bits(got[j]) {
+				t.Fatalf("%s[%d]: %v %g, scalar %g", name, j, p, got[j], want[j])
+			}
 		}
 	}
 }

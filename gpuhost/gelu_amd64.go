@@ -15,26 +15,59 @@ func geluForwardAVX2(y, x *float32, n int)
 //go:noescape
 func geluBackwardAVX2(gx, x, gy *float32, n int)
 
-// geluForwardVec runs the AVX2 kernel over the whole 8-lane part of x and
-// returns how many elements it did. Call it only when gemmHaveAsm is set
-// (the device's asm field).
-func geluForwardVec(y, x []float32) int {
+// geluForwardAVX512 is geluForwardAVX2 on 16 lanes (AVX-512F), n a
+// multiple of 16, with the same roundings. Implemented in
+// gelu512_amd64.s.
+//
+//go:noescape
+func geluForwardAVX512(y, x *float32, n int)
+
+// geluBackwardAVX512 is geluBackwardAVX2 on 16 lanes (AVX-512F), n a
+// multiple of 16. Implemented in gelu512_amd64.s.
+//
+//go:noescape
+func geluBackwardAVX512(gx, x, gy *float32, n int)
+
+// geluForwardVec runs the vector kernels over the whole 8-lane part of x
+// and returns how many elements they did: with wide, the AVX-512 kernel
+// over the 16-lane part and the AVX2 one over a remaining 8. Call it only
+// when gemmHaveAsm is set (the device's asm field), with wide only on a
+// CPU with AVX-512F (its wide field).
+func geluForwardVec(y, x []float32, wide bool) int {
 	n := len(x) &^ 7
 	if n == 0 {
 		return 0
 	}
 	y = y[:len(x)]
-	geluForwardAVX2(&y[0], &x[0], n)
+	w := 0
+	if wide {
+		w = len(x) &^ 15
+		if w > 0 {
+			geluForwardAVX512(&y[0], &x[0], w)
+		}
+	}
+	if w < n {
+		geluForwardAVX2(&y[w], &x[w], n-w)
+	}
 	return n
 }
 
-// geluBackwardVec is geluForwardVec for geluBackwardAVX2.
-func geluBackwardVec(gx, x, gy []float32) int {
+// geluBackwardVec is geluForwardVec for the backward kernels.
+func geluBackwardVec(gx, x, gy []float32, wide bool) int {
 	n := len(x) &^ 7
 	if n == 0 {
 		return 0
 	}
 	gx, gy = gx[:len(x)], gy[:len(x)]
-	geluBackwardAVX2(&gx[0], &x[0], &gy[0], n)
+	w := 0
+	if wide {
+		w = len(x) &^ 15
+		if w > 0 {
+			geluBackwardAVX512(&gx[0], &x[0], &gy[0], w)
+		}
+	}
+	if w < n {
+		geluBackwardAVX2(&gx[w], &x[w], &gy[w], n-w)
+	}
 	return n
 }

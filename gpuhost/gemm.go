@@ -132,7 +132,7 @@ func (d *cpuDevice) linearGelu(m, n, k int, x, w, bias, y, pre *Tensor) error {
 		}
 		return d.geluForward(y, pre)
 	}
-	ep := epilogue{bias: bs, gelu: true, asm: d.asm}
+	ep := epilogue{bias: bs, gelu: true, asm: d.asm, wide: d.wide}
 	d.gemmEpi(y.stop, false, true, m, n, k, x.f32(), w.f32(), y.f32(), false, ep)
 	if stopped(y.stop) {
 		return errStopped
@@ -184,6 +184,7 @@ type epilogue struct {
 	bias []float32
 	gelu bool
 	asm  bool // gelu with the AVX2 kernel
+	wide bool // and the AVX-512 one (asm too)
 }
 
 // at returns the epilogue of the block of c that starts col columns on.
@@ -215,7 +216,7 @@ func (e epilogue) activate(row []float32) {
 	}
 	done := 0
 	if e.asm {
-		done = geluForwardVec(row, row)
+		done = geluForwardVec(row, row, e.wide)
 	}
 	geluForward32(row[done:], row[done:])
 }
