@@ -55,7 +55,8 @@ const (
 
 // addRepeat implements kernels.addRepeat: small repeats along dst, and
 // each chunk of dst is walked in runs within one repeat, as in binary;
-// with AVX2, a run's whole 8s are one vector add.
+// with AVX2, a run's whole 8s are one vector add, and on the AVX-512 path
+// its whole 16s.
 func (d *cpuDevice) addRepeat(dst, src, small *Tensor) error {
 	o, x, s := dst.f32(), src.f32(), small.f32()
 	ns := len(s)
@@ -64,11 +65,12 @@ func (d *cpuDevice) addRepeat(dst, src, small *Tensor) error {
 			off := lo % ns
 			end := min(hi, lo-off+ns)
 			oo, xx, ss := o[lo:end], x[lo:end], s[off:off+end-lo]
-			n8 := 0
-			if d.asm {
-				if n8 = len(ss) &^ 7; n8 > 0 {
-					addF32AVX2(&oo[0], &xx[0], &ss[0], n8)
-				}
+			n16, n8 := rowRuns(len(ss), d.asm, d.wide)
+			if n16 > 0 {
+				addF32AVX512(&oo[0], &xx[0], &ss[0], n16)
+			}
+			if n8 > n16 {
+				addF32AVX2(&oo[n16], &xx[n16], &ss[n16], n8-n16)
 			}
 			for i := n8; i < len(ss); i++ {
 				oo[i] = xx[i] + ss[i]
@@ -229,7 +231,7 @@ func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps f
 			}
 			off := r * h % len(rr)
 			xr, rsd := in[r*h:(r+1)*h], rr[off:off+h]
-			m, inv := normRow(or, sr, ww, bb, eps, addRowSum(sr, xr, rsd, d.asm), d.asm)
+			m, inv := normRow(or, sr, ww, bb, eps, addRowSum(sr, xr, rsd, d.asm, d.wide), d.asm, d.wide)
 			mu[r], rs[r] = float32(m), float32(inv)
 		}
 	})
@@ -238,7 +240,7 @@ func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps f
 // layerNormRow normalises one row, y = (x − mean)·rstd·w + b, and returns
 // its mean and rstd. y may be x.
 func (d *cpuDevice) layerNormRow(y, x, w, b []float32, eps float64) (mean, rstd float64) {
-	return normRow(y, x, w, b, eps, rowSum(x, d.asm), d.asm)
+	return normRow(y, x, w, b, eps, rowSum(x, d.asm, d.wide), d.asm, d.wide)
 }
 
 // layerNormBackward implements kernels.layerNormBackward:
@@ -253,7 +255,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		o := gx.f32()
 		if err := d.parallelFor(gx.stop, rows, max(1, grainCheap/h), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				normRowGrad(o[r*h:(r+1)*h], in[r*h:(r+1)*h], g[r*h:(r+1)*h], ww, float64(mu[r]), float64(rs[r]), d.asm)
+				normRowGrad(o[r*h:(r+1)*h], in[r*h:(r+1)*h], g[r*h:(r+1)*h], ww, float64(mu[r]), float64(rs[r]), d.asm, d.wide)
 			}
 		}); err != nil {
 			return err
@@ -267,7 +269,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		sw := make([]float64, hi-lo)
 		sb := make([]float64, hi-lo)
 		for r := range rows {
-			normColsGrad(sw, sb, in[r*h+lo:r*h+hi], g[r*h+lo:r*h+hi], float64(mu[r]), float64(rs[r]), d.asm)
+			normColsGrad(sw, sb, in[r*h+lo:r*h+hi], g[r*h+lo:r*h+hi], float64(mu[r]), float64(rs[r]), d.asm, d.wide)
 		}
 		if gw != nil {
 			o := gw.f32()[lo:hi]

@@ -177,7 +177,7 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 					return
 				}
 				if vec {
-					s += expSum(in[base+j0:base+min(dim, j0+rowStep)], m)
+					s += expSum(in[base+j0:base+min(dim, j0+rowStep)], m, d.wide)
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -202,7 +202,7 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					expScale(o[base+j0:j1], in[base+j0:j1], m, s)
+					expScale(o[base+j0:j1], in[base+j0:j1], m, s, d.wide)
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -215,12 +215,16 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 
 // expSum returns Σ e^(x−m) for m finite and at least every x, with the
 // AVX2 kernel over the runs of 8 (call it only when the device's asm is
-// set).
-func expSum(x []float32, m float64) float64 {
+// set), and, with wide (the device's), the AVX-512 one over the runs of
+// 16 before them.
+func expSum(x []float32, m float64, wide bool) float64 {
 	var s float64
-	n8 := len(x) &^ 7
-	if n8 > 0 {
-		s = expSumAVX2(&x[0], n8, m)
+	n16, n8 := rowRuns(len(x), true, wide)
+	if n16 > 0 {
+		s = expSumAVX512(&x[0], n16, m)
+	}
+	if n8 > n16 {
+		s += expSumAVX2(&x[n16], n8-n16, m)
 	}
 	for _, v := range x[n8:] {
 		s += math.Exp(float64(v) - m)
@@ -229,25 +233,31 @@ func expSum(x []float32, m float64) float64 {
 }
 
 // expScale sets y = e^(x−m)/s, as expSum.
-func expScale(y, x []float32, m, s float64) {
+func expScale(y, x []float32, m, s float64, wide bool) {
 	y = y[:len(x)]
-	n8 := len(x) &^ 7
-	if n8 > 0 {
-		expScaleAVX2(&y[0], &x[0], n8, m, 1/s)
+	n16, n8 := rowRuns(len(x), true, wide)
+	if n16 > 0 {
+		expScaleAVX512(&y[0], &x[0], n16, m, 1/s)
+	}
+	if n8 > n16 {
+		expScaleAVX2(&y[n16], &x[n16], n8-n16, m, 1/s)
 	}
 	for i := n8; i < len(x); i++ {
 		y[i] = float32(math.Exp(float64(x[i])-m) / s)
 	}
 }
 
-// dotF64 returns Σ x·y in float64, with the AVX2 kernel over the runs of
-// 8 (call it only when the device's asm is set).
-func dotF64(x, y []float32) float64 {
+// dotF64 returns Σ x·y in float64, with the vector kernels as expSum
+// (call it only when the device's asm is set).
+func dotF64(x, y []float32, wide bool) float64 {
 	y = y[:len(x)]
 	var s float64
-	n8 := len(x) &^ 7
-	if n8 > 0 {
-		s = dotF64AVX2(&x[0], &y[0], n8)
+	n16, n8 := rowRuns(len(x), true, wide)
+	if n16 > 0 {
+		s = dotF64AVX512(&x[0], &y[0], n16)
+	}
+	if n8 > n16 {
+		s += dotF64AVX2(&x[n16], &y[n16], n8-n16)
 	}
 	for i := n8; i < len(x); i++ {
 		s += float64(x[i]) * float64(y[i])
@@ -256,11 +266,14 @@ func dotF64(x, y []float32) float64 {
 }
 
 // softmaxGrad sets gx = y·(gy − s), as dotF64.
-func softmaxGrad(gx, y, gy []float32, s float64) {
+func softmaxGrad(gx, y, gy []float32, s float64, wide bool) {
 	gx, gy = gx[:len(y)], gy[:len(y)]
-	n8 := len(y) &^ 7
-	if n8 > 0 {
-		softmaxGradAVX2(&gx[0], &y[0], &gy[0], n8, s)
+	n16, n8 := rowRuns(len(y), true, wide)
+	if n16 > 0 {
+		softmaxGradAVX512(&gx[0], &y[0], &gy[0], n16, s)
+	}
+	if n8 > n16 {
+		softmaxGradAVX2(&gx[n16], &y[n16], &gy[n16], n8-n16, s)
 	}
 	for i := n8; i < len(y); i++ {
 		gx[i] = float32(float64(y[i]) * (float64(gy[i]) - s))
@@ -274,7 +287,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 	return d.parallelFor(gx.stop, outer*inner, max(1, grainTanh/dim), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*dim*inner + r%inner
-			// Contiguous softmax rows take the AVX2 kernels (log-softmax's
+			// Contiguous softmax rows take the vector kernels (log-softmax's
 			// e^y stays in Go).
 			vec := d.asm && inner == 1 && !log
 			var s float64
@@ -284,7 +297,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					s += dotF64(g[base+j0:j1], out[base+j0:j1])
+					s += dotF64(g[base+j0:j1], out[base+j0:j1], d.wide)
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -302,7 +315,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					softmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s)
+					softmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s, d.wide)
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {

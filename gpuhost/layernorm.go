@@ -6,17 +6,34 @@ import "math"
 // kernels in cpu_kernels.go need them. With asm set (the device's asm
 // field: AVX2 and FMA present), the whole runs of 8 go to the kernels in
 // layernorm_amd64.s and the tail to the Go loop, which is the whole row
-// otherwise. The vector code adds in another order, so sums differ from
-// the Go loop's in the last bits of a float64.
+// otherwise; with wide set too (the device's wide field: the AVX-512
+// path), the whole runs of 16 go to layernorm512_amd64.s first and a run
+// of 8 left after them to the AVX2 kernel. The vector code adds in
+// another order, so sums differ from the Go loop's in the last bits of a
+// float64.
+
+// rowRuns splits a row of n elements among the kernels: [0, n16) to the
+// AVX-512 one, [n16, n8) (empty or one run of 8) to the AVX2 one and
+// [n8, n) to Go.
+func rowRuns(n int, asm, wide bool) (n16, n8 int) {
+	if wide {
+		n16 = n &^ 15
+	}
+	if asm {
+		n8 = n &^ 7
+	}
+	return n16, n8
+}
 
 // rowSum returns Σ x.
-func rowSum(x []float32, asm bool) float64 {
+func rowSum(x []float32, asm, wide bool) float64 {
 	var s float64
-	n8 := 0
-	if asm {
-		if n8 = len(x) &^ 7; n8 > 0 {
-			s = sumF64AVX2(&x[0], n8)
-		}
+	n16, n8 := rowRuns(len(x), asm, wide)
+	if n16 > 0 {
+		s = sumF64AVX512(&x[0], n16)
+	}
+	if n8 > n16 {
+		s += sumF64AVX2(&x[n16], n8-n16)
 	}
 	for _, v := range x[n8:] {
 		s += float64(v)
@@ -25,14 +42,15 @@ func rowSum(x []float32, asm bool) float64 {
 }
 
 // addRowSum sets s = x + r in float32 and returns Σ s.
-func addRowSum(s, x, r []float32, asm bool) float64 {
+func addRowSum(s, x, r []float32, asm, wide bool) float64 {
 	s, r = s[:len(x)], r[:len(x)]
 	var sum float64
-	n8 := 0
-	if asm {
-		if n8 = len(x) &^ 7; n8 > 0 {
-			sum = addSumF64AVX2(&s[0], &x[0], &r[0], n8)
-		}
+	n16, n8 := rowRuns(len(x), asm, wide)
+	if n16 > 0 {
+		sum = addSumF64AVX512(&s[0], &x[0], &r[0], n16)
+	}
+	if n8 > n16 {
+		sum += addSumF64AVX2(&s[n16], &x[n16], &r[n16], n8-n16)
 	}
 	for i := n8; i < len(x); i++ {
 		v := x[i] + r[i]
@@ -45,15 +63,16 @@ func addRowSum(s, x, r []float32, asm bool) float64 {
 // normRow normalises x, whose elements sum to sum, into y =
 // (x − mean)·rstd·w + b with a second pass for the variance, so that a
 // large mean does not eat it, and returns mean and rstd. y may be x.
-func normRow(y, x, w, b []float32, eps, sum float64, asm bool) (mean, rstd float64) {
+func normRow(y, x, w, b []float32, eps, sum float64, asm, wide bool) (mean, rstd float64) {
 	h := float64(len(x))
 	m := sum / h
 	var q float64
-	n8 := 0
-	if asm {
-		if n8 = len(x) &^ 7; n8 > 0 {
-			q = sqDevF64AVX2(&x[0], n8, m)
-		}
+	n16, n8 := rowRuns(len(x), asm, wide)
+	if n16 > 0 {
+		q = sqDevF64AVX512(&x[0], n16, m)
+	}
+	if n8 > n16 {
+		q += sqDevF64AVX2(&x[n16], n8-n16, m)
 	}
 	for _, v := range x[n8:] {
 		dv := float64(v) - m
@@ -61,8 +80,11 @@ func normRow(y, x, w, b []float32, eps, sum float64, asm bool) (mean, rstd float
 	}
 	inv := 1 / math.Sqrt(q/h+eps)
 	b, w, y = b[:len(x)], w[:len(x)], y[:len(x)]
-	if n8 > 0 {
-		lnApplyAVX2(&y[0], &x[0], &w[0], &b[0], n8, m, inv)
+	if n16 > 0 {
+		lnApplyAVX512(&y[0], &x[0], &w[0], &b[0], n16, m, inv)
+	}
+	if n8 > n16 {
+		lnApplyAVX2(&y[n16], &x[n16], &w[n16], &b[n16], n8-n16, m, inv)
 	}
 	for i := n8; i < len(x); i++ {
 		y[i] = float32((float64(x[i])-m)*inv)*w[i] + b[i]
@@ -72,14 +94,17 @@ func normRow(y, x, w, b []float32, eps, sum float64, asm bool) (mean, rstd float
 
 // normRowGrad sets gx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) for one row, with
 // ĝ = gy·w and x̂ = (x − mean)·rstd.
-func normRowGrad(gx, x, gy, w []float32, m, inv float64, asm bool) {
+func normRowGrad(gx, x, gy, w []float32, m, inv float64, asm, wide bool) {
 	gx, gy, w = gx[:len(x)], gy[:len(x)], w[:len(x)]
 	var sg, sgx float64
-	n8 := 0
-	if asm {
-		if n8 = len(x) &^ 7; n8 > 0 {
-			sg, sgx = lnBwdSumsAVX2(&x[0], &gy[0], &w[0], n8, m, inv)
-		}
+	n16, n8 := rowRuns(len(x), asm, wide)
+	if n16 > 0 {
+		sg, sgx = lnBwdSumsAVX512(&x[0], &gy[0], &w[0], n16, m, inv)
+	}
+	if n8 > n16 {
+		g8, gx8 := lnBwdSumsAVX2(&x[n16], &gy[n16], &w[n16], n8-n16, m, inv)
+		sg += g8
+		sgx += gx8
 	}
 	for i := n8; i < len(x); i++ {
 		gh := float64(gy[i]) * float64(w[i])
@@ -89,8 +114,11 @@ func normRowGrad(gx, x, gy, w []float32, m, inv float64, asm bool) {
 	h := float64(len(x))
 	sg /= h
 	sgx /= h
-	if n8 > 0 {
-		lnBwdApplyAVX2(&gx[0], &x[0], &gy[0], &w[0], n8, m, inv, sg, sgx)
+	if n16 > 0 {
+		lnBwdApplyAVX512(&gx[0], &x[0], &gy[0], &w[0], n16, m, inv, sg, sgx)
+	}
+	if n8 > n16 {
+		lnBwdApplyAVX2(&gx[n16], &x[n16], &gy[n16], &w[n16], n8-n16, m, inv, sg, sgx)
 	}
 	for i := n8; i < len(x); i++ {
 		xh := (float64(x[i]) - m) * inv
@@ -101,13 +129,14 @@ func normRowGrad(gx, x, gy, w []float32, m, inv float64, asm bool) {
 
 // normColsGrad adds one row's share of the weight and bias gradients:
 // sw += gy·x̂, sb += gy.
-func normColsGrad(sw, sb []float64, x, gy []float32, m, inv float64, asm bool) {
+func normColsGrad(sw, sb []float64, x, gy []float32, m, inv float64, asm, wide bool) {
 	sw, sb, gy = sw[:len(x)], sb[:len(x)], gy[:len(x)]
-	n8 := 0
-	if asm {
-		if n8 = len(x) &^ 7; n8 > 0 {
-			lnBwdColsAVX2(&sw[0], &sb[0], &x[0], &gy[0], n8, m, inv)
-		}
+	n16, n8 := rowRuns(len(x), asm, wide)
+	if n16 > 0 {
+		lnBwdColsAVX512(&sw[0], &sb[0], &x[0], &gy[0], n16, m, inv)
+	}
+	if n8 > n16 {
+		lnBwdColsAVX2(&sw[n16], &sb[n16], &x[n16], &gy[n16], n8-n16, m, inv)
 	}
 	for i := n8; i < len(x); i++ {
 		gv := float64(gy[i])

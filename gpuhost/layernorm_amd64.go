@@ -27,6 +27,30 @@ func lnBwdApplyAVX2(o, x, gy, w *float32, n int, m, inv, sg, sgx float64)
 //go:noescape
 func lnBwdColsAVX2(sw, sb *float64, x, gy *float32, n int, m, inv float64)
 
+// Their AVX-512F versions, in layernorm512_amd64.s, for n a multiple of
+// 16; the wrappers run them on the wide device only.
+
+//go:noescape
+func sumF64AVX512(x *float32, n int) float64
+
+//go:noescape
+func addSumF64AVX512(s, x, r *float32, n int) float64
+
+//go:noescape
+func sqDevF64AVX512(x *float32, n int, m float64) float64
+
+//go:noescape
+func lnApplyAVX512(y, x, w, b *float32, n int, m, inv float64)
+
+//go:noescape
+func lnBwdSumsAVX512(x, gy, w *float32, n int, m, inv float64) (sg, sgx float64)
+
+//go:noescape
+func lnBwdApplyAVX512(o, x, gy, w *float32, n int, m, inv, sg, sgx float64)
+
+//go:noescape
+func lnBwdColsAVX512(sw, sb *float64, x, gy *float32, n int, m, inv float64)
+
 // expSumAVX2 returns Σ e^(x−m) in float64 for n, a multiple of 8, and
 // m finite and at least every x. Implemented in softmax_amd64.s.
 //
@@ -56,3 +80,21 @@ func softmaxGradAVX2(gx, y, gy *float32, n int, s float64)
 //
 //go:noescape
 func addF32AVX2(dst, x, y *float32, n int)
+
+// The AVX-512F versions of softmax's kernels and addF32AVX2, in
+// softmax512_amd64.s: the same, for n a multiple of 16.
+
+//go:noescape
+func expSumAVX512(x *float32, n int, m float64) float64
+
+//go:noescape
+func expScaleAVX512(y, x *float32, n int, m, inv float64)
+
+//go:noescape
+func dotF64AVX512(x, y *float32, n int) float64
+
+//go:noescape
+func softmaxGradAVX512(gx, y, gy *float32, n int, s float64)
+
+//go:noescape
+func addF32AVX512(dst, x, y *float32, n int)

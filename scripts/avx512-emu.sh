@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# avx512-emu.sh runs gpuhost's GEMM tests on the AVX-512 path in an
-# emulated AVX-512 CPU, for machines without one (make test-avx512-emu).
+# avx512-emu.sh runs gpuhost's GEMM and row-kernel tests on the AVX-512
+# path in an emulated AVX-512 CPU, for machines without one (make test-avx512-emu).
 #
 # Bochs (Debian's build has the EVEX decoder and the corei7_skylake_x
 # model) boots Debian's kernel from a small ISO whose initramfs holds
@@ -15,7 +15,9 @@
 #   AVX512_EMU_CPU      Bochs CPU model (default corei7_skylake_x; e.g.
 #                       corei7_haswell_4770, an AVX2-only CPU, must fail)
 #   AVX512_EMU_RUN      the tests' -test.run pattern (default: the GEMM
-#                       tests that run every path); AVX512_EMU_SKIP a
+#                       and row-kernel tests that run every path, each
+#                       failing when the AVX-512 one did not run);
+#                       AVX512_EMU_SKIP a
 #                       -test.skip pattern
 #   AVX512_EMU_TIMEOUT  seconds before the emulator is stopped (default 1500)
 #
@@ -28,7 +30,7 @@ name=avx512-emu
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$root/.tmp/avx512-emu
 cpu=${AVX512_EMU_CPU:-corei7_skylake_x}
-run=${AVX512_EMU_RUN:-'^(TestGemmPathFromEnv|TestCheckAgainstGo|TestGemmBias|TestGemmGeluEpilogue|TestGemmMatchesNaive)$'}
+run=${AVX512_EMU_RUN:-'^(TestGemmPathFromEnv|TestCheckAgainstGo|TestGemmBias|TestGemmGeluEpilogue|TestGemmMatchesNaive|TestGeluKernels|TestAdamKernels|TestLayerNormKernels|TestSoftmaxKernels|TestResidualAddKernels)$'}
 skip=${AVX512_EMU_SKIP:-}
 limit=${AVX512_EMU_TIMEOUT:-1500}
 GO=${GO:-go}
