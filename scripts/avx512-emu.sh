@@ -17,8 +17,7 @@
 #   AVX512_EMU_RUN      the tests' -test.run pattern (default: the GEMM
 #                       and row-kernel tests that run every path, each
 #                       failing when the AVX-512 one did not run);
-#                       AVX512_EMU_SKIP a
-#                       -test.skip pattern
+#                       AVX512_EMU_SKIP a -test.skip pattern
 #   AVX512_EMU_TIMEOUT  seconds before the emulator is stopped (default 1500)
 #
 # Work files (the kernel .deb, the ISO, the serial log) live in
