@@ -126,7 +126,7 @@ PYTHON ?= /usr/bin/python3
 
 # Not part of make test: minutes of one core in the emulator.
 .PHONY: test-avx512-emu
-test-avx512-emu: ## gpuhost's GEMM tests on the AVX-512 path in Bochs's emulated Skylake-X, for machines without AVX-512 (installs bochs, isolinux, xorriso if missing; Debian's kernel into .tmp/avx512-emu)
+test-avx512-emu: ## gpuhost's GEMM and row-kernel tests on the AVX-512 path in Bochs's emulated Skylake-X, for machines without AVX-512 (installs bochs, isolinux, xorriso if missing; Debian's kernel into .tmp/avx512-emu)
 	GO=$(GO) ./scripts/avx512-emu.sh
 
 .PHONY: test-python-interop
