@@ -20,20 +20,13 @@ func adamAVX512(p, grad, m, v *float32, n int, k *adamLanes, wd bool)
 // 16-lane part and adamAVX2 over a remaining 8. Call it only when the
 // device's asm field is set, with wide only when its wide field is.
 func adamVec(p, g, m, v []float32, k *adamLanes, wd, wide bool) int {
-	n := len(p) &^ 7
-	if n == 0 {
-		return 0
-	}
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
-	w := 0
-	if wide {
-		w = len(p) &^ 15
-		if w > 0 {
-			adamAVX512(&p[0], &g[0], &m[0], &v[0], w, k, wd)
-		}
+	n16, n8 := rowRuns(len(p), true, wide)
+	if n16 > 0 {
+		adamAVX512(&p[0], &g[0], &m[0], &v[0], n16, k, wd)
 	}
-	if w < n {
-		adamAVX2(&p[w], &g[w], &m[w], &v[w], n-w, k, wd)
+	if n8 > n16 {
+		adamAVX2(&p[n16], &g[n16], &m[n16], &v[n16], n8-n16, k, wd)
 	}
-	return n
+	return n8
 }

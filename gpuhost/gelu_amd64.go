@@ -34,40 +34,26 @@ func geluBackwardAVX512(gx, x, gy *float32, n int)
 // when gemmHaveAsm is set (the device's asm field), with wide only on a
 // CPU with AVX-512F (its wide field).
 func geluForwardVec(y, x []float32, wide bool) int {
-	n := len(x) &^ 7
-	if n == 0 {
-		return 0
-	}
 	y = y[:len(x)]
-	w := 0
-	if wide {
-		w = len(x) &^ 15
-		if w > 0 {
-			geluForwardAVX512(&y[0], &x[0], w)
-		}
+	n16, n8 := rowRuns(len(x), true, wide)
+	if n16 > 0 {
+		geluForwardAVX512(&y[0], &x[0], n16)
 	}
-	if w < n {
-		geluForwardAVX2(&y[w], &x[w], n-w)
+	if n8 > n16 {
+		geluForwardAVX2(&y[n16], &x[n16], n8-n16)
 	}
-	return n
+	return n8
 }
 
 // geluBackwardVec is geluForwardVec for the backward kernels.
 func geluBackwardVec(gx, x, gy []float32, wide bool) int {
-	n := len(x) &^ 7
-	if n == 0 {
-		return 0
-	}
 	gx, gy = gx[:len(x)], gy[:len(x)]
-	w := 0
-	if wide {
-		w = len(x) &^ 15
-		if w > 0 {
-			geluBackwardAVX512(&gx[0], &x[0], &gy[0], w)
-		}
+	n16, n8 := rowRuns(len(x), true, wide)
+	if n16 > 0 {
+		geluBackwardAVX512(&gx[0], &x[0], &gy[0], n16)
 	}
-	if w < n {
-		geluBackwardAVX2(&gx[w], &x[w], &gy[w], n-w)
+	if n8 > n16 {
+		geluBackwardAVX2(&gx[n16], &x[n16], &gy[n16], n8-n16)
 	}
-	return n
+	return n8
 }
