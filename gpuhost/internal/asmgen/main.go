@@ -322,16 +322,22 @@ func dot(p func(string, ...any)) {
 	p("")
 	p("dsum:")
 	for i := range 3 {
-		a := 4 * i
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+1, a, a)
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+2, a, a)
-		p("\tVEXTRACTF128 $1, Y%d, X%d", a, a+1)
-		p("\tVADDPS X%d, X%d, X%d", a+1, a, a)
-		p("\tVMOVUPS X%d, %d(R10)", a, 16*i)
+		sum4(p, 4*i, fmt.Sprintf("%d(R10)", 16*i))
 	}
 	p("\tVZEROUPPER")
 	p("\tRET")
+}
+
+// sum4 emits the horizontal sums of Ya to Ya+3 (8 lanes each, a below 16:
+// VHADDPS has no EVEX form) into the 4 floats at dst, in that order;
+// Ya to Ya+3 are overwritten.
+func sum4(p func(string, ...any), a int, dst string) {
+	p("\tVHADDPS Y%d, Y%d, Y%d", a+1, a, a)
+	p("\tVHADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
+	p("\tVHADDPS Y%d, Y%d, Y%d", a+2, a, a)
+	p("\tVEXTRACTF128 $1, Y%d, X%d", a, a+1)
+	p("\tVADDPS X%d, X%d, X%d", a+1, a, a)
+	p("\tVMOVUPS X%d, %s", a, dst)
 }
 
 // transpose writes packBTrans16, which packs 16 rows of B (each a column
@@ -629,21 +635,16 @@ func dot512(p func(string, ...any)) {
 	p("")
 	p("zsum:")
 	p("\tMOVQ out+88(FP), R11")
-	// Quartet q (sums 4q to 4q+3) is halved into Y4q'… (q' = q, or q−4
-	// for Z16–Z23, whose quartets 0 and 1 are stored by then) and summed
-	// as in dot.
+	// Quartet q (sums 4q to 4q+3) is halved into Ya to Ya+3, a = 4q, or
+	// 4(q−4) for Z16–Z23 (quartets 0 and 1 are stored by then), and
+	// summed as in dot.
 	for q := range rows * cols / 4 {
 		a := 4 * (q % 4)
 		for r := range 4 {
 			p("\tVEXTRACTF64X4 $1, Z%d, Y28", 4*q+r)
 			p("\tVADDPS Z28, Z%d, Z%d", 4*q+r, a+r)
 		}
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+1, a, a)
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+2, a, a)
-		p("\tVEXTRACTF128 $1, Y%d, X%d", a, a+1)
-		p("\tVADDPS X%d, X%d, X%d", a+1, a, a)
-		p("\tVMOVUPS X%d, %d(R11)", a, 16*q)
+		sum4(p, a, fmt.Sprintf("%d(R11)", 16*q))
 	}
 	p("\tVZEROUPPER")
 	p("\tRET")
