@@ -588,10 +588,11 @@ func fmaPeak(p func(string, ...any)) {
 // rows of W takes r·c accumulators, r registers for x and 1 for a row of
 // W, at most 32; a step of 16 k then does r+c loads for r·c FMAs. 4×6
 // (29 registers, 10 loads per 24 FMAs, against dot's 7 per 12) is the
-// most FMAs per load whose r divides 8, 16, 32 and dotMaxM's 48 rows; 5×5
-// (31 registers, 10 per 25) leaves a partial block of rows in most, 4×7 needs 33 registers, and 3×8 does 11
-// loads per 24 FMAs. The 24 sums also come out as 6 quartets for dot's
-// horizontal sums.
+// most FMAs per load whose r divides 8, 16, 32 and dotMaxM's 48 rows:
+// 5×5 (31 registers, 10 per 25) leaves a partial block of rows in each,
+// 6×4 (31, 10 per 24) in all but 48, 4×7 needs 33 registers, and 3×8
+// does 11 loads per 24 FMAs. The 24 sums also come out as 6 quartets for
+// dot's horizontal sums.
 //
 // The sums stay AVX-512F alone: each ZMM is halved at 512 bits (the low
 // 256 bits of the sum hold its 8 partial sums) into a register below 16,
