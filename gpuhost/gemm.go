@@ -294,7 +294,7 @@ func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a
 		d.putBufs(bufs)
 	}()
 	if d.path != pathGo && !ta && tb && m <= dotMaxM {
-		gemmDotSerial(m, n, k, a, lda, b, ldb, c, ldc, acc, ep.bias)
+		gemmDotSerial(d.path == pathAVX512, m, n, k, a, lda, b, ldb, c, ldc, acc, ep.bias)
 		ep.bias = nil // added
 		ep.apply(c, m, n, ldc)
 		return

@@ -61,6 +61,13 @@ func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int)
 //go:noescape
 func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)
 
+// gemmDot4x6 sets out[6i+j] to the dot product of xi and wj over k values,
+// k a multiple of 16, with AVX-512F: gemmDot3x4 at twice the width.
+// Implemented in gemm_amd64.s.
+//
+//go:noescape
+func gemmDot4x6(k int, x0, x1, x2, x3, w0, w1, w2, w3, w4, w5 *float32, out *[24]float32)
+
 // prefetchRows16 prefetches lines cache lines of each of rows rows of src
 // (stride ldb floats) into L2. Implemented in gemm_amd64.s.
 //

@@ -9,38 +9,51 @@ package gpuhost
 const dotMaxM = 48
 
 // dotBlockN is how many rows of W one pass keeps hot while every row of x
-// is dotted with them.
-const dotBlockN = 16
+// is dotted with them; dotBlockN512 is the same for gemmDot4x6, a multiple
+// of its 6 rows of W.
+const (
+	dotBlockN    = 16
+	dotBlockN512 = 24
+)
 
 // gemmDotSerial computes the m×n block of c (row stride ldc) as
 // op(a)·bᵀ, op(a) = a (m×k, row stride lda) and b n×k (row stride ldb),
-// with gemmDot3x4: rows of x and W are read where they lie. It stores or,
-// when acc is set, adds, and then adds bias (n values, or nil).
-func gemmDotSerial(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
-	k8 := k &^ 7
-	var out [12]float32
-	// row returns row i of a block of 3 (of 4) clamped into range: a
-	// partial block repeats its last row, whose results are dropped.
+// with gemmDot3x4, or gemmDot4x6 when wide is set: rows of x and W are
+// read where they lie. k past the kernel's multiple (8, or 16) is summed
+// in Go. It stores or, when acc is set, adds, and then adds bias (n
+// values, or nil).
+func gemmDotSerial(wide bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
+	rows, cols, kv, blockN := 3, 4, k&^7, dotBlockN
+	if wide {
+		rows, cols, kv, blockN = 4, 6, k&^15, dotBlockN512
+	}
+	var out [24]float32
+	// row returns row i of a block of rows (of cols) clamped into range:
+	// a partial block repeats its last row, whose results are dropped.
 	xrow := func(i, lim int) *float32 { return &a[min(i, lim-1)*lda] }
 	wrow := func(j, lim int) *float32 { return &b[min(j, lim-1)*ldb] }
-	for jb := 0; jb < n; jb += dotBlockN {
-		je := min(jb+dotBlockN, n)
-		for i := 0; i < m; i += 3 {
-			for j := jb; j < je; j += 4 {
-				if k8 > 0 {
-					gemmDot3x4(k8, xrow(i, m), xrow(i+1, m), xrow(i+2, m),
-						wrow(j, je), wrow(j+1, je), wrow(j+2, je), wrow(j+3, je), &out)
-				} else {
-					out = [12]float32{}
+	for jb := 0; jb < n; jb += blockN {
+		je := min(jb+blockN, n)
+		for i := 0; i < m; i += rows {
+			for j := jb; j < je; j += cols {
+				switch {
+				case kv == 0:
+					out = [24]float32{}
+				case wide:
+					gemmDot4x6(kv, xrow(i, m), xrow(i+1, m), xrow(i+2, m), xrow(i+3, m),
+						wrow(j, je), wrow(j+1, je), wrow(j+2, je), wrow(j+3, je), wrow(j+4, je), wrow(j+5, je), &out)
+				default:
+					gemmDot3x4(kv, xrow(i, m), xrow(i+1, m), xrow(i+2, m),
+						wrow(j, je), wrow(j+1, je), wrow(j+2, je), wrow(j+3, je), (*[12]float32)(out[:12]))
 				}
-				for r := range min(3, m-i) {
+				for r := range min(rows, m-i) {
 					xr := a[(i+r)*lda:][:k]
 					cr := c[(i+r)*ldc:][:n]
-					for q := range min(4, je-j) {
-						v := out[4*r+q]
-						if k8 < k {
+					for q := range min(cols, je-j) {
+						v := out[cols*r+q]
+						if kv < k {
 							wr := b[(j+q)*ldb:][:k]
-							for p := k8; p < k; p++ {
+							for p := kv; p < k; p++ {
 								v += xr[p] * wr[p]
 							}
 						}

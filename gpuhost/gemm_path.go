@@ -98,8 +98,19 @@ var verifiedAVX512 = sync.OnceValue(func() bool {
 // cover full and edge tiles, more than one k block, both transposes,
 // accumulation and the bias epilogue.
 func checkAgainstGo(dev *cpuDevice) error {
-	// m above dotMaxM, so that x·Wᵀ runs on the kernel too.
-	const m, n, k = dotMaxM + 13, 53, 300
+	// m above dotMaxM, so that x·Wᵀ runs on the kernel too, and one at
+	// most dotMaxM, on the dot kernel: a partial block of rows, of W's
+	// rows (53) and a k that is no multiple of 16.
+	for _, s := range []struct{ m, n, k int }{{dotMaxM + 13, 53, 300}, {5, 53, 300}} {
+		if err := checkGemmAgainstGo(dev, s.m, s.n, s.k); err != nil {
+			return fmt.Errorf("m=%d n=%d k=%d: %w", s.m, s.n, s.k, err)
+		}
+	}
+	return nil
+}
+
+// checkGemmAgainstGo is checkAgainstGo for one m×n×k product.
+func checkGemmAgainstGo(dev *cpuDevice, m, n, k int) error {
 	a, b, c0 := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
 	// A cheap deterministic fill in [-1, 1): no math/rand in the library.
 	x := uint32(12345)

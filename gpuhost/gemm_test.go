@@ -136,6 +136,19 @@ func TestGemmMatchesNaive(t *testing.T) {
 		shape{200, 2, 33},
 		shape{128, 64, 128},
 	)
+	// x·Wᵀ's dot kernels (3×4 rows of x and W, 8 k at a time; 4×6, 16 at
+	// a time): partial blocks of rows, partial blocks of W's rows (29 is
+	// 24+5, 137 is 5·24+17), and k past the kernels' multiples, with n
+	// large enough that gemmTiny does not take the product.
+	for m := 1; m <= 9; m++ {
+		for _, k := range []int{16, 31, 40, 300} {
+			n := 29
+			if m*n*k <= gemmTinyWork {
+				n = 137
+			}
+			shapes = append(shapes, shape{m, n, k})
+		}
+	}
 	variants := gemmVariants(t)
 	for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 		t.Run(fmt.Sprintf("ta=%t/tb=%t", tr[0], tr[1]), func(t *testing.T) {

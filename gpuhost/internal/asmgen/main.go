@@ -3,7 +3,8 @@
 // Command asmgen writes gpuhost/gemm_amd64.s: the GEMM micro-kernels
 // (AVX2/FMA 6×16, AVX-512F 14×32) and their edge kernels for the last
 // rows of m, the B packing they share, the 6-row A packing, the B
-// prefetch, the few-row dot kernel and the FMA loop of the kernel table.
+// prefetch, the few-row dot kernels (AVX2 and AVX-512F) and the FMA loop
+// of the kernel table.
 // The kernels are straight-line code unrolled by hand, so a small
 // generator keeps the repetition free of typos. From gpuhost/:
 //
@@ -85,6 +86,8 @@ func main() {
 	packA6(p)
 	p("")
 	fmaPeak(p)
+	p("")
+	dot512(p)
 	os.Stdout.WriteString(w.String())
 }
 
@@ -319,16 +322,22 @@ func dot(p func(string, ...any)) {
 	p("")
 	p("dsum:")
 	for i := range 3 {
-		a := 4 * i
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+1, a, a)
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
-		p("\tVHADDPS Y%d, Y%d, Y%d", a+2, a, a)
-		p("\tVEXTRACTF128 $1, Y%d, X%d", a, a+1)
-		p("\tVADDPS X%d, X%d, X%d", a+1, a, a)
-		p("\tVMOVUPS X%d, %d(R10)", a, 16*i)
+		sum4(p, 4*i, fmt.Sprintf("%d(R10)", 16*i))
 	}
 	p("\tVZEROUPPER")
 	p("\tRET")
+}
+
+// sum4 emits the horizontal sums of Ya to Ya+3 (8 lanes each, a below 16:
+// VHADDPS has no EVEX form) into the 4 floats at dst, in that order;
+// Ya to Ya+3 are overwritten.
+func sum4(p func(string, ...any), a int, dst string) {
+	p("\tVHADDPS Y%d, Y%d, Y%d", a+1, a, a)
+	p("\tVHADDPS Y%d, Y%d, Y%d", a+3, a+2, a+2)
+	p("\tVHADDPS Y%d, Y%d, Y%d", a+2, a, a)
+	p("\tVEXTRACTF128 $1, Y%d, X%d", a, a+1)
+	p("\tVADDPS X%d, X%d, X%d", a+1, a, a)
+	p("\tVMOVUPS X%d, %s", a, dst)
 }
 
 // transpose writes packBTrans16, which packs 16 rows of B (each a column
@@ -570,6 +579,74 @@ func fmaPeak(p func(string, ...any)) {
 	p("\tJNZ floop")
 	p("")
 	p("fdone:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+}
+
+// dot512 writes gemmDot4x6, dot's kernel at the AVX-512 width: 24 dot
+// products of 4 rows of x with 6 rows of W. A tile of r rows of x and c
+// rows of W takes r·c accumulators, r registers for x and 1 for a row of
+// W, at most 32; a step of 16 k then does r+c loads for r·c FMAs. 4×6
+// (29 registers, 10 loads per 24 FMAs, against dot's 7 per 12) is the
+// most FMAs per load whose r divides 8, 16, 32 and dotMaxM's 48 rows:
+// 5×5 (31 registers, 10 per 25) leaves a partial block of rows in each,
+// 6×4 (31, 10 per 24) in all but 48, 4×7 needs 33 registers, and 3×8
+// does 11 loads per 24 FMAs. The 24 sums also come out as 6 quartets for
+// dot's horizontal sums.
+//
+// The sums stay AVX-512F alone: each ZMM is halved at 512 bits (the low
+// 256 bits of the sum hold its 8 partial sums) into a register below 16,
+// where the VEX-only VHADDPS of dot's sums reads it.
+func dot512(p func(string, ...any)) {
+	const rows, cols = 4, 6
+	p("// func gemmDot4x6(k int, x0, x1, x2, x3, w0, w1, w2, w3, w4, w5 *float32, out *[24]float32)")
+	p("//")
+	p("// out[6i+j] = Σ_{p<k} xi[p]·wj[p] for k a multiple of 16. Needs AVX-512F.")
+	p("// Z0–Z23 accumulate (row i, column j in Z6i+j), Z24–Z27 hold 16 values")
+	p("// of x0–x3, Z28 16 values of one row of W.")
+	p("TEXT ·gemmDot4x6(SB), NOSPLIT, $0-96")
+	p("\tMOVQ k+0(FP), CX")
+	// 10 row pointers, the count and the index: 12 of the general
+	// registers, all but R14, R15 and BP; out is loaded after the loop.
+	regs := []string{"AX", "BX", "DX", "SI", "DI", "R8", "R9", "R10", "R12", "R13"}
+	names := []string{"x0", "x1", "x2", "x3", "w0", "w1", "w2", "w3", "w4", "w5"}
+	for i, n := range names {
+		p("\tMOVQ %s+%d(FP), %s", n, 8+8*i, regs[i])
+	}
+	for r := range rows * cols {
+		p("\tVPXORD Z%d, Z%d, Z%d", r, r, r)
+	}
+	p("\tSHRQ $4, CX")
+	p("\tJZ zsum")
+	p("\tXORQ R11, R11")
+	p("")
+	p("zloop:")
+	for i := range rows {
+		p("\tVMOVUPS (%s)(R11*4), Z%d", regs[i], 24+i)
+	}
+	for j := range cols {
+		p("\tVMOVUPS (%s)(R11*4), Z28", regs[rows+j])
+		for i := range rows {
+			p("\tVFMADD231PS Z28, Z%d, Z%d", 24+i, cols*i+j)
+		}
+	}
+	p("\tADDQ $16, R11")
+	p("\tDECQ CX")
+	p("\tJNZ zloop")
+	p("")
+	p("zsum:")
+	p("\tMOVQ out+88(FP), R11")
+	// Quartet q (sums 4q to 4q+3) is halved into Ya to Ya+3, a = 4q, or
+	// 4(q−4) for Z16–Z23 (quartets 0 and 1 are stored by then), and
+	// summed as in dot.
+	for q := range rows * cols / 4 {
+		a := 4 * (q % 4)
+		for r := range 4 {
+			p("\tVEXTRACTF64X4 $1, Z%d, Y28", 4*q+r)
+			p("\tVADDPS Z28, Z%d, Z%d", 4*q+r, a+r)
+		}
+		sum4(p, a, fmt.Sprintf("%d(R11)", 16*q))
+	}
 	p("\tVZEROUPPER")
 	p("\tRET")
 }
