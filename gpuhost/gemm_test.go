@@ -8,13 +8,6 @@ import (
 	"testing"
 )
 
-// fmaLoop, where the build has one (amd64), runs n groups of FMAs on
-// registers, fmaLoopFlop flop each: fmaCeiling's loop.
-var (
-	fmaLoop     func(n int)
-	fmaLoopFlop int
-)
-
 // naiveGemm is the triple loop in float64 that the blocked GEMM must match.
 func naiveGemm(ta, tb bool, m, n, k int, a, b []float32) []float64 {
 	c := make([]float64, m*n)
