@@ -15,13 +15,10 @@ func adamAVX2(p, grad, m, v *float32, n int, k *adamLanes, wd bool)
 //go:noescape
 func adamAVX512(p, grad, m, v *float32, n int, k *adamLanes, wd bool)
 
-// adamVec runs the vector kernels over the whole 8-lane part of p and
-// returns how many elements they did: with wide, adamAVX512 over the
-// 16-lane part and adamAVX2 over a remaining 8. Call it only when the
-// device's asm field is set, with wide only when its wide field is.
-func adamVec(p, g, m, v []float32, k *adamLanes, wd, wide bool) int {
+// adamVec is geluForwardVec for the Adam kernels of path.
+func adamVec(p, g, m, v []float32, k *adamLanes, wd bool, path gemmPath) int {
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
-	n16, n8 := rowRuns(len(p), true, wide)
+	n16, n8 := rowRuns(len(p), path)
 	if n16 > 0 {
 		adamAVX512(&p[0], &g[0], &m[0], &v[0], n16, k, wd)
 	}

@@ -19,14 +19,10 @@ type cpuDevice struct {
 	// minWork is the GEMM size (m·n·k) per extra goroutine; tests lower
 	// it to exercise the split paths on small matrices.
 	minWork int
-	// path is the GEMM kernel (defaultPath; tests set each one).
+	// path is the GEMM kernel (defaultPath; tests set each one), and
+	// picks the elementwise kernels of the same width (gemmPath.asm,
+	// gemmPath.wide).
 	path gemmPath
-	// asm selects the AVX2 elementwise kernels (gelu, layer_norm, Adam…):
-	// gemmHaveAsm, unless MOEHOST_GEMM=go asks for the portable code.
-	asm bool
-	// wide selects their AVX-512 versions, where one exists, on the
-	// AVX-512 path; it implies asm.
-	wide bool
 	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
 	sgemm  func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
 	packMu sync.Mutex
@@ -53,17 +49,7 @@ func NewCPU(threads int, opts ...DeviceOption) Device {
 
 // cpuOnPath returns a bare device of threads goroutines on path p.
 func cpuOnPath(threads int, p gemmPath) *cpuDevice {
-	d := &cpuDevice{threads: threads, minWork: gemmMinWork}
-	d.setPath(p)
-	return d
-}
-
-// setPath puts d on GEMM path p and on the elementwise kernels of the
-// same width.
-func (d *cpuDevice) setPath(p gemmPath) {
-	d.path = p
-	d.asm = gemmHaveAsm && p != pathGo
-	d.wide = d.asm && p == pathAVX512
+	return &cpuDevice{threads: threads, minWork: gemmMinWork, path: p}
 }
 
 // Name returns "cpu", or "cpu-openblas" for [NewOpenBLAS]'s device.

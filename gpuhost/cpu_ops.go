@@ -170,14 +170,14 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 			}
 			// The vector exponentials take contiguous rows whose max is
 			// finite (NaN and ±Inf keep the Go arithmetic's results).
-			vec := d.asm && inner == 1 && !math.IsInf(m, 0) && !math.IsNaN(m)
+			vec := d.path.asm() && inner == 1 && !math.IsInf(m, 0) && !math.IsNaN(m)
 			var s float64
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(y.stop) {
 					return
 				}
 				if vec {
-					s += expSum(in[base+j0:base+min(dim, j0+rowStep)], m, d.wide)
+					s += expSum(in[base+j0:base+min(dim, j0+rowStep)], m, d.path)
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -202,7 +202,7 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					expScale(o[base+j0:j1], in[base+j0:j1], m, s, d.wide)
+					expScale(o[base+j0:j1], in[base+j0:j1], m, s, d.path)
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -213,13 +213,11 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 	})
 }
 
-// expSum returns Σ e^(x−m) for m finite and at least every x, with the
-// AVX2 kernel over the runs of 8 (call it only when the device's asm is
-// set), and, with wide (the device's), the AVX-512 one over the runs of
-// 16 before them.
-func expSum(x []float32, m float64, wide bool) float64 {
+// expSum returns Σ e^(x−m) for m finite and at least every x, with path
+// p's vector kernels over the runs rowRuns gives them.
+func expSum(x []float32, m float64, p gemmPath) float64 {
 	var s float64
-	n16, n8 := rowRuns(len(x), true, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		s = expSumAVX512(&x[0], n16, m)
 	}
@@ -233,9 +231,9 @@ func expSum(x []float32, m float64, wide bool) float64 {
 }
 
 // expScale sets y = e^(x−m)/s, as expSum.
-func expScale(y, x []float32, m, s float64, wide bool) {
+func expScale(y, x []float32, m, s float64, p gemmPath) {
 	y = y[:len(x)]
-	n16, n8 := rowRuns(len(x), true, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		expScaleAVX512(&y[0], &x[0], n16, m, 1/s)
 	}
@@ -247,12 +245,11 @@ func expScale(y, x []float32, m, s float64, wide bool) {
 	}
 }
 
-// dotF64 returns Σ x·y in float64, with the vector kernels as expSum
-// (call it only when the device's asm is set).
-func dotF64(x, y []float32, wide bool) float64 {
+// dotF64 returns Σ x·y in float64, with the vector kernels as expSum.
+func dotF64(x, y []float32, p gemmPath) float64 {
 	y = y[:len(x)]
 	var s float64
-	n16, n8 := rowRuns(len(x), true, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		s = dotF64AVX512(&x[0], &y[0], n16)
 	}
@@ -266,9 +263,9 @@ func dotF64(x, y []float32, wide bool) float64 {
 }
 
 // softmaxGrad sets gx = y·(gy − s), as dotF64.
-func softmaxGrad(gx, y, gy []float32, s float64, wide bool) {
+func softmaxGrad(gx, y, gy []float32, s float64, p gemmPath) {
 	gx, gy = gx[:len(y)], gy[:len(y)]
-	n16, n8 := rowRuns(len(y), true, wide)
+	n16, n8 := rowRuns(len(y), p)
 	if n16 > 0 {
 		softmaxGradAVX512(&gx[0], &y[0], &gy[0], n16, s)
 	}
@@ -289,7 +286,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 			base := (r/inner)*dim*inner + r%inner
 			// Contiguous softmax rows take the vector kernels (log-softmax's
 			// e^y stays in Go).
-			vec := d.asm && inner == 1 && !log
+			vec := d.path.asm() && inner == 1 && !log
 			var s float64
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(gx.stop) {
@@ -297,7 +294,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					s += dotF64(g[base+j0:j1], out[base+j0:j1], d.wide)
+					s += dotF64(g[base+j0:j1], out[base+j0:j1], d.path)
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -315,7 +312,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					softmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s, d.wide)
+					softmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s, d.path)
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {

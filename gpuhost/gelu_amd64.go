@@ -28,14 +28,12 @@ func geluForwardAVX512(y, x *float32, n int)
 //go:noescape
 func geluBackwardAVX512(gx, x, gy *float32, n int)
 
-// geluForwardVec runs the vector kernels over the whole 8-lane part of x
-// and returns how many elements they did: with wide, the AVX-512 kernel
-// over the 16-lane part and the AVX2 one over a remaining 8. Call it only
-// when gemmHaveAsm is set (the device's asm field), with wide only on a
-// CPU with AVX-512F (its wide field).
-func geluForwardVec(y, x []float32, wide bool) int {
+// geluForwardVec runs path p's vector kernels over the runs rowRuns gives
+// them (none on the portable path) and returns how many elements they did:
+// the whole 8-lane part of x, or 0.
+func geluForwardVec(y, x []float32, p gemmPath) int {
 	y = y[:len(x)]
-	n16, n8 := rowRuns(len(x), true, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		geluForwardAVX512(&y[0], &x[0], n16)
 	}
@@ -46,9 +44,9 @@ func geluForwardVec(y, x []float32, wide bool) int {
 }
 
 // geluBackwardVec is geluForwardVec for the backward kernels.
-func geluBackwardVec(gx, x, gy []float32, wide bool) int {
+func geluBackwardVec(gx, x, gy []float32, p gemmPath) int {
 	gx, gy = gx[:len(x)], gy[:len(x)]
-	n16, n8 := rowRuns(len(x), true, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		geluBackwardAVX512(&gx[0], &x[0], &gy[0], n16)
 	}

@@ -3,10 +3,10 @@
 package gpuhost
 
 // geluForwardVec has no vector kernel in this build: it does nothing.
-func geluForwardVec(y, x []float32, wide bool) int { return 0 }
+func geluForwardVec(y, x []float32, p gemmPath) int { return 0 }
 
 // geluBackwardVec has no vector kernel in this build: it does nothing.
-func geluBackwardVec(gx, x, gy []float32, wide bool) int { return 0 }
+func geluBackwardVec(gx, x, gy []float32, p gemmPath) int { return 0 }
 
 // adamVec has no vector kernel in this build: it does nothing.
-func adamVec(p, g, m, v []float32, k *adamLanes, wd, wide bool) int { return 0 }
+func adamVec(p, g, m, v []float32, k *adamLanes, wd bool, path gemmPath) int { return 0 }

@@ -132,7 +132,7 @@ func (d *cpuDevice) linearGelu(m, n, k int, x, w, bias, y, pre *Tensor) error {
 		}
 		return d.geluForward(y, pre)
 	}
-	ep := epilogue{bias: bs, gelu: true, asm: d.asm, wide: d.wide}
+	ep := epilogue{bias: bs, gelu: true, path: d.path}
 	d.gemmEpi(y.stop, false, true, m, n, k, x.f32(), w.f32(), y.f32(), false, ep)
 	if stopped(y.stop) {
 		return errStopped
@@ -183,8 +183,7 @@ func (d *cpuDevice) gemmEpi(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b
 type epilogue struct {
 	bias []float32
 	gelu bool
-	asm  bool // gelu with the AVX2 kernel
-	wide bool // and the AVX-512 one (asm too)
+	path gemmPath // the gelu kernels' width
 }
 
 // at returns the epilogue of the block of c that starts col columns on.
@@ -214,10 +213,7 @@ func (e epilogue) activate(row []float32) {
 	if !e.gelu {
 		return
 	}
-	done := 0
-	if e.asm {
-		done = geluForwardVec(row, row, e.wide)
-	}
+	done := geluForwardVec(row, row, e.path)
 	geluForward32(row[done:], row[done:])
 }
 

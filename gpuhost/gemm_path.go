@@ -25,6 +25,14 @@ const (
 	pathAVX512
 )
 
+// asm reports whether p's device runs the AVX2 elementwise kernels
+// (gelu, layer_norm, softmax, Adam, the residual add): on every path but
+// the portable one, which MOEHOST_GEMM=go asks for.
+func (p gemmPath) asm() bool { return gemmHaveAsm && p != pathGo }
+
+// wide reports whether it runs their AVX-512 versions first (asm too).
+func (p gemmPath) wide() bool { return gemmHaveAsm && p == pathAVX512 }
+
 // String returns the name MOEHOST_GEMM takes.
 func (p gemmPath) String() string {
 	switch p {

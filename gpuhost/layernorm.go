@@ -3,32 +3,31 @@ package gpuhost
 import "math"
 
 // The row pieces of layer_norm, forward and backward, in float64 as the
-// kernels in cpu_kernels.go need them. With asm set (the device's asm
-// field: AVX2 and FMA present), the whole runs of 8 go to the kernels in
+// kernels in cpu_kernels.go need them, split by rowRuns: on a path with
+// asm (AVX2 and FMA present), the whole runs of 8 go to the kernels in
 // layernorm_amd64.s and the tail to the Go loop, which is the whole row
-// otherwise; with wide set too (the device's wide field: the AVX-512
-// path), the whole runs of 16 go to layernorm512_amd64.s first and a run
-// of 8 left after them to the AVX2 kernel. The vector code adds in
-// another order, so sums differ from the Go loop's in the last bits of a
-// float64.
+// otherwise; on the AVX-512 path (wide), the whole runs of 16 go to
+// layernorm512_amd64.s first and a run of 8 left after them to the AVX2
+// kernel. The vector code adds in another order, so sums differ from the
+// Go loop's in the last bits of a float64.
 
-// rowRuns splits a row of n elements among the kernels: [0, n16) to the
-// AVX-512 one, [n16, n8) (empty or one run of 8) to the AVX2 one and
-// [n8, n) to Go.
-func rowRuns(n int, asm, wide bool) (n16, n8 int) {
-	if wide {
+// rowRuns splits a row of n elements among the kernels of path p: [0,
+// n16) to the AVX-512 one, [n16, n8) (empty or one run of 8) to the AVX2
+// one and [n8, n) to Go.
+func rowRuns(n int, p gemmPath) (n16, n8 int) {
+	if p.wide() {
 		n16 = n &^ 15
 	}
-	if asm {
+	if p.asm() {
 		n8 = n &^ 7
 	}
 	return n16, n8
 }
 
 // rowSum returns Σ x.
-func rowSum(x []float32, asm, wide bool) float64 {
+func rowSum(x []float32, p gemmPath) float64 {
 	var s float64
-	n16, n8 := rowRuns(len(x), asm, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		s = sumF64AVX512(&x[0], n16)
 	}
@@ -42,10 +41,10 @@ func rowSum(x []float32, asm, wide bool) float64 {
 }
 
 // addRowSum sets s = x + r in float32 and returns Σ s.
-func addRowSum(s, x, r []float32, asm, wide bool) float64 {
+func addRowSum(s, x, r []float32, p gemmPath) float64 {
 	s, r = s[:len(x)], r[:len(x)]
 	var sum float64
-	n16, n8 := rowRuns(len(x), asm, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		sum = addSumF64AVX512(&s[0], &x[0], &r[0], n16)
 	}
@@ -63,11 +62,11 @@ func addRowSum(s, x, r []float32, asm, wide bool) float64 {
 // normRow normalises x, whose elements sum to sum, into y =
 // (x − mean)·rstd·w + b with a second pass for the variance, so that a
 // large mean does not eat it, and returns mean and rstd. y may be x.
-func normRow(y, x, w, b []float32, eps, sum float64, asm, wide bool) (mean, rstd float64) {
+func normRow(y, x, w, b []float32, eps, sum float64, p gemmPath) (mean, rstd float64) {
 	h := float64(len(x))
 	m := sum / h
 	var q float64
-	n16, n8 := rowRuns(len(x), asm, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		q = sqDevF64AVX512(&x[0], n16, m)
 	}
@@ -94,10 +93,10 @@ func normRow(y, x, w, b []float32, eps, sum float64, asm, wide bool) (mean, rstd
 
 // normRowGrad sets gx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) for one row, with
 // ĝ = gy·w and x̂ = (x − mean)·rstd.
-func normRowGrad(gx, x, gy, w []float32, m, inv float64, asm, wide bool) {
+func normRowGrad(gx, x, gy, w []float32, m, inv float64, p gemmPath) {
 	gx, gy, w = gx[:len(x)], gy[:len(x)], w[:len(x)]
 	var sg, sgx float64
-	n16, n8 := rowRuns(len(x), asm, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		sg, sgx = lnBwdSumsAVX512(&x[0], &gy[0], &w[0], n16, m, inv)
 	}
@@ -129,9 +128,9 @@ func normRowGrad(gx, x, gy, w []float32, m, inv float64, asm, wide bool) {
 
 // normColsGrad adds one row's share of the weight and bias gradients:
 // sw += gy·x̂, sb += gy.
-func normColsGrad(sw, sb []float64, x, gy []float32, m, inv float64, asm, wide bool) {
+func normColsGrad(sw, sb []float64, x, gy []float32, m, inv float64, p gemmPath) {
 	sw, sb, gy = sw[:len(x)], sb[:len(x)], gy[:len(x)]
-	n16, n8 := rowRuns(len(x), asm, wide)
+	n16, n8 := rowRuns(len(x), p)
 	if n16 > 0 {
 		lnBwdColsAVX512(&sw[0], &sb[0], &x[0], &gy[0], n16, m, inv)
 	}

@@ -9,8 +9,8 @@ import (
 )
 
 // rowWidths returns the widths of the elementwise kernels this CPU and
-// build run, named by the GEMM paths that select them (setPath), best
-// first.
+// build run, named by the GEMM paths that select them (cpuDevice.path),
+// best first.
 func rowWidths() []gemmPath { return gemmPaths() }
 
 // widthDevice returns a device of threads goroutines on path p and its

@@ -49,18 +49,18 @@ type gradSet struct {
 
 // zeros allocates a gradient that the backward's kernels will write.
 func (s *gradSet) zeros(shape []int) (*Tensor, error) {
-	t, err := s.dev.Zeros(abi.DTypeFloat32, shape)
-	if err != nil {
-		return nil, err
-	}
-	t.stop = s.stop
-	return t, nil
+	return s.alloc(s.dev.Zeros, shape)
 }
 
 // scratch allocates a gradient that a kernel will overwrite whole (a GEMM
 // that does not accumulate), without clearing it first.
 func (s *gradSet) scratch(shape []int) (*Tensor, error) {
-	t, err := s.dev.allocDirty(abi.DTypeFloat32, shape)
+	return s.alloc(s.dev.allocDirty, shape)
+}
+
+// alloc allocates a gradient with alloc and gives it the backward's stop.
+func (s *gradSet) alloc(alloc func(abi.DType, []int) (*Tensor, error), shape []int) (*Tensor, error) {
+	t, err := alloc(abi.DTypeFloat32, shape)
 	if err != nil {
 		return nil, err
 	}
