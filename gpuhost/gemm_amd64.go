@@ -81,3 +81,10 @@ func prefetchRows16(rows int, src *float32, ldb, lines int)
 //
 //go:noescape
 func packA6x8(groups int, src *float32, lda int, dst *float32)
+
+// packA14x8 is packA6x8 for 14 rows (the AVX-512 kernel's panels):
+// dst[112g + 14k + r] = src[r·lda + 8g+k], and it also writes
+// dst[112·groups] and the value after. Implemented in gemm_amd64.s.
+//
+//go:noescape
+func packA14x8(groups int, src *float32, lda int, dst *float32)

@@ -88,7 +88,9 @@ func (kn *asmKernel) serial(bufs *gemmBufs, ta, tb bool, m, n, k int, a []float3
 	// The first A block packs B fuse columns at a time and, for a
 	// row-major b, prefetches the next chunk while it multiplies this
 	// one, if the A block and two chunks fit in L2. (Narrower chunks, so
-	// that m = 256 could prefetch too, measured 3% slower there.)
+	// that m = 256 could prefetch too, measured 3% slower there. A
+	// transposed b's next rows of W prefetched alike measured 1–3%
+	// slower on Zen 5.)
 	fuse := kn.fuseNC
 	prefetch := !tb && mcMax*kcMax+2*kcMax*fuse <= kn.pfL2
 	for jc := 0; jc < n; jc += kn.nc {
@@ -182,6 +184,19 @@ func packAAsm(dst, a []float32, lda int, ta bool, ic, pc, mc, kc, mr int) {
 			for kk := 8 * g; kk < kc; kk++ {
 				q := (*[asmMR]float32)(p[kk*asmMR:])
 				q[0], q[1], q[2], q[3], q[4], q[5] = r0[kk], r1[kk], r2[kk], r3[kk], r4[kk], r5[kk]
+			}
+		case rows == zmmMR && mr == zmmMR && gemmHaveAsm && gemmAB&8 == 0 && kc > 8:
+			// As the 6-row case: 8 k at a time, the rest below.
+			src := a[(ic+ir)*lda+pc:]
+			g := (kc - 1) / 8
+			_ = src[(zmmMR-1)*lda+8*g-1] // the assembly reads within a and p
+			_ = p[112*g+1]
+			packA14x8(g, &src[0], lda, &p[0])
+			for r := range zmmMR {
+				s := src[r*lda:][:kc]
+				for kk := 8 * g; kk < kc; kk++ {
+					p[kk*zmmMR+r] = s[kk]
+				}
 			}
 		case rows == mr && mr%2 == 0:
 			// Two rows at a time: mr/2 passes over a's rows.

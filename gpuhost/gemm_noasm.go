@@ -59,3 +59,8 @@ func prefetchRows16(rows int, src *float32, ldb, lines int) {
 func packA6x8(groups int, src *float32, lda int, dst *float32) {
 	panic("BUG: gpuhost: assembly GEMM packing called in a build without it")
 }
+
+// packA14x8 exists so that gemm_asm.go compiles; see gemmKernel6x16.
+func packA14x8(groups int, src *float32, lda int, dst *float32) {
+	panic("BUG: gpuhost: assembly GEMM packing called in a build without it")
+}

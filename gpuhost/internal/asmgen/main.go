@@ -2,7 +2,7 @@
 
 // Command asmgen writes gpuhost/gemm_amd64.s: the GEMM micro-kernels
 // (AVX2/FMA 6×16, AVX-512F 14×32) and their edge kernels for the last
-// rows of m, the B packing they share, the 6-row A packing, the B
+// rows of m, the B packing they share, the 6- and 14-row A packings, the B
 // prefetch, the few-row dot kernels (AVX2 and AVX-512F) and the FMA loop
 // of the kernel table.
 // The kernels are straight-line code unrolled by hand, so a small
@@ -84,6 +84,8 @@ func main() {
 	prefetchRows(p)
 	p("")
 	packA6(p)
+	p("")
+	packA14(p)
 	p("")
 	fmaPeak(p)
 	p("")
@@ -531,6 +533,78 @@ func packA6(p func(string, ...any)) {
 	p("\tRET")
 }
 
+// packA14 writes packA14x8, packA6x8 for the AVX-512 kernel's 14-high
+// panels: rows 8–13 by one 8×8 transpose whose last two rows are
+// don't-cares, stored first, 56 bytes apart at offset 32, so that each
+// store's two extra lanes fall on the next k's first two values; then
+// rows 0–7 by a second transpose, whose stores overwrite them. Packing
+// 14-high panels two rows at a time in Go was 13% of a 256×4096×1024
+// product.
+func packA14(p func(string, ...any)) {
+	p("// func packA14x8(groups int, src *float32, lda int, dst *float32)")
+	p("//")
+	p("// For g < groups, k < 8 and r < 14: dst[112g + 14k + r] = src[r·lda + 8g+k].")
+	p("// It also writes dst[112·groups] and dst[112·groups+1], which the caller")
+	p("// then overwrites.")
+	p("TEXT ·packA14x8(SB), NOSPLIT, $0-32")
+	p("\tMOVQ groups+0(FP), CX")
+	p("\tMOVQ src+8(FP), SI")
+	p("\tMOVQ lda+16(FP), R8")
+	p("\tMOVQ dst+24(FP), BX")
+	p("\tSHLQ $2, R8")
+	p("\tLEAQ (R8)(R8*2), R9") // 3·lda
+	// Row bases 4 rows apart: SI (rows 0–3), DI (4–7), DX (8–11), AX
+	// (12–13); and the next panel's, prefetched as this one is packed:
+	// R10 (rows 14–17), R11 (18–21), R12 (22–25), R13 (26–27).
+	p("\tLEAQ (SI)(R8*4), DI")
+	p("\tLEAQ (DI)(R8*4), DX")
+	p("\tLEAQ (DX)(R8*4), AX")
+	p("\tLEAQ (AX)(R8*2), R10")
+	p("\tLEAQ (R10)(R8*4), R11")
+	p("\tLEAQ (R11)(R8*4), R12")
+	p("\tLEAQ (R12)(R8*4), R13")
+	p("\tTESTQ CX, CX")
+	p("\tJZ a14done")
+	p("")
+	p("a14loop:")
+	four := func(b string) []string {
+		return []string{"(" + b + ")", "(" + b + ")(R8*1)", "(" + b + ")(R8*2)", "(" + b + ")(R9*1)"}
+	}
+	var next []string
+	for _, b := range []string{"R10", "R11", "R12"} {
+		next = append(next, four(b)...)
+	}
+	next = append(next, four("R13")[:2]...)
+	for _, a := range next {
+		p("\tPREFETCHT0 %s", a)
+	}
+	// Rows 8–13 into Y0–Y5 (Y6, Y7 are don't-cares).
+	for r, a := range append(four("DX"), four("AX")[:2]...) {
+		p("\tVMOVUPS %s, Y%d", a, r)
+	}
+	transpose8x8(p)
+	for kk := range 8 {
+		p("\tVMOVUPS Y%d, %d(BX)", 8+kk, kk*56+32)
+	}
+	for r, a := range append(four("SI"), four("DI")...) {
+		p("\tVMOVUPS %s, Y%d", a, r)
+	}
+	transpose8x8(p)
+	for kk := range 8 {
+		p("\tVMOVUPS Y%d, %d(BX)", 8+kk, kk*56)
+	}
+	for _, r := range []string{"SI", "DI", "DX", "AX", "R10", "R11", "R12", "R13"} {
+		p("\tADDQ $32, %s", r)
+	}
+	p("\tADDQ $448, BX")
+	p("\tDECQ CX")
+	p("\tJNZ a14loop")
+	p("")
+	p("a14done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+}
+
 // transpose8x8 emits the transpose of the 8×8 floats in Y0–Y7 (row r in
 // Yr) into Y8–Y15 (column c in Y8+c), by unpacks, shuffles and lane
 // permutes; Y0–Y7 are overwritten. packBTrans16 and packA6x8 share it.
@@ -559,28 +633,37 @@ func transpose8x8(p func(string, ...any)) {
 // store competes. Its rate is the core's FMA ceiling, against which the
 // kernel table (make bench-kernels) shows each GEMM.
 func fmaPeak(p func(string, ...any)) {
-	p("// func fmaPeak8x12(n int)")
-	p("//")
-	p("// Runs n groups of 12 independent 8-lane FMAs on registers. Needs AVX2")
-	p("// and FMA.")
-	p("TEXT ·fmaPeak8x12(SB), NOSPLIT, $0-8")
-	p("\tMOVQ n+0(FP), CX")
-	for r := range 14 {
-		p("\tVXORPS Y%d, Y%d, Y%d", r, r, r)
+	for _, f := range []struct {
+		name, reg, isa, xor string
+		lanes               int
+	}{
+		{"fmaPeak8x12", "Y", "AVX2 and FMA", "VXORPS", 8},
+		{"fmaPeak16x12", "Z", "AVX-512F", "VPXORD", 16},
+	} {
+		p("// func %s(n int)", f.name)
+		p("//")
+		p("// Runs n groups of 12 independent %d-lane FMAs on registers. Needs", f.lanes)
+		p("// %s.", f.isa)
+		p("TEXT ·%s(SB), NOSPLIT, $0-8", f.name)
+		p("\tMOVQ n+0(FP), CX")
+		for r := range 14 {
+			p("\t%s %s%d, %s%d, %s%d", f.xor, f.reg, r, f.reg, r, f.reg, r)
+		}
+		p("\tTESTQ CX, CX")
+		p("\tJZ %sdone", f.name)
+		p("")
+		p("%sloop:", f.name)
+		for r := range 12 {
+			p("\tVFMADD231PS %s12, %s13, %s%d", f.reg, f.reg, f.reg, r)
+		}
+		p("\tDECQ CX")
+		p("\tJNZ %sloop", f.name)
+		p("")
+		p("%sdone:", f.name)
+		p("\tVZEROUPPER")
+		p("\tRET")
+		p("")
 	}
-	p("\tTESTQ CX, CX")
-	p("\tJZ fdone")
-	p("")
-	p("floop:")
-	for r := range 12 {
-		p("\tVFMADD231PS Y12, Y13, Y%d", r)
-	}
-	p("\tDECQ CX")
-	p("\tJNZ floop")
-	p("")
-	p("fdone:")
-	p("\tVZEROUPPER")
-	p("\tRET")
 }
 
 // dot512 writes gemmDot4x6, dot's kernel at the AVX-512 width: 24 dot
