@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 )
@@ -35,6 +36,11 @@ func SmallRequests() connect.HandlerOption { return readLimit(smallMessageBytes)
 // errInflateCap is what a cappedGzip returns past its cap.
 var errInflateCap = errors.New("the message inflates past the server's size limit")
 
+// inflated counts the bytes every cappedGzip has produced, so that a test
+// can check how far a bomb was inflated by bytes rather than by CPU time,
+// which a loaded machine and the race detector stretch tenfold.
+var inflated atomic.Int64
+
 // cappedGzip is a gzip reader that yields at most max bytes per message
 // and then fails with errInflateCap.
 type cappedGzip struct {
@@ -59,6 +65,7 @@ func (c *cappedGzip) Read(p []byte) (int, error) {
 	}
 	n, err := c.zr.Read(p)
 	c.left -= int64(n)
+	inflated.Add(int64(n))
 	return n, err
 }
 
