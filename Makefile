@@ -187,11 +187,19 @@ bench-startup: ## `moehost serve` from exec to Ready (wall and CPU, p50 and min 
 bench-frontdoor: ## What compiling a tenant's upload costs another tenant: alice's Forward p50/p99/worst during mallory's uploads of the 1.9 MB Go ffn, interleaved with quiet windows of the same length (a few minutes)
 	$(GO) test -run '^$$' -bench ForwardDuringCompile -benchtime 6x ./tests/
 
+# OpenBLAS picks its best kernel for the CPU at load time unless
+# OPENBLAS_CORETYPE names one; some machines set it (and OPENBLAS_L2_SIZE)
+# in the environment for older builds, which pins OpenBLAS to a slower
+# kernel (Haswell's AVX2 on an AVX-512 Zen 5). The comparisons drop both so
+# that OpenBLAS runs at its best, and print the kernel it chose; set
+# OPENBLAS_BENCH_ENV= to keep the environment's.
+OPENBLAS_BENCH_ENV ?= env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
+
 .PHONY: bench-kernels
 bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (installs libopenblas-dev if missing)
 	@dpkg -s libopenblas-dev >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libopenblas-dev; }
 	$(GO) test -c -tags openblas -o $(BIN)/gpuhost-openblas.test ./gpuhost/
-	$(BIN)/gpuhost-openblas.test -test.run '^TestKernelTable$$' -kerneltable
+	$(OPENBLAS_BENCH_ENV) $(BIN)/gpuhost-openblas.test -test.run '^TestKernelTable$$' -kerneltable
 
 # Debian's python3-torch: its interpreter, not a virtualenv's or pyenv's.
 TORCH_PYTHON ?= /usr/bin/python3
@@ -201,7 +209,7 @@ bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against Py
 	@# libopenblas0-pthread: without it Debian's torch runs on the reference BLAS (about 7 GFLOP/s).
 	@dpkg -s python3-torch libopenblas0-pthread >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y python3-torch libopenblas0-pthread; }
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
-	$(BIN)/moehost bench --compare --python $(TORCH_PYTHON) --torch-script scripts/bench_torch_ffn.py \
+	$(OPENBLAS_BENCH_ENV) $(BIN)/moehost bench --compare --python $(TORCH_PYTHON) --torch-script scripts/bench_torch_ffn.py \
 	  --hidden-dim 1024 --batch 256 --threads 2 --rounds 5 --seconds 3s --data-dir $(CURDIR)/.tmp/bench-compare
 
 # Debian's interpreter, where python3-torch and python3-grpcio live.

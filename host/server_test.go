@@ -73,7 +73,9 @@ func TestMain(m *testing.M) {
 		),
 	)
 	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		// Generous: under -race on a loaded 2-core machine the ffn's
+		// _initialize alone has taken over two minutes.
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 		err = srv.Start(ctx)
 		cancel()
 	}

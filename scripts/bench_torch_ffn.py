@@ -57,6 +57,31 @@ def gemm_gflops(seconds=1.0, n=1024):
             return 2 * n**3 * k / el / 1e9
 
 
+def blas_name():
+    """The BLAS this process's torch calls, as OpenBLAS names itself.
+
+    OpenBLAS picks its kernel per CPU at load time, and OPENBLAS_CORETYPE
+    in the environment overrides it (some machines pin Haswell's AVX2
+    kernel even on AVX-512 CPUs), so the table must say which one ran.
+    """
+    import ctypes
+    paths = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            f = line.split()
+            if len(f) >= 6 and "blas" in f[-1] and ".so" in f[-1] and f[-1] not in paths:
+                paths.append(f[-1])
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+            core, config = lib.openblas_get_corename, lib.openblas_get_config
+        except (OSError, AttributeError):
+            continue
+        core.restype = config.restype = ctypes.c_char_p
+        return f"OpenBLAS {core().decode()} kernel ({config().decode()})"
+    return "not OpenBLAS: " + (", ".join(paths) or "no BLAS library mapped")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hidden", type=int, default=1024)
@@ -117,7 +142,7 @@ def main():
     if args.once:
         one(args.seconds)
         return
-    print(json.dumps({"ready": True, "torch": torch.__version__, "gemm_gflops": gemm_gflops()}), flush=True)
+    print(json.dumps({"ready": True, "torch": torch.__version__, "gemm_gflops": gemm_gflops(), "blas": blas_name()}), flush=True)
     for line in sys.stdin:
         parts = line.split()
         if not parts:

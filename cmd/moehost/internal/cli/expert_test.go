@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -68,8 +69,12 @@ func TestExpertNewBuildForward(t *testing.T) {
 	}
 
 	ctx := context.Background()
+	// A Go-built module takes a 2-core machine tens of seconds to compile,
+	// and make test runs the race tests beside this one: the compile may
+	// take longer than the 2-minute default without anything being wrong.
+	slowCompile := host.WithGuestLimits(host.GuestLimits{Module: host.ModuleLimits{CompileTimeout: 8 * time.Minute}})
 	startWith := func(wasm []byte, config map[string]int64) (*host.Server, error) {
-		srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()), host.WithoutDHT(),
+		srv, err := host.New(slowCompile, host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()), host.WithoutDHT(),
 			host.WithCheckpoints(host.CheckpointConfig{Disabled: true}),
 			host.WithExperts(host.ExpertConfig{UID: "lin.0", Module: host.ModuleBytes(wasm), Config: config}))
 		if err != nil {

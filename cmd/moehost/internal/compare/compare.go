@@ -81,7 +81,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Result, error) {
 		}
 		defer torch.close()
 		res.TorchVersion, res.TorchGEMM = torch.version, torch.gemm
-		fmt.Fprintf(progress, "torch %s GEMM (1024², float32): %.1f GFLOP/s\n", torch.version, torch.gemm)
+		fmt.Fprintf(progress, "torch %s GEMM (1024², float32): %.1f GFLOP/s on %s\n", torch.version, torch.gemm, torch.blas)
 		if torch.gemm < cfg.MinTorchGFLOPS {
 			return res, fmt.Errorf("torch's GEMM runs at %.1f GFLOP/s, below the floor of %.0f: torch is on a slow BLAS (install libopenblas0-pthread), and the comparison would flatter moehost", torch.gemm, cfg.MinTorchGFLOPS)
 		}
@@ -298,6 +298,7 @@ type torchProc struct {
 	out     *bufio.Scanner
 	version string
 	gemm    float64 // GFLOP/s
+	blas    string  // the BLAS torch's GEMM ran on, and its kernel
 }
 
 func startTorch(ctx context.Context, cfg Config) (*torchProc, error) {
@@ -320,12 +321,13 @@ func startTorch(ctx context.Context, cfg Config) (*torchProc, error) {
 		Ready bool    `json:"ready"`
 		Torch string  `json:"torch"`
 		GEMM  float64 `json:"gemm_gflops"`
+		BLAS  string  `json:"blas"`
 	}
 	if err := p.read(&hello); err != nil || !hello.Ready {
 		p.close()
 		return nil, fmt.Errorf("torch script did not start: %v", err)
 	}
-	p.version, p.gemm = hello.Torch, hello.GEMM
+	p.version, p.gemm, p.blas = hello.Torch, hello.GEMM, hello.BLAS
 	return p, nil
 }
 
