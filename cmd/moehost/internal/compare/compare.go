@@ -64,6 +64,7 @@ type Result struct {
 	Torch, TorchScript, InProc, RPC []Rates
 	TorchVersion                    string
 	TorchGEMM                       float64 // GFLOP/s of torch's 1024² float32 GEMM
+	TorchBLAS                       string  // the BLAS and kernel that GEMM ran on
 }
 
 // Run measures cfg.Rounds rounds. progress, when not nil, gets a line per
@@ -80,7 +81,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (Result, error) {
 			return res, err
 		}
 		defer torch.close()
-		res.TorchVersion, res.TorchGEMM = torch.version, torch.gemm
+		res.TorchVersion, res.TorchGEMM, res.TorchBLAS = torch.version, torch.gemm, torch.blas
 		fmt.Fprintf(progress, "torch %s GEMM (1024², float32): %.1f GFLOP/s on %s\n", torch.version, torch.gemm, torch.blas)
 		if torch.gemm < cfg.MinTorchGFLOPS {
 			return res, fmt.Errorf("torch's GEMM runs at %.1f GFLOP/s, below the floor of %.0f: torch is on a slow BLAS (install libopenblas0-pthread), and the comparison would flatter moehost", torch.gemm, cfg.MinTorchGFLOPS)
@@ -405,7 +406,7 @@ func (res Result) Table() string {
 			best(rs, bwd), ratio(rs, res.Torch, bwd), spread(rs, bwd), ratio(rs, res.TorchScript, bwd))
 	}
 	if len(res.Torch) > 0 {
-		row(fmt.Sprintf("PyTorch eager %s (in-process; GEMM %.0f GFLOP/s)", res.TorchVersion, res.TorchGEMM), res.Torch)
+		row(fmt.Sprintf("PyTorch eager %s (in-process; GEMM %.0f GFLOP/s on %s)", res.TorchVersion, res.TorchGEMM, res.TorchBLAS), res.Torch)
 		row("PyTorch torch.jit.script (in-process)", res.TorchScript)
 	}
 	row("moehost in-process", res.InProc)
