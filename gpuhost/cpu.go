@@ -19,10 +19,14 @@ type cpuDevice struct {
 	// minWork is the GEMM size (m·n·k) per extra goroutine; tests lower
 	// it to exercise the split paths on small matrices.
 	minWork int
-	// path is the GEMM kernel (defaultPath; tests set each one), and
-	// picks the elementwise kernels of the same width (gemmPath.asm,
-	// gemmPath.wide).
+	// path is the GEMM kernel (tests set each one), and picks the
+	// elementwise kernels of the same width (gemmPath.asm,
+	// gemmPath.wide); read it with kpath.
 	path gemmPath
+	// pathOf, when set, gives the path instead (NewCPU's defaultPath):
+	// the AVX-512 kernel's check then runs beside the server's start,
+	// and only the device's first kernel waits for it.
+	pathOf func() gemmPath
 	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
 	sgemm  func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
 	packMu sync.Mutex
@@ -40,11 +44,23 @@ func NewCPU(threads int, opts ...DeviceOption) Device {
 	for _, o := range opts {
 		o.applyDevice(&cfg)
 	}
-	p := defaultPath()
-	d := cpuOnPath(threads, p)
+	// The check of the best path (verifiedAVX512) takes 10–20 ms of
+	// first-touch faults on a VM, while the server compiles its modules
+	// and reads its checkpoints: it runs meanwhile, on another core.
+	go defaultPath()
+	d := cpuOnPath(threads, pathGo)
+	d.pathOf = defaultPath
 	d.mem.ceiling = cfg.ceiling
 	d.mem.exact = cfg.exactPool || os.Getenv(benchenv.ExactPool) == "1"
 	return d
+}
+
+// kpath returns the device's GEMM path.
+func (d *cpuDevice) kpath() gemmPath {
+	if d.pathOf != nil {
+		return d.pathOf()
+	}
+	return d.path
 }
 
 // cpuOnPath returns a bare device of threads goroutines on path p.

@@ -65,7 +65,7 @@ func (d *cpuDevice) addRepeat(dst, src, small *Tensor) error {
 			off := lo % ns
 			end := min(hi, lo-off+ns)
 			oo, xx, ss := o[lo:end], x[lo:end], s[off:off+end-lo]
-			n16, n8 := rowRuns(len(ss), d.path)
+			n16, n8 := rowRuns(len(ss), d.kpath())
 			if n16 > 0 {
 				addF32AVX512(&oo[0], &xx[0], &ss[0], n16)
 			}
@@ -116,7 +116,7 @@ func (d *cpuDevice) geluForward(y, x *Tensor) error {
 	o, in := y.f32(), x.f32()
 	return d.parallelFor(y.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx := o[lo:hi], in[lo:hi]
-		done := geluForwardVec(oo, xx, d.path)
+		done := geluForwardVec(oo, xx, d.kpath())
 		geluForward32(oo[done:], xx[done:])
 	})
 }
@@ -127,7 +127,7 @@ func (d *cpuDevice) geluBackward(gx, x, gy *Tensor) error {
 	o, in, g := gx.f32(), x.f32(), gy.f32()
 	return d.parallelFor(gx.stop, len(in), grainTanh, func(lo, hi int) {
 		oo, xx, gg := o[lo:hi], in[lo:hi], g[lo:hi]
-		done := geluBackwardVec(oo, xx, gg, d.path)
+		done := geluBackwardVec(oo, xx, gg, d.kpath())
 		geluBackward32(oo[done:], xx[done:], gg[done:])
 	})
 }
@@ -225,7 +225,7 @@ func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps f
 			}
 			off := r * h % len(rr)
 			xr, rsd := in[r*h:(r+1)*h], rr[off:off+h]
-			m, inv := normRow(or, sr, ww, bb, eps, addRowSum(sr, xr, rsd, d.path), d.path)
+			m, inv := normRow(or, sr, ww, bb, eps, addRowSum(sr, xr, rsd, d.kpath()), d.kpath())
 			mu[r], rs[r] = float32(m), float32(inv)
 		}
 	})
@@ -234,7 +234,7 @@ func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps f
 // layerNormRow normalises one row, y = (x − mean)·rstd·w + b, and returns
 // its mean and rstd. y may be x.
 func (d *cpuDevice) layerNormRow(y, x, w, b []float32, eps float64) (mean, rstd float64) {
-	return normRow(y, x, w, b, eps, rowSum(x, d.path), d.path)
+	return normRow(y, x, w, b, eps, rowSum(x, d.kpath()), d.kpath())
 }
 
 // layerNormBackward implements kernels.layerNormBackward:
@@ -249,7 +249,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		o := gx.f32()
 		if err := d.parallelFor(gx.stop, rows, max(1, grainCheap/h), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				normRowGrad(o[r*h:(r+1)*h], in[r*h:(r+1)*h], g[r*h:(r+1)*h], ww, float64(mu[r]), float64(rs[r]), d.path)
+				normRowGrad(o[r*h:(r+1)*h], in[r*h:(r+1)*h], g[r*h:(r+1)*h], ww, float64(mu[r]), float64(rs[r]), d.kpath())
 			}
 		}); err != nil {
 			return err
@@ -263,7 +263,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		sw := make([]float64, hi-lo)
 		sb := make([]float64, hi-lo)
 		for r := range rows {
-			normColsGrad(sw, sb, in[r*h+lo:r*h+hi], g[r*h+lo:r*h+hi], float64(mu[r]), float64(rs[r]), d.path)
+			normColsGrad(sw, sb, in[r*h+lo:r*h+hi], g[r*h+lo:r*h+hi], float64(mu[r]), float64(rs[r]), d.kpath())
 		}
 		if gw != nil {
 			o := gw.f32()[lo:hi]
@@ -331,7 +331,7 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 	bc2s := float32(math.Sqrt(c.bc2))
 	eps := float32(c.eps)
 	var lanes *adamLanes
-	if d.path.asm() && !c.decoupled {
+	if d.kpath().asm() && !c.decoupled {
 		lanes = new(adamLanes)
 		for i, v := range []float32{scale, wd, w1, b2, w2, step, bc2s, eps} {
 			lanes[i] = [8]float32{v, v, v, v, v, v, v, v}
@@ -341,7 +341,7 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 		ps, gs, ms, vs := pp[lo:hi], gg[lo:hi], mm[lo:hi], vv[lo:hi]
 		gs, ms, vs = gs[:len(ps)], ms[:len(ps)], vs[:len(ps)]
 		if lanes != nil {
-			done := adamVec(ps, gs, ms, vs, lanes, wd != 0, d.path)
+			done := adamVec(ps, gs, ms, vs, lanes, wd != 0, d.kpath())
 			ps, gs, ms, vs = ps[done:], gs[done:], ms[done:], vs[done:]
 		}
 		for i, pv := range ps {

@@ -170,14 +170,14 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 			}
 			// The vector exponentials take contiguous rows whose max is
 			// finite (NaN and ±Inf keep the Go arithmetic's results).
-			vec := d.path.asm() && inner == 1 && !math.IsInf(m, 0) && !math.IsNaN(m)
+			vec := d.kpath().asm() && inner == 1 && !math.IsInf(m, 0) && !math.IsNaN(m)
 			var s float64
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(y.stop) {
 					return
 				}
 				if vec {
-					s += expSum(in[base+j0:base+min(dim, j0+rowStep)], m, d.path)
+					s += expSum(in[base+j0:base+min(dim, j0+rowStep)], m, d.kpath())
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -202,7 +202,7 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					expScale(o[base+j0:j1], in[base+j0:j1], m, s, d.path)
+					expScale(o[base+j0:j1], in[base+j0:j1], m, s, d.kpath())
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -286,7 +286,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 			base := (r/inner)*dim*inner + r%inner
 			// Contiguous softmax rows take the vector kernels (log-softmax's
 			// e^y stays in Go).
-			vec := d.path.asm() && inner == 1 && !log
+			vec := d.kpath().asm() && inner == 1 && !log
 			var s float64
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(gx.stop) {
@@ -294,7 +294,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					s += dotF64(g[base+j0:j1], out[base+j0:j1], d.path)
+					s += dotF64(g[base+j0:j1], out[base+j0:j1], d.kpath())
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -312,7 +312,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					softmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s, d.path)
+					softmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s, d.kpath())
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {

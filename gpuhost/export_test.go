@@ -16,7 +16,7 @@ func NewCPUOnPath(threads int, path string) Device {
 	d := NewCPU(threads).(*cpuDevice)
 	for _, p := range gemmPaths() {
 		if p.String() == path {
-			d.path = p
+			d.path, d.pathOf = p, nil
 		}
 	}
 	d.minWork = 1

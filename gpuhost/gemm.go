@@ -132,7 +132,7 @@ func (d *cpuDevice) linearGelu(m, n, k int, x, w, bias, y, pre *Tensor) error {
 		}
 		return d.geluForward(y, pre)
 	}
-	ep := epilogue{bias: bs, gelu: true, path: d.path}
+	ep := epilogue{bias: bs, gelu: true, path: d.kpath()}
 	d.gemmEpi(y.stop, false, true, m, n, k, x.f32(), w.f32(), y.f32(), false, ep)
 	if stopped(y.stop) {
 		return errStopped
@@ -158,7 +158,7 @@ func (d *cpuDevice) gemmEpi(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b
 	if m <= 0 || n <= 0 {
 		return
 	}
-	if k <= 0 || d.sgemm != nil || d.path == pathGo || m*n*k <= gemmTinyWork {
+	if k <= 0 || d.sgemm != nil || d.kpath() == pathGo || m*n*k <= gemmTinyWork {
 		// Paths without an epilogue: a second pass.
 		switch {
 		case k <= 0 && !acc:
@@ -233,7 +233,7 @@ func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a,
 		return
 	}
 	mr, nr := goMR, goNR
-	switch d.path {
+	switch d.kpath() {
 	case pathAVX2:
 		mr, nr = asmMR, asmNR
 	case pathAVX512:
@@ -289,13 +289,13 @@ func (d *cpuDevice) gemmSerial(stop <-chan struct{}, ta, tb bool, m, n, k int, a
 		bufs.stop = nil
 		d.putBufs(bufs)
 	}()
-	if d.path != pathGo && !ta && tb && m <= dotMaxM {
-		gemmDotSerial(d.path == pathAVX512, m, n, k, a, lda, b, ldb, c, ldc, acc, ep.bias)
+	if d.kpath() != pathGo && !ta && tb && m <= dotMaxM {
+		gemmDotSerial(d.kpath() == pathAVX512, m, n, k, a, lda, b, ldb, c, ldc, acc, ep.bias)
 		ep.bias = nil // added
 		ep.apply(c, m, n, ldc)
 		return
 	}
-	switch d.path {
+	switch d.kpath() {
 	case pathAVX2:
 		gemmSerialAsm(bufs, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, ep)
 		return

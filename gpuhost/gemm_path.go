@@ -86,67 +86,106 @@ func pathFromEnv(v string) (gemmPath, error) {
 	return best, fmt.Errorf("%s=%q: not a GEMM path this CPU and build run (have %v)", benchenv.GEMM, v, gemmPaths())
 }
 
-// verifiedAVX512 runs a small GEMM of each transpose on the AVX-512 path
-// against the Go path, once, and reports whether every one agrees. The
-// kernel is generated code that some sessions' machines cannot execute;
-// a wrong result must cost a log line and the AVX2 path, never a wrong
-// answer to a caller.
+// verifiedAVX512 runs small GEMMs of each transpose on the AVX-512 path
+// against a float64 reference, once, and reports whether every one agrees.
+// The kernel is generated code that some sessions' machines cannot
+// execute; a wrong result must cost a log line and the AVX2 path, never a
+// wrong answer to a caller.
 var verifiedAVX512 = sync.OnceValue(func() bool {
 	if !gemmHaveAVX512 {
 		return false
 	}
-	if err := checkAgainstGo(cpuOnPath(1, pathAVX512)); err != nil {
-		log.Printf("gpuhost: the AVX-512 GEMM disagrees with the Go GEMM (%v); using AVX2", err)
+	if err := checkGemm(cpuOnPath(1, pathAVX512)); err != nil {
+		log.Printf("gpuhost: the AVX-512 GEMM disagrees with a float64 reference (%v); using AVX2", err)
 		return false
 	}
 	return true
 })
 
-// checkAgainstGo compares dev's GEMM with pathGo's on small products that
-// cover full and edge tiles, more than one k block, both transposes,
-// accumulation and the bias epilogue.
-func checkAgainstGo(dev *cpuDevice) error {
+// checkGemm compares dev's GEMM with a float64 reference on small products
+// that cover full and edge tiles, more than one k block, both transposes,
+// accumulation and the bias epilogue. It runs in every server's start, so
+// each shape has one reference product, which the transpose and
+// accumulation cases lay out differently (a Go GEMM per case cost 4 times
+// as much).
+func checkGemm(dev *cpuDevice) error {
 	// m above dotMaxM, so that x·Wᵀ runs on the kernel too, and one at
 	// most dotMaxM, on the dot kernel: a partial block of rows, of W's
 	// rows (53) and a k that is no multiple of 16.
 	for _, s := range []struct{ m, n, k int }{{dotMaxM + 13, 53, 300}, {5, 53, 300}} {
-		if err := checkGemmAgainstGo(dev, s.m, s.n, s.k); err != nil {
+		if err := checkGemmShape(dev, s.m, s.n, s.k); err != nil {
 			return fmt.Errorf("m=%d n=%d k=%d: %w", s.m, s.n, s.k, err)
 		}
 	}
 	return nil
 }
 
-// checkGemmAgainstGo is checkAgainstGo for one m×n×k product.
-func checkGemmAgainstGo(dev *cpuDevice, m, n, k int) error {
-	a, b, c0 := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+// checkGemmShape is checkGemm for one m×n×k product C0 + A·B (+ bias),
+// with A and B stored as each transpose case reads them.
+func checkGemmShape(dev *cpuDevice, m, n, k int) error {
+	a, b, c0, bias := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n), make([]float32, n)
 	// A cheap deterministic fill in [-1, 1): no math/rand in the library.
 	x := uint32(12345)
-	for _, s := range [][]float32{a, b, c0} {
+	for _, s := range [][]float32{a, b, c0, bias} {
 		for i := range s {
 			x = x*1664525 + 1013904223
 			s[i] = float32(x>>8)/(1<<23) - 1
 		}
 	}
-	ref := &cpuDevice{threads: 1, minWork: gemmMinWork, path: pathGo}
-	bias := a[:n]
+	// ab is A·B, with A m×k and B k×n row-major, in float64.
+	ab := make([]float64, m*n)
+	for i := range m {
+		out := ab[i*n : i*n+n]
+		for p := range k {
+			av := float64(a[i*k+p])
+			for j, bv := range b[p*n : p*n+n] {
+				out[j] += av * float64(bv)
+			}
+		}
+	}
+	at, bt := transposed(a, m, k), transposed(b, k, n)
+	got := make([]float32, m*n)
 	for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+		sa, sb := a, b
+		if tr[0] {
+			sa = at
+		}
+		if tr[1] {
+			sb = bt
+		}
 		for _, acc := range []bool{false, true} {
-			want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
+			copy(got, c0)
 			var bb []float32
 			if acc && tr[1] {
 				bb = bias // linear's case: x·Wᵀ + bias
 			}
-			ref.gemmStop(nil, tr[0], tr[1], m, n, k, a, b, want, acc, bb)
-			dev.gemmStop(nil, tr[0], tr[1], m, n, k, a, b, got, acc, bb)
-			for i, w := range want {
-				// Both sum 300 products of values below 1 in float32, in
-				// different orders: they differ by a few ulps of the sum.
-				if d := got[i] - w; !(d < 1e-3 && d > -1e-3) {
-					return fmt.Errorf("ta=%t tb=%t acc=%t: c[%d] = %g, want %g", tr[0], tr[1], acc, i, got[i], w)
+			dev.gemmStop(nil, tr[0], tr[1], m, n, k, sa, sb, got, acc, bb)
+			for i, g := range got {
+				w := ab[i]
+				if acc {
+					w += float64(c0[i])
+				}
+				if bb != nil {
+					w += float64(bb[i%n])
+				}
+				// A float32 sum of 300 products of values below 1 is a
+				// few ulps of the sum off the float64 one.
+				if d := float64(g) - w; !(d < 1e-3 && d > -1e-3) {
+					return fmt.Errorf("ta=%t tb=%t acc=%t: c[%d] = %g, want %g", tr[0], tr[1], acc, i, g, w)
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// transposed returns the c×r transpose of the r×c row-major s.
+func transposed(s []float32, r, c int) []float32 {
+	t := make([]float32, len(s))
+	for i := range r {
+		for j := range c {
+			t[j*r+i] = s[i*c+j]
+		}
+	}
+	return t
 }

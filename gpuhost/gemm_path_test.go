@@ -58,12 +58,12 @@ func TestGemmPathFromEnv(t *testing.T) {
 	t.Logf("%s=%s: new devices run %v; this CPU and build run %v", benchenv.GEMM, v, want, gemmPaths())
 }
 
-// TestCheckAgainstGo checks the first-use check that guards the AVX-512
+// TestCheckGemm checks the first-use check that guards the AVX-512
 // kernel: every path this CPU runs passes it, and a GEMM that is wrong in
 // one element of one case fails it.
-func TestCheckAgainstGo(t *testing.T) {
+func TestCheckGemm(t *testing.T) {
 	for _, p := range gemmPaths() {
-		if err := checkAgainstGo(cpuOnPath(1, p)); err != nil {
+		if err := checkGemm(cpuOnPath(1, p)); err != nil {
 			t.Errorf("%v: %v", p, err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestCheckAgainstGo(t *testing.T) {
 			c[m*n-1] += 0.01
 		}
 	}
-	if err := checkAgainstGo(bad); err == nil {
+	if err := checkGemm(bad); err == nil {
 		t.Error("a GEMM off by 0.01 in one element passed the check")
 	}
 }

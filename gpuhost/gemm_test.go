@@ -83,7 +83,7 @@ func gemmVariants(t testing.TB) []gemmVariant {
 // device returns a CPU device on v's path that splits even small products.
 func (v gemmVariant) device() *cpuDevice {
 	d := NewCPU(v.threads).(*cpuDevice)
-	d.path = v.path
+	d.path, d.pathOf = v.path, nil
 	d.minWork = 1
 	return d
 }
