@@ -20,6 +20,7 @@ import (
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
 	"github.com/moehost/moehost/host/checkpoint"
+	"github.com/moehost/moehost/modules"
 	"github.com/moehost/moehost/sdk/client"
 )
 
@@ -27,12 +28,18 @@ import (
 // module with hidden_dim h.
 func ckptServer(t *testing.T, dir string, wasm []byte, h int64, ck host.CheckpointConfig, extra ...host.Option) (*host.Server, error) {
 	t.Helper()
+	return ckptServerOf(t, dir, host.ModuleBytes(wasm), h, ck, extra...)
+}
+
+// ckptServerOf is ckptServer for any module source.
+func ckptServerOf(t *testing.T, dir string, src host.ModuleSource, h int64, ck host.CheckpointConfig, extra ...host.Option) (*host.Server, error) {
+	t.Helper()
 	ck.Dir = dir
 	opts := append([]host.Option{
 		host.WithListen("127.0.0.1:*"),
 		host.WithDataDir(t.TempDir()),
 		host.WithOptimizer(host.OptimizerConfig{Name: "adam", LR: 0.01}),
-		host.WithExperts(host.ExpertConfig{UID: "ffn.0", Module: host.ModuleBytes(wasm), Config: map[string]int64{"hidden_dim": h}}),
+		host.WithExperts(host.ExpertConfig{UID: "ffn.0", Module: src, Config: map[string]int64{"hidden_dim": h}}),
 		host.WithCheckpoints(ck),
 		host.WithUpdatePeriod(time.Hour),
 	}, extra...)
@@ -183,6 +190,22 @@ func TestCheckpointRefusals(t *testing.T) {
 			if d := got[i] - want[i]; d > 1e-5 || d < -1e-5 {
 				t.Fatalf("ffn-c with ffn's checkpoint: %v, want %v", got, want)
 			}
+		}
+	})
+	t.Run("twin", func(t *testing.T) {
+		// The C build declares the Go build its twin: it restores the
+		// checkpoint without --allow-module-change, and serves the same
+		// bytes.
+		src := host.ModuleBytes(wasmexperts.FFNC).RestoresCheckpointsOf(modules.Digest(wasmexperts.FFN))
+		srv, err := ckptServerOf(t, dir, src, h, host.CheckpointConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Shutdown(ctx)
+		c := client.New(srv.Addr())
+		defer c.Close()
+		if got := forward(t, c, h); !slices.Equal(got, want) {
+			t.Fatalf("ffn-c restoring ffn's checkpoint: %v, want %v", got, want)
 		}
 	})
 	t.Run("shape", func(t *testing.T) {

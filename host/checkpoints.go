@@ -106,7 +106,7 @@ func (e *expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange boo
 	}
 	if !allowChange {
 		// The shapes match, so --allow-module-change can help here.
-		if c.ModuleDigest != e.guest.digest() {
+		if c.ModuleDigest != e.guest.digest() && !slices.Contains(e.guest.restores, c.ModuleDigest) {
 			return fmt.Errorf("%w: %w: %q step %d was saved by module %s, but the expert runs %s; the parameters' names and shapes match, so a rebuilt module may restore it with --allow-module-change",
 				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, c.ModuleDigest, e.guest.digest())
 		}

@@ -406,6 +406,7 @@ func (s *Server) load(ctx context.Context, l *loader, ec ExpertConfig) (e *exper
 	}
 	made = true
 	e.guest.share, e.guest.compiledKey, e.guest.unpin = share, key, pin.unpin
+	e.guest.restores = ec.Module.restores
 	e.tenancy.owner, e.tenancy.forward, e.tenancy.backward = ec.Owner, ec.ForwardAccess, ec.BackwardAccess
 	e.trainer.configure(optCfg)
 	// The expert's parameters are restored or drawn without the lock:

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -208,6 +209,9 @@ type ModuleSource struct {
 	data   []byte
 	digest string
 	name   string // for logs, with data
+	// restores are the digests of other modules whose checkpoints this
+	// one restores as its own (RestoresCheckpointsOf).
+	restores []string
 }
 
 // ModuleFile reads the module from a .wasm file.
@@ -225,6 +229,18 @@ func NamedModuleBytes(name string, wasm []byte) ModuleSource {
 // ModuleDigest takes the module with the given digest ("sha256:<hex>")
 // from the module store in the data dir.
 func ModuleDigest(digest string) ModuleSource { return ModuleSource{digest: digest} }
+
+// RestoresCheckpointsOf returns m, restoring the checkpoints saved by the
+// modules with these digests as if it had saved them: for builds of one
+// expert whose parameters and outputs are bitwise equal (the built-in ffn
+// in C and in Go), so that switching between them keeps an expert's
+// trained state without --allow-module-change, which would take any
+// module of the same shapes. Parameter names and shapes are checked as
+// always.
+func (m ModuleSource) RestoresCheckpointsOf(digests ...string) ModuleSource {
+	m.restores = append(slices.Clip(m.restores), digests...)
+	return m
+}
 
 // String names the module for logs and errors: its file, "built-in
 // bytes", or its digest.

@@ -36,6 +36,9 @@ type guest struct {
 	// callTimeout is the instances' CallTimeout, the unit of quarantine
 	// and the bound of a tape's backward.
 	callTimeout time.Duration
+	// restores are the digests of the modules whose checkpoints the
+	// expert restores as its own (ModuleSource.RestoresCheckpointsOf).
+	restores []string
 }
 
 // instance returns a live instance bound to the guest's parameters,

@@ -6,17 +6,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 )
 
 // TestServeAnotherModuleOnOneDataDir runs `moehost serve` twice on one
 // data dir, the second time with other shapes and then another module: the
 // second start is refused naming the ways out that work (and
 // --allow-module-change only where the shapes match), and the first run's
-// checkpoints are left as they were.
+// checkpoints are left as they were. The default module's twin, the ffn's
+// Go build, restores them.
 func TestServeAnotherModuleOnOneDataDir(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -43,6 +47,14 @@ func TestServeAnotherModuleOnOneDataDir(t *testing.T) {
 	if len(before) == 0 {
 		t.Fatalf("the first serve left no checkpoint in %s", ckDir)
 	}
+	// A rebuild of the default module: the same code with a custom
+	// section, so another digest.
+	rebuilt := filepath.Join(dir, "rebuilt.wasm")
+	section := append([]byte{7}, "rebuilt v2"...)
+	wasm := append(slices.Clip(wasmexperts.FFNC), append([]byte{0, byte(len(section))}, section...)...)
+	if err := os.WriteFile(rebuilt, wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	refused := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -63,7 +75,7 @@ func TestServeAnotherModuleOnOneDataDir(t *testing.T) {
 	}{
 		{"other shapes", []string{"--hidden-dim", "16"},
 			[]string{`"ffn.weight" is [32 8] in the checkpoint but [64 16] in the module`, "--data-dir", "--no-checkpoints", "rm -r " + ckDir}, false},
-		{"other module", []string{"--module", "ffn-c", "--hidden-dim", "8"},
+		{"other module", []string{"--module", rebuilt, "--hidden-dim", "8"},
 			[]string{"was saved by module sha256:", "--allow-module-change", "--data-dir", "--no-checkpoints", "rm -r " + ckDir}, true},
 	}
 	for _, tt := range tests {
@@ -91,5 +103,12 @@ func TestServeAnotherModuleOnOneDataDir(t *testing.T) {
 	}
 	if _, err := os.Stat(ckDir); err != nil {
 		t.Fatal(err)
+	}
+	cmd, _ = startServe(t, bin, append(common, "--module", "ffn", "--hidden-dim", "8")...)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve --module ffn on ffn-c's checkpoints: %v", err)
 	}
 }

@@ -58,6 +58,19 @@ func Builtin(name string) ([]byte, bool) {
 	return m, m != nil
 }
 
+// Twins returns the other built-ins that are the same expert as name: the
+// ffn in Go and in C, whose parameters, outputs and gradients are bitwise
+// equal, so that each restores the other's checkpoints.
+func Twins(name string) []string {
+	switch name {
+	case "ffn":
+		return []string{"ffn-c"}
+	case "ffn-c":
+		return []string{"ffn"}
+	}
+	return nil
+}
+
 // BuiltinNames lists the names Builtin knows, in the order the docs give
 // them.
 func BuiltinNames() []string {

@@ -20,6 +20,7 @@ import (
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/modules"
 )
 
 // Main runs the command line and returns the exit code.
@@ -81,7 +82,9 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		Long: `Serve experts over Connect, gRPC and gRPC-Web on one port.
 
 With no flags it hosts hivemind's ffn expert (hidden_dim 1024) as ffn.0 … ffn.3
-on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
+on 127.0.0.1:7700, keeping its state in ./moehost-data. The default module is
+its C build, ffn-c (4 KB, compiled in milliseconds); ffn, the Go build (1.9 MB),
+is bitwise equal, and each restores the other's checkpoints.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(stderr, logLevel, logFormat)
@@ -172,7 +175,7 @@ on 127.0.0.1:7700, keeping its state in ./moehost-data.`,
 	f.StringVar(&dataDir, "data-dir", host.DefaultDataDir, "directory for the server's state")
 	f.StringVar(&compileCache, "compile-cache", "", "directory for compiled modules, which servers on one machine may share (default $"+host.CompileCacheEnv+", else cache/wazero in the data dir)")
 	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
-	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
+	f.StringVar(&module, "module", "ffn-c", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
 	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value (a --module file gets it only when this flag is given)`)
 	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam, adamw, sgd or none")
 	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
@@ -234,7 +237,12 @@ var wasmMagic = []byte("\x00asm")
 // built-ins when the name is neither.
 func moduleSource(module string) (host.ModuleSource, error) {
 	if wasm, ok := wasmexperts.Builtin(module); ok {
-		return host.NamedModuleBytes(module, wasm), nil
+		src := host.NamedModuleBytes(module, wasm)
+		for _, t := range wasmexperts.Twins(module) {
+			twin, _ := wasmexperts.Builtin(t)
+			src = src.RestoresCheckpointsOf(modules.Digest(twin))
+		}
+		return src, nil
 	}
 	f, err := os.Open(module)
 	if errors.Is(err, fs.ErrNotExist) {
