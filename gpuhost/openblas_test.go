@@ -68,23 +68,32 @@ func TestKernelTable(t *testing.T) {
 	// shapes): about 45 s on a quiet machine. At one thread both GEMMs
 	// run close to the core's FMA ceiling, and the ratio of two such
 	// bests is as noisy as the windows are few: 15 windows of 50 ms
-	// (two calls) moved a parity ratio by ±5% from run to run.
-	const rounds, window = 40, 20 * time.Millisecond
+	// (two calls) moved a parity ratio by ±5% from run to run. Each round
+	// visits every shape and thread count in turn, rather than one case
+	// its 40 rounds at a time: a neighbour's burst of load on a shared
+	// machine lasting a few seconds then costs every case a few rounds,
+	// where it had cost one case all of them (a 2-thread ratio of 0.72
+	// that read 1.0 when rerun alone).
+	const rounds, window, spinWait = 40, 20 * time.Millisecond, 200 * time.Millisecond
 	threads := []int{1, 2}
 	var out strings.Builder
 	core, config := openBLASConfig()
 	fmt.Fprintf(&out, "ours: the %v GEMM (blocking %+v); OpenBLAS: %s kernel (%s)\n", defaultPath(), pathBlocking(defaultPath()), core, config)
-	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shape m×k×n\top\tours 1T\tOpenBLAS 1T\tratio 1T\tours/CPU-s\tOpenBLAS/CPU-s\tratio\tours 2T\tOpenBLAS 2T\tratio 2T\tours/CPU-s\tOpenBLAS/CPU-s\tratio\tbar\t")
-	below, belowCPU := 0, 0
-	ceiling := fmaCeiling() // one core's FMA rate on registers; 0 if unknown
-	var ofPeak [2][]float64 // each side's 1-thread bests, as fractions of ceiling
+	// One case per shape and thread count, each with its own operands:
+	// tensors of the device, as a server's weights and activations are
+	// (backed by transparent huge pages where the kernel allows); both
+	// GEMMs read the same ones.
+	type kernelCase struct {
+		run     [2]func() // ours, OpenBLAS
+		flop    float64
+		best    [2]float64
+		bestCPU [2]float64
+		threads int
+	}
+	cases := make([]kernelCase, 0, len(shapes)*len(threads))
+	dev := NewCPU(1)
 	for _, s := range shapes {
 		rng := rand.New(rand.NewPCG(1, 2))
-		// The operands are tensors of the device, as a server's weights
-		// and activations are (backed by transparent huge pages where
-		// the kernel allows); both GEMMs read the same ones.
-		dev := NewCPU(1)
 		tensor := func(shape ...int) []float32 {
 			x, err := dev.FromFloat32(shape, randSlice(rng, shape[0]*shape[1]))
 			if err != nil {
@@ -97,24 +106,46 @@ func TestKernelTable(t *testing.T) {
 			bShape = []int{s.n, s.k}
 		}
 		a, b, c := tensor(s.m, s.k), tensor(bShape...), tensor(s.m, s.n)
-		fmt.Fprintf(tw, "%s\t%s\t", s.name, s.op)
 		for _, th := range threads {
-			ours, blas := NewCPU(th).(*cpuDevice), NewOpenBLAS(th).(*cpuDevice)
-			run := func(d *cpuDevice) { d.gemmF32(false, s.tb, s.m, s.n, s.k, a, b, c, false) }
-			flop := 2 * float64(s.m) * float64(s.n) * float64(s.k)
-			var best, bestCPU [2]float64
-			for r := range rounds {
-				// Each side goes first in every other round, so that
-				// neither always runs in the other's wake (caches,
-				// clocks).
-				for j := range 2 {
-					i := (j + r) % 2
-					d := []*cpuDevice{ours, blas}[i]
-					wall, cpu := gflops(func() { run(d) }, flop, window)
-					best[i] = max(best[i], wall)
-					bestCPU[i] = max(bestCPU[i], cpu*float64(th))
-				}
+			kc := kernelCase{flop: 2 * float64(s.m) * float64(s.n) * float64(s.k), threads: th}
+			for i, d := range []*cpuDevice{NewCPU(th).(*cpuDevice), NewOpenBLAS(th).(*cpuDevice)} {
+				kc.run[i] = func() { d.gemmF32(false, s.tb, s.m, s.n, s.k, a, b, c, false) }
 			}
+			cases = append(cases, kc)
+		}
+	}
+	// OpenBLAS's worker threads spin for about 2^28 cycles (its
+	// THREAD_TIMEOUT) after a 2-thread call; on a free core that spinning
+	// is CPU time of this process, which would count against the
+	// 1-thread cases' /CPU-s. So each round runs the 1-thread cases
+	// first, once the spinning is over.
+	slices.SortStableFunc(cases, func(x, y kernelCase) int { return x.threads - y.threads })
+	for r := range rounds {
+		if r > 0 {
+			time.Sleep(spinWait)
+		}
+		for ci := range cases {
+			kc := &cases[ci]
+			// Each side goes first in every other round, so that
+			// neither always runs in the other's wake (caches, clocks).
+			for j := range 2 {
+				i := (j + r) % 2
+				wall, cpu := gflops(kc.run[i], kc.flop, window)
+				kc.best[i] = max(kc.best[i], wall)
+				kc.bestCPU[i] = max(kc.bestCPU[i], cpu*float64(kc.threads))
+			}
+		}
+	}
+	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shape m×k×n\top\tours 1T\tOpenBLAS 1T\tratio 1T\tours/CPU-s\tOpenBLAS/CPU-s\tratio\tours 2T\tOpenBLAS 2T\tratio 2T\tours/CPU-s\tOpenBLAS/CPU-s\tratio\tbar\t")
+	below, belowCPU := 0, 0
+	ceiling := fmaCeiling() // one core's FMA rate on registers; 0 if unknown
+	var ofPeak [2][]float64 // each side's 1-thread bests, as fractions of ceiling
+	for si, s := range shapes {
+		fmt.Fprintf(tw, "%s\t%s\t", s.name, s.op)
+		for ti, th := range threads {
+			kc := cases[ti*len(shapes)+si]
+			best, bestCPU := kc.best, kc.bestCPU
 			if th == 1 && ceiling > 0 {
 				for i := range 2 {
 					ofPeak[i] = append(ofPeak[i], best[i]/ceiling)
