@@ -2,7 +2,6 @@ package gpuhost
 
 import (
 	"math"
-	"sync"
 )
 
 // parallelFor runs fn over [0, n) in up to d.threads contiguous chunks of at
@@ -26,7 +25,7 @@ func (d *cpuDevice) parallelFor(stop <-chan struct{}, n, grain int, fn func(lo, 
 	if workers <= 1 {
 		run(0, n)
 	} else {
-		var wg sync.WaitGroup
+		var wg join
 		for w := range workers - 1 {
 			lo, hi := n*w/workers, n*(w+1)/workers
 			wg.Go(func() { run(lo, hi) })

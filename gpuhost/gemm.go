@@ -3,7 +3,6 @@ package gpuhost
 import (
 	"errors"
 	"runtime"
-	"sync"
 )
 
 // The CPU GEMM follows Goto's scheme: op(B) is packed into KC×NC blocks of
@@ -251,7 +250,7 @@ func (d *cpuDevice) gemmSplit(stop <-chan struct{}, ta, tb bool, m, n, k int, a,
 		d.gemmSerial(stop, ta, tb, m, n, k, a, lda, b, ldb, c, n, acc, ep)
 		return
 	}
-	var wg sync.WaitGroup
+	var wg join
 	for w := range workers {
 		lo := units * w / workers * unit
 		hi := units * (w + 1) / workers * unit
