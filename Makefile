@@ -133,11 +133,25 @@ test-avx512-emu: ## gpuhost's GEMM and row-kernel tests on the AVX-512 path in B
 test-python-interop: ## Load an ffn checkpoint into PyTorch's FeedforwardBlock (strict=True) and compare outputs (needs python3-torch: scripts/install-python-torch.sh)
 	MOEHOST_PYTHON=$(PYTHON) $(GO) test -count=1 -run '^TestPythonInterop$$' -v ./tests/
 
+# build-ref builds git ref $(1)'s moehost into $(2), from an export of
+# that ref, so that a benchmark measures before and after in one run.
+define build-ref
+src=$(CURDIR)/.tmp/ref-src; rm -rf $$src && mkdir -p $$src; \
+	  git archive $(1) | tar -x -C $$src; \
+	  echo "building $(1) into $(2)"; \
+	  (cd $$src && $(GO) build -o $(2) ./cmd/moehost) || exit 1
+endef
+
 .PHONY: bench
-bench: examples ## Serving load test (batching vs none, float32 vs float16 vs bfloat16 on the wire, 64 clients), 32 clients × 1 row against a `moehost serve` child (requests/s, server CPU-µs per request), the Go benchmarks, density (1,024 ffn experts, shared vs one instance each) and the DHT (32 nodes: lookup p50/p99, announcing 1,000 experts)
+bench: examples ## Serving load test (batching vs none, float32 vs float16 vs bfloat16 on the wire, 64 clients), 32 clients × 1 row against a `moehost serve` child (requests/s, server CPU-µs per request; BENCH_BEFORE=<git ref> also builds that ref and alternates 3 rounds of each), the Go benchmarks, density (1,024 ffn experts, shared vs one instance each) and the DHT (32 nodes: lookup p50/p99, announcing 1,000 experts)
 	$(GO) run ./cmd/moehost bench --clients 64 --min-rows 1 --max-rows 16 --duration 10s --dtype float32,float16,bfloat16
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
-	$(BIN)/moehost bench --child --clients 32 --min-rows 1 --max-rows 1 --duration 10s --data-dir $(CURDIR)/.tmp/bench-1row
+	@exes=$(BIN)/moehost; \
+	if [ -n "$(BENCH_BEFORE)" ]; then \
+	  $(call build-ref,$(BENCH_BEFORE),$(BIN)/moehost-before); \
+	  exes=$(BIN)/moehost-before,$$exes; \
+	fi; \
+	set -x; $(BIN)/moehost bench --child --server-exe $$exes --clients 32 --min-rows 1 --max-rows 1 --duration 10s --data-dir $(CURDIR)/.tmp/bench-1row
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
 	$(GO) test -run '^TestDensity$$' -v -timeout 30m ./host/ -args -density
 	$(GO) test -run '^$$' -bench DHT -benchtime 3x ./host/internal/dht/
@@ -175,10 +189,7 @@ bench-startup: ## `moehost serve` from exec to Ready (wall and CPU, p50 and min 
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	@bins="--bin $(BIN)/moehost"; \
 	if [ -n "$(BENCH_STARTUP_BEFORE)" ]; then \
-	  src=$(CURDIR)/.tmp/bench-startup-src; rm -rf $$src && mkdir -p $$src; \
-	  git archive $(BENCH_STARTUP_BEFORE) | tar -x -C $$src; \
-	  echo "building $(BENCH_STARTUP_BEFORE) into $(BIN)/moehost-before"; \
-	  (cd $$src && $(GO) build -o $(BIN)/moehost-before ./cmd/moehost); \
+	  $(call build-ref,$(BENCH_STARTUP_BEFORE),$(BIN)/moehost-before); \
 	  bins="$$bins --bin $(BIN)/moehost-before"; \
 	fi; \
 	$(BIN)/moehost bench-startup --runs $(BENCH_STARTUP_RUNS) --data-dir $(CURDIR)/.tmp/bench-startup $$bins

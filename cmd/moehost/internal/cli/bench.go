@@ -33,7 +33,8 @@ func benchCmd(stdout io.Writer) *cobra.Command {
 		duration                  time.Duration
 		cmp                       compareFlags
 		child                     bool
-		serverProfiles, serverExe string
+		serverProfiles            string
+		serverExes                []string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -101,31 +102,76 @@ child write a CPU profile and an allocation profile of each mode there
 						return fmt.Errorf("--server-profiles: %w", err)
 					}
 				}
+				exes := serverExes
+				if len(exes) == 0 {
+					exes = []string{""}
+				}
+				rounds := 1
+				if len(exes) > 1 || cmd.Flags().Changed("rounds") {
+					rounds = cmp.rounds
+				}
+				if rounds < 1 {
+					return fmt.Errorf("--rounds must be at least 1")
+				}
 				fmt.Fprintf(stdout, "%d clients, %d–%d rows per request, experts %s (%v, hidden_dim %d) on a `moehost serve` child, %v\n\n",
 					clients, minRows, maxRows, pattern, src, hiddenDim, duration)
 				fmt.Fprintln(stdout, loadgen.Header)
 				var batches []string
-				for _, m := range modes {
-					var profile []string
-					if serverProfiles != "" {
-						base := filepath.Join(serverProfiles, m.dt.String())
-						profile = []string{"--cpuprofile", base + ".cpu.pprof", "--memprofile", base + ".allocs.pprof"}
-					}
-					res, meanBatch, err := benchChild(cmd.Context(), serverExe, pattern, module, dataDir, hiddenDim, profile, loadgen.Config{
-						Experts: uids, Hidden: int(hiddenDim), Clients: clients,
-						MinRows: minRows, MaxRows: maxRows, Duration: duration, DType: m.dt,
-					})
-					if err != nil {
-						return fmt.Errorf("%s: %w", m.name, err)
-					}
-					fmt.Fprintln(stdout, res.Row(m.name+" (child)"))
-					batches = append(batches, fmt.Sprintf("%s: %.1f rows per forward batch, load generator %.0f CPU-µs per request",
-						m.name, meanBatch, float64(res.ClientCPUPerRequest())/float64(time.Microsecond)))
-					if res.FirstError != nil {
-						fmt.Fprintf(os.Stderr, "%s: first error: %v\n", m.name, res.FirstError)
+				// runs[mode][exe] holds one result per round.
+				runs := make([][][]loadgen.Result, len(modes))
+				for mi := range modes {
+					runs[mi] = make([][]loadgen.Result, len(exes))
+				}
+				for r := range rounds {
+					for mi, m := range modes {
+						for j := range exes {
+							// Each build goes first in turn, so that none
+							// always runs in another's wake.
+							ei := (j + r) % len(exes)
+							exe := exes[ei]
+							var profile []string
+							if serverProfiles != "" {
+								base := filepath.Join(serverProfiles, m.dt.String())
+								if len(exes) > 1 {
+									base += "." + strconv.Itoa(ei)
+								}
+								if rounds > 1 {
+									base += ".round" + strconv.Itoa(r+1)
+								}
+								profile = []string{"--cpuprofile", base + ".cpu.pprof", "--memprofile", base + ".allocs.pprof"}
+							}
+							res, meanBatch, err := benchChild(cmd.Context(), exe, pattern, module, dataDir, hiddenDim, profile, loadgen.Config{
+								Experts: uids, Hidden: int(hiddenDim), Clients: clients,
+								MinRows: minRows, MaxRows: maxRows, Duration: duration, DType: m.dt,
+							})
+							if err != nil {
+								return fmt.Errorf("%s on %s: %w", m.name, serverLabel(exe), err)
+							}
+							name := m.name + " (child)"
+							if len(exes) > 1 || rounds > 1 {
+								name = fmt.Sprintf("%s, %s, round %d", m.name, serverLabel(exe), r+1)
+							}
+							fmt.Fprintln(stdout, res.Row(name))
+							runs[mi][ei] = append(runs[mi][ei], res)
+							batches = append(batches, fmt.Sprintf("%s: %.1f rows per forward batch, load generator %.0f CPU-µs per request",
+								name, meanBatch, float64(res.ClientCPUPerRequest())/float64(time.Microsecond)))
+							if res.FirstError != nil {
+								fmt.Fprintf(os.Stderr, "%s: first error: %v\n", name, res.FirstError)
+							}
+						}
 					}
 				}
-				fmt.Fprintf(stdout, "\n%s (the server's counters over the run, warm-up included)\n", strings.Join(batches, "; "))
+				sep := "; "
+				if len(batches) > 1 {
+					sep = "\n"
+				}
+				fmt.Fprintf(stdout, "\n%s\n(the server's counters over each run, warm-up included)\n", strings.Join(batches, sep))
+				if rounds > 1 {
+					fmt.Fprintf(stdout, "\nmedians of %d rounds:\n", rounds)
+					for mi, m := range modes {
+						fmt.Fprintln(stdout, childMedians(m.name, exes, runs[mi]))
+					}
+				}
 				return nil
 			}
 			modes = append(modes, mode{"no batching (max 1) " + wires[0].String(), host.BatchLimits{MaxBatchSize: 1, QueueSize: 1 << 16}, wires[0]})
@@ -175,10 +221,10 @@ child write a CPU profile and an allocation profile of each mode there
 	f.IntVar(&maxRows, "max-rows", 16, "most rows per request")
 	f.DurationVar(&duration, "duration", 10*time.Second, "measured time per mode (plus a quarter of it to warm up)")
 	f.StringSliceVar(&dtypes, "dtype", []string{"float32"}, "wire dtypes to compare, comma-separated: float32, float16, bfloat16")
-	f.StringVar(&module, "module", "ffn", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
+	f.StringVar(&module, "module", "ffn-c", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
 	f.BoolVar(&child, "child", false, "serve from a `moehost serve` child process and report its CPU time per request")
 	f.StringVar(&serverProfiles, "server-profiles", "", "with --child, a directory where the child writes its CPU and allocation profiles of each mode")
-	f.StringVar(&serverExe, "server-exe", "", "with --child, the moehost executable to serve from (default this one), so that one load generator measures two builds")
+	f.StringSliceVar(&serverExes, "server-exe", nil, "with --child, the moehost executables to serve from (default this one), repeated or comma-separated: one load generator measures each in turn, --rounds times")
 	cmp.register(f)
 	return cmd
 }
@@ -321,4 +367,39 @@ func rowsPerReq(r loadgen.Result) float64 {
 		return float64(r.Rows) / float64(n)
 	}
 	return 1
+}
+
+// serverLabel names a --server-exe in the table: its file name, or this
+// build for the default.
+func serverLabel(exe string) string {
+	if exe == "" {
+		return "this build"
+	}
+	return filepath.Base(exe)
+}
+
+// childMedians is one line per build: the median requests/s and server
+// CPU-µs per request of its rounds, and both against the first build's.
+func childMedians(mode string, exes []string, runs [][]loadgen.Result) string {
+	var b strings.Builder
+	var base [2]float64
+	for i, rs := range runs {
+		rps := make([]float64, len(rs))
+		cpu := make([]float64, len(rs))
+		for j, r := range rs {
+			rps[j] = float64(r.Requests) / r.Elapsed.Seconds()
+			cpu[j] = float64(r.ServerCPUPerRequest()) / float64(time.Microsecond)
+		}
+		med := [2]float64{medianOf(rps), medianOf(cpu)}
+		fmt.Fprintf(&b, "%s, %s: %.0f requests/s, %.0f server CPU-µs per request", mode, serverLabel(exes[i]), med[0], med[1])
+		if i == 0 {
+			base = med
+		} else if base[0] > 0 && base[1] > 0 {
+			fmt.Fprintf(&b, " (%.2f× the requests/s and %.2f× the CPU per request of %s)", med[0]/base[0], med[1]/base[1], serverLabel(exes[0]))
+		}
+		if i < len(runs)-1 {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -231,6 +232,16 @@ func p50(ss []startupSample, f func(startupSample) time.Duration) time.Duration 
 	v := make([]time.Duration, len(ss))
 	for i, s := range ss {
 		v[i] = f(s)
+	}
+	return medianOf(v)
+}
+
+// medianOf is the median of v (the upper one of an even count), 0 for
+// none; v is sorted in place.
+func medianOf[T cmp.Ordered](v []T) T {
+	var zero T
+	if len(v) == 0 {
+		return zero
 	}
 	slices.Sort(v)
 	return v[len(v)/2]

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/moehost/moehost/cmd/moehost/internal/loadgen"
 )
 
 // TestServeErrors runs `moehost serve` with what newcomers get wrong, and
@@ -103,5 +106,60 @@ func TestBenchModule(t *testing.T) {
 	stderr.Reset()
 	if code := Main([]string{"bench", "--dtype", "int8"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `--dtype "int8"`) {
 		t.Errorf("bench --dtype int8: exit %d, %q", code, stderr.String())
+	}
+}
+
+// TestBenchChildBuilds serves the 1-row line from two builds in
+// alternating rounds (both this test binary, as moehost) and checks that
+// each build's rounds and medians are printed, against the first.
+func TestBenchChildBuilds(t *testing.T) {
+	skipUnderRace(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := filepath.Join(t.TempDir(), "moehost-before")
+	if err := os.Symlink(self, before); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(asMoehostEnv, "1")
+	var stdout, stderr bytes.Buffer
+	args := []string{"bench", "--child", "--server-exe", before + "," + self, "--rounds", "2",
+		"--module", "nop", "--hidden-dim", "4", "--experts", "nop.[0:2]", "--clients", "2",
+		"--min-rows", "1", "--max-rows", "1", "--duration", "200ms", "--data-dir", t.TempDir()}
+	if code := Main(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	b, s := "moehost-before", filepath.Base(self)
+	for _, want := range []string{
+		"batching float32, " + b + ", round 1", "batching float32, " + s + ", round 1",
+		"batching float32, " + s + ", round 2", "batching float32, " + b + ", round 2",
+		"medians of 2 rounds", "batching float32, " + b + ": ",
+		"the CPU per request of " + b + ")",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench output does not contain %q:\n%s", want, out)
+		}
+	}
+	// Round 2 starts with the other build.
+	if i, j := strings.Index(out, s+", round 2"), strings.Index(out, b+", round 2"); i < 0 || j < 0 || i > j {
+		t.Errorf("round 2 did not start with %s:\n%s", s, out)
+	}
+}
+
+// TestChildMedians checks the medians and ratios of the builds' rounds.
+func TestChildMedians(t *testing.T) {
+	res := func(requests int, cpuPerReq time.Duration) loadgen.Result {
+		return loadgen.Result{Requests: requests, Elapsed: time.Second, ServerCPU: cpuPerReq * time.Duration(requests)}
+	}
+	got := childMedians("m", []string{"/x/old", ""}, [][]loadgen.Result{
+		{res(100, 900*time.Microsecond), res(300, 700*time.Microsecond), res(200, 800*time.Microsecond)},
+		{res(500, 400*time.Microsecond), res(400, 300*time.Microsecond), res(100, 500*time.Microsecond)},
+	})
+	want := "m, old: 200 requests/s, 800 server CPU-µs per request\n" +
+		"m, this build: 400 requests/s, 400 server CPU-µs per request (2.00× the requests/s and 0.50× the CPU per request of old)"
+	if got != want {
+		t.Errorf("childMedians:\n%s\nwant\n%s", got, want)
 	}
 }

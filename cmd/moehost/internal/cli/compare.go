@@ -29,7 +29,7 @@ func (c *compareFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&c.on, "compare", false, "compare the ffn expert with PyTorch eager instead (see make bench-compare)")
 	f.IntVar(&c.batch, "batch", 256, "--compare: rows per batch")
 	f.IntVar(&c.threads, "threads", 2, "--compare: threads for PyTorch and for moehost (GOMAXPROCS)")
-	f.IntVar(&c.rounds, "rounds", 3, "--compare: measurement rounds per side")
+	f.IntVar(&c.rounds, "rounds", 3, "--compare: measurement rounds per side; --child: rounds per --server-exe (default 1 with one build)")
 	f.DurationVar(&c.seconds, "seconds", 3*time.Second, "--compare: measured time per mode and round")
 	f.StringVar(&c.python, "python", "python3", "--compare: the Python interpreter with torch")
 	f.StringVar(&c.script, "torch-script", "scripts/bench_torch_ffn.py", "--compare: the PyTorch side; empty skips it")

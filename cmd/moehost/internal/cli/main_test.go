@@ -14,8 +14,15 @@ func TestMain(m *testing.M) {
 	if code, ok := host.CompileChildMain(os.Args[1:]); ok {
 		os.Exit(code)
 	}
+	// As the server child of `bench --child --server-exe` (TestBenchChildBuilds).
+	if os.Getenv(asMoehostEnv) == "1" {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
 }
+
+// asMoehostEnv set to 1 makes the test binary run as moehost itself.
+const asMoehostEnv = "MOEHOST_CLI_TEST_AS_MAIN"
 
 // skipUnderRace skips an end-to-end CLI test (serve, bench, expert build)
 // in a race build, where every compile child is the race-built test
