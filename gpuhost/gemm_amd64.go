@@ -61,6 +61,14 @@ func packBRows16(kc int, src *float32, ldb int, dst *float32, panels, bs int)
 //go:noescape
 func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)
 
+// gemmDotTiles3x4 computes tiles 3×4 tiles of c side by side from 3 rows
+// of x and 4·tiles rows of W, k a multiple of 8: each stored, or added to
+// c when add is set, then given its bias when bias is not nil.
+// Implemented in gemm_amd64.s.
+//
+//go:noescape
+func gemmDotTiles3x4(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool, tiles int)
+
 // gemmDot4x6 sets out[6i+j] to the dot product of xi and wj over k values,
 // k a multiple of 16, with AVX-512F: gemmDot3x4 at twice the width.
 // Implemented in gemm_amd64.s.

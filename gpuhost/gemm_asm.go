@@ -371,7 +371,8 @@ type bPrefetch struct {
 // gemmAB switches this file's optimisations off one by one, for A/B runs
 // of old against new code in one process (TestGemmAB): bit 0 the prefetch
 // of the next B chunk, bit 1 the edge kernels, bit 3 the
-// assembly A packing, bit 6 the multi-tile kernel calls. Zero in
+// assembly A packing, bit 6 the multi-tile kernel calls, bit 7 the dot
+// kernel that stores its tiles (gemmDotTiles3x4). Zero in
 // production.
 var gemmAB int
 

@@ -21,11 +21,18 @@ const (
 // with gemmDot3x4, or gemmDot4x6 when wide is set: rows of x and W are
 // read where they lie. k past the kernel's multiple (8, or 16) is summed
 // in Go. It stores or, when acc is set, adds, and then adds bias (n
-// values, or nil).
+// values, or nil). Whole 3×4 tiles, with k a multiple of 8, go to
+// gemmDotTiles3x4, which does all of that in the kernel, a row of tiles
+// a call: at m = 24 it ran 1.10× and at 11 1.02–1.11× the buffered
+// calls (Zen 3, one thread, TestGemmAB -gemmab 128,0).
 func gemmDotSerial(wide bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
 	rows, cols, kv, blockN := 3, 4, k&^7, dotBlockN
 	if wide {
 		rows, cols, kv, blockN = 4, 6, k&^15, dotBlockN512
+	}
+	if m > 0 && n > 0 && k > 0 {
+		// The kernels read and write where these point, unchecked.
+		_, _, _ = a[(m-1)*lda+k-1], b[(n-1)*ldb+k-1], c[(m-1)*ldc+n-1]
 	}
 	var out [24]float32
 	// row returns row i of a block of rows (of cols) clamped into range:
@@ -35,7 +42,19 @@ func gemmDotSerial(wide bool, m, n, k int, a []float32, lda int, b []float32, ld
 	for jb := 0; jb < n; jb += blockN {
 		je := min(jb+blockN, n)
 		for i := 0; i < m; i += rows {
-			for j := jb; j < je; j += cols {
+			j := jb
+			if !wide && k > 0 && kv == k && i+rows <= m && gemmAB&128 == 0 {
+				// Whole tiles: stored, added and biased in the kernel.
+				if t := (je - jb) / cols; t > 0 {
+					var bp *float32
+					if bias != nil {
+						bp = &bias[jb]
+					}
+					gemmDotTiles3x4(k, &a[i*lda], lda, &b[jb*ldb], ldb, &c[i*ldc+jb], ldc, bp, acc, t)
+					j += t * cols
+				}
+			}
+			for ; j < je; j += cols {
 				switch {
 				case kv == 0:
 					out = [24]float32{}
