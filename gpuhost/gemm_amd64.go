@@ -69,6 +69,18 @@ func gemmDot3x4(k int, x0, x1, x2, w0, w1, w2, w3 *float32, out *[12]float32)
 //go:noescape
 func gemmDotTiles3x4(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool, tiles int)
 
+// gemmDotTiles2x4 is gemmDotTiles3x4 for 2 rows of x. Implemented in
+// gemm_amd64.s.
+//
+//go:noescape
+func gemmDotTiles2x4(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool, tiles int)
+
+// gemmDotTiles1x4 is gemmDotTiles3x4 for 1 row of x. Implemented in
+// gemm_amd64.s.
+//
+//go:noescape
+func gemmDotTiles1x4(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool, tiles int)
+
 // gemmDot4x6 sets out[6i+j] to the dot product of xi and wj over k values,
 // k a multiple of 16, with AVX-512F: gemmDot3x4 at twice the width.
 // Implemented in gemm_amd64.s.

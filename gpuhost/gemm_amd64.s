@@ -4897,7 +4897,7 @@ dsum:
 // For t < tiles, c[i·ldc + 4t+j] = Σ_{p<k} x[i·lda+p]·w[(4t+j)·ldb+p]
 // for i < 3, j < 4 and k a multiple of 8; plus c's value when add is
 // set, then plus bias[4t+j] when bias is not nil. Needs AVX2 and FMA.
-// Y0–Y11 accumulate as in gemmDot3x4; AX, BX and DX point at the rows
+// Y4i+j accumulate as in gemmDot3x4; AX, BX and DX point at the rows
 // of x, SI, DI, R8 and R9 at the tile's rows of W, R10 at its columns
 // of c (R12 the stride) and R13 at its bias.
 TEXT ·gemmDotTiles3x4(SB), NOSPLIT, $0-80
@@ -5004,6 +5004,193 @@ tnoadd2:
 	VADDPS (R13), X8, X8
 tnobias2:
 	VMOVUPS X8, (R10)(R12*2)
+	MOVQ ldb+32(FP), R11
+	SHLQ $2, R11
+	LEAQ (R9)(R11*1), SI
+	ADDQ $16, R10
+	TESTQ R13, R13
+	JZ tnext
+	ADDQ $16, R13
+
+tnext:
+	DECQ tiles+72(FP)
+	JNZ ttile
+
+tdone:
+	VZEROUPPER
+	RET
+
+// func gemmDotTiles2x4(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool, tiles int)
+//
+// For t < tiles, c[i·ldc + 4t+j] = Σ_{p<k} x[i·lda+p]·w[(4t+j)·ldb+p]
+// for i < 2, j < 4 and k a multiple of 8; plus c's value when add is
+// set, then plus bias[4t+j] when bias is not nil. Needs AVX2 and FMA.
+// Y4i+j accumulate as in gemmDot3x4; AX, BX and DX point at the rows
+// of x, SI, DI, R8 and R9 at the tile's rows of W, R10 at its columns
+// of c (R12 the stride) and R13 at its bias.
+TEXT ·gemmDotTiles2x4(SB), NOSPLIT, $0-80
+	MOVQ x+8(FP), AX
+	MOVQ lda+16(FP), R11
+	SHLQ $2, R11
+	LEAQ (AX)(R11*1), BX
+	LEAQ (BX)(R11*1), DX
+	MOVQ w+24(FP), SI
+	MOVQ c+40(FP), R10
+	MOVQ ldc+48(FP), R12
+	SHLQ $2, R12
+	MOVQ bias+56(FP), R13
+	CMPQ tiles+72(FP), $0
+	JLE tdone
+
+ttile:
+	MOVQ ldb+32(FP), R11
+	SHLQ $2, R11
+	LEAQ (SI)(R11*1), DI
+	LEAQ (DI)(R11*1), R8
+	LEAQ (R8)(R11*1), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ k+0(FP), CX
+	SHRQ $3, CX
+	JZ tsum
+	XORQ R11, R11
+
+tloop:
+	VMOVUPS (AX)(R11*4), Y12
+	VMOVUPS (BX)(R11*4), Y13
+	VMOVUPS (SI)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VMOVUPS (DI)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VMOVUPS (R8)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VMOVUPS (R9)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	ADDQ $8, R11
+	DECQ CX
+	JNZ tloop
+
+tsum:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	CMPB add+64(FP), $0
+	JEQ tnoadd0
+	VADDPS (R10), X0, X0
+tnoadd0:
+	TESTQ R13, R13
+	JZ tnobias0
+	VADDPS (R13), X0, X0
+tnobias0:
+	VMOVUPS X0, (R10)
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	CMPB add+64(FP), $0
+	JEQ tnoadd1
+	VADDPS (R10)(R12*1), X4, X4
+tnoadd1:
+	TESTQ R13, R13
+	JZ tnobias1
+	VADDPS (R13), X4, X4
+tnobias1:
+	VMOVUPS X4, (R10)(R12*1)
+	MOVQ ldb+32(FP), R11
+	SHLQ $2, R11
+	LEAQ (R9)(R11*1), SI
+	ADDQ $16, R10
+	TESTQ R13, R13
+	JZ tnext
+	ADDQ $16, R13
+
+tnext:
+	DECQ tiles+72(FP)
+	JNZ ttile
+
+tdone:
+	VZEROUPPER
+	RET
+
+// func gemmDotTiles1x4(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool, tiles int)
+//
+// For t < tiles, c[i·ldc + 4t+j] = Σ_{p<k} x[i·lda+p]·w[(4t+j)·ldb+p]
+// for i < 1, j < 4 and k a multiple of 8; plus c's value when add is
+// set, then plus bias[4t+j] when bias is not nil. Needs AVX2 and FMA.
+// Y4i+j accumulate as in gemmDot3x4; AX, BX and DX point at the rows
+// of x, SI, DI, R8 and R9 at the tile's rows of W, R10 at its columns
+// of c (R12 the stride) and R13 at its bias.
+TEXT ·gemmDotTiles1x4(SB), NOSPLIT, $0-80
+	MOVQ x+8(FP), AX
+	MOVQ lda+16(FP), R11
+	SHLQ $2, R11
+	LEAQ (AX)(R11*1), BX
+	LEAQ (BX)(R11*1), DX
+	MOVQ w+24(FP), SI
+	MOVQ c+40(FP), R10
+	MOVQ ldc+48(FP), R12
+	SHLQ $2, R12
+	MOVQ bias+56(FP), R13
+	CMPQ tiles+72(FP), $0
+	JLE tdone
+
+ttile:
+	MOVQ ldb+32(FP), R11
+	SHLQ $2, R11
+	LEAQ (SI)(R11*1), DI
+	LEAQ (DI)(R11*1), R8
+	LEAQ (R8)(R11*1), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ k+0(FP), CX
+	SHRQ $3, CX
+	JZ tsum
+	XORQ R11, R11
+
+tloop:
+	VMOVUPS (AX)(R11*4), Y12
+	VMOVUPS (SI)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VMOVUPS (DI)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VMOVUPS (R8)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VMOVUPS (R9)(R11*4), Y15
+	VFMADD231PS Y15, Y12, Y3
+	ADDQ $8, R11
+	DECQ CX
+	JNZ tloop
+
+tsum:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	CMPB add+64(FP), $0
+	JEQ tnoadd0
+	VADDPS (R10), X0, X0
+tnoadd0:
+	TESTQ R13, R13
+	JZ tnobias0
+	VADDPS (R13), X0, X0
+tnobias0:
+	VMOVUPS X0, (R10)
 	MOVQ ldb+32(FP), R11
 	SHLQ $2, R11
 	LEAQ (R9)(R11*1), SI

@@ -372,7 +372,8 @@ type bPrefetch struct {
 // of old against new code in one process (TestGemmAB): bit 0 the prefetch
 // of the next B chunk, bit 1 the edge kernels, bit 3 the
 // assembly A packing, bit 6 the multi-tile kernel calls, bit 7 the dot
-// kernel that stores its tiles (gemmDotTiles3x4). Zero in
+// kernels that store their tiles (gemmDotTiles3x4), bit 8 their 1- and
+// 2-row kernels. Zero in
 // production.
 var gemmAB int
 

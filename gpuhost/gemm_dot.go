@@ -21,10 +21,11 @@ const (
 // with gemmDot3x4, or gemmDot4x6 when wide is set: rows of x and W are
 // read where they lie. k past the kernel's multiple (8, or 16) is summed
 // in Go. It stores or, when acc is set, adds, and then adds bias (n
-// values, or nil). Whole 3×4 tiles, with k a multiple of 8, go to
-// gemmDotTiles3x4, which does all of that in the kernel, a row of tiles
-// a call: at m = 24 it ran 1.10× and at 11 1.02–1.11× the buffered
-// calls (Zen 3, one thread, TestGemmAB -gemmab 128,0).
+// values, or nil). Whole tiles of 4 columns, with k a multiple of 8, go
+// to gemmDotTiles3x4 (or its 2- and 1-row kernels for the last rows),
+// which does all of that in the kernel, a row of tiles a call: at m = 24
+// it ran 1.10× and at 11 1.02–1.11× the buffered calls (Zen 3, one
+// thread, TestGemmAB -gemmab 128,0).
 func gemmDotSerial(wide bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool, bias []float32) {
 	rows, cols, kv, blockN := 3, 4, k&^7, dotBlockN
 	if wide {
@@ -43,14 +44,25 @@ func gemmDotSerial(wide bool, m, n, k int, a []float32, lda int, b []float32, ld
 		je := min(jb+blockN, n)
 		for i := 0; i < m; i += rows {
 			j := jb
-			if !wide && k > 0 && kv == k && i+rows <= m && gemmAB&128 == 0 {
-				// Whole tiles: stored, added and biased in the kernel.
+			if !wide && k > 0 && kv == k && gemmAB&128 == 0 {
+				// Whole 4-column tiles of 1 to 3 rows: stored, added and
+				// biased in the kernel.
 				if t := (je - jb) / cols; t > 0 {
 					var bp *float32
 					if bias != nil {
 						bp = &bias[jb]
 					}
-					gemmDotTiles3x4(k, &a[i*lda], lda, &b[jb*ldb], ldb, &c[i*ldc+jb], ldc, bp, acc, t)
+					x, w, cc := &a[i*lda], &b[jb*ldb], &c[i*ldc+jb]
+					switch {
+					case i+3 <= m:
+						gemmDotTiles3x4(k, x, lda, w, ldb, cc, ldc, bp, acc, t)
+					case i+2 == m && gemmAB&256 == 0:
+						gemmDotTiles2x4(k, x, lda, w, ldb, cc, ldc, bp, acc, t)
+					case gemmAB&256 == 0:
+						gemmDotTiles1x4(k, x, lda, w, ldb, cc, ldc, bp, acc, t)
+					default:
+						t = 0
+					}
 					j += t * cols
 				}
 			}

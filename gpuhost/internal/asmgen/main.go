@@ -77,8 +77,10 @@ func main() {
 	}
 	dot(p)
 	p("")
-	dotTiles(p)
-	p("")
+	for rows := 3; rows >= 1; rows-- {
+		dotTiles(p, rows)
+		p("")
+	}
 	transpose(p)
 	p("")
 	copyRows(p)
@@ -350,21 +352,24 @@ func reduce4(p func(string, ...any), a int) {
 	p("\tVADDPS X%d, X%d, X%d", a+1, a, a)
 }
 
-// dotTiles writes gemmDotTiles3x4: gemmDot3x4's loop for a row of
-// 4-column tiles of c, each stored, or added to c, and given its bias in
-// the kernel. The Go glue around one gemmDot3x4 call (12 values through
-// a buffer, each with its own checks) had cost about 65 ns a call, a
-// fifth of the call at k = 1024.
-func dotTiles(p func(string, ...any)) {
-	p("// func gemmDotTiles3x4(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool, tiles int)")
+// dotTiles writes gemmDotTiles{rows}x4 (rows 1 to 3): gemmDot3x4's
+// loop for a row of 4-column tiles of c, each stored, or added to c, and
+// given its bias in the kernel. The Go glue around one gemmDot3x4 call
+// (12 values through a buffer, each with its own checks) had cost about
+// 65 ns a call, a fifth of the call at k = 1024; the 1- and 2-row
+// kernels take the rows past a multiple of 3, which gemmDot3x4 computed
+// as 3 and dropped.
+func dotTiles(p func(string, ...any), rows int) {
+	name := fmt.Sprintf("gemmDotTiles%dx4", rows)
+	p("// func %s(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool, tiles int)", name)
 	p("//")
 	p("// For t < tiles, c[i·ldc + 4t+j] = Σ_{p<k} x[i·lda+p]·w[(4t+j)·ldb+p]")
-	p("// for i < 3, j < 4 and k a multiple of 8; plus c's value when add is")
+	p("// for i < %d, j < 4 and k a multiple of 8; plus c's value when add is", rows)
 	p("// set, then plus bias[4t+j] when bias is not nil. Needs AVX2 and FMA.")
-	p("// Y0–Y11 accumulate as in gemmDot3x4; AX, BX and DX point at the rows")
+	p("// Y4i+j accumulate as in gemmDot3x4; AX, BX and DX point at the rows")
 	p("// of x, SI, DI, R8 and R9 at the tile's rows of W, R10 at its columns")
 	p("// of c (R12 the stride) and R13 at its bias.")
-	p("TEXT ·gemmDotTiles3x4(SB), NOSPLIT, $0-80")
+	p("TEXT ·%s(SB), NOSPLIT, $0-80", name)
 	p("\tMOVQ x+8(FP), AX")
 	p("\tMOVQ lda+16(FP), R11")
 	p("\tSHLQ $2, R11")
@@ -384,7 +389,7 @@ func dotTiles(p func(string, ...any)) {
 	p("\tLEAQ (SI)(R11*1), DI")
 	p("\tLEAQ (DI)(R11*1), R8")
 	p("\tLEAQ (R8)(R11*1), R9")
-	for r := range 12 {
+	for r := range 4 * rows {
 		p("\tVXORPS Y%d, Y%d, Y%d", r, r, r)
 	}
 	p("\tMOVQ k+0(FP), CX")
@@ -395,12 +400,12 @@ func dotTiles(p func(string, ...any)) {
 	p("tloop:")
 	xr := []string{"AX", "BX", "DX"}
 	wr := []string{"SI", "DI", "R8", "R9"}
-	for i := range 3 {
+	for i := range rows {
 		p("\tVMOVUPS (%s)(R11*4), Y%d", xr[i], 12+i)
 	}
 	for j := range 4 {
 		p("\tVMOVUPS (%s)(R11*4), Y15", wr[j])
-		for i := range 3 {
+		for i := range rows {
 			p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+j)
 		}
 	}
@@ -410,7 +415,7 @@ func dotTiles(p func(string, ...any)) {
 	p("")
 	p("tsum:")
 	crow := []string{"(R10)", "(R10)(R12*1)", "(R10)(R12*2)"}
-	for i := range 3 {
+	for i := range rows {
 		a := 4 * i
 		reduce4(p, a)
 		// The sum, then c's value, then the bias: the order of the Go
