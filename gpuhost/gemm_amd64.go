@@ -88,6 +88,14 @@ func gemmDotTiles1x4(k int, x *float32, lda int, w *float32, ldb int, c *float32
 //go:noescape
 func gemmDot4x6(k int, x0, x1, x2, x3, w0, w1, w2, w3, w4, w5 *float32, out *[24]float32)
 
+// gemmDotTile4x6 computes one whole 4×6 tile of c from 4 rows of x and
+// 6 of W, k a multiple of 16, with AVX-512F: stored, or added to c when
+// add is set, then given its bias when bias is not nil. Implemented in
+// gemm_amd64.s.
+//
+//go:noescape
+func gemmDotTile4x6(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool)
+
 // prefetchRows16 prefetches lines cache lines of each of rows rows of src
 // (stride ldb floats) into L2. Implemented in gemm_amd64.s.
 //

@@ -60,6 +60,11 @@ func gemmDotTiles1x4(k int, x *float32, lda int, w *float32, ldb int, c *float32
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
 }
 
+// gemmDotTile4x6 exists so that gemm_dot.go compiles; see gemmKernel6x16.
+func gemmDotTile4x6(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool) {
+	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")
+}
+
 // gemmDot4x6 exists so that gemm_dot.go compiles; see gemmKernel6x16.
 func gemmDot4x6(k int, x0, x1, x2, x3, w0, w1, w2, w3, w4, w5 *float32, out *[24]float32) {
 	panic("BUG: gpuhost: assembly GEMM kernel called in a build without it")

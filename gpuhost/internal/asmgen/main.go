@@ -94,6 +94,8 @@ func main() {
 	fmaPeak(p)
 	p("")
 	dot512(p)
+	p("")
+	dotTile512(p)
 	os.Stdout.WriteString(w.String())
 }
 
@@ -834,6 +836,99 @@ func dot512(p func(string, ...any)) {
 			p("\tVADDPS Z28, Z%d, Z%d", 4*q+r, a+r)
 		}
 		sum4(p, a, fmt.Sprintf("%d(R11)", 16*q))
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+}
+
+// dotTile512 writes gemmDotTile4x6: gemmDot4x6 for one whole 4×6 tile of
+// c, stored, or added to c, and given its bias in the kernel, as
+// dotTiles does for AVX2. Each row's 6 sums are reduced as gemmDot4x6
+// reduces them (halves, then VHADDPS), so the bits are the same.
+func dotTile512(p func(string, ...any)) {
+	const rows, cols = 4, 6
+	p("// func gemmDotTile4x6(k int, x *float32, lda int, w *float32, ldb int, c *float32, ldc int, bias *float32, add bool)")
+	p("//")
+	p("// c[i·ldc + j] = Σ_{p<k} x[i·lda+p]·w[j·ldb+p] for i < 4, j < 6 and k a")
+	p("// multiple of 16; plus c's value when add is set, then plus bias[j]")
+	p("// when bias is not nil. Needs AVX-512F. Registers as in gemmDot4x6;")
+	p("// after the loop DI points at c (R8 the stride, R10 three of it) and R9")
+	p("// at the bias.")
+	p("TEXT ·gemmDotTile4x6(SB), NOSPLIT, $0-65")
+	regs := []string{"AX", "BX", "DX", "SI", "DI", "R8", "R9", "R10", "R12", "R13"}
+	p("\tMOVQ x+8(FP), AX")
+	p("\tMOVQ lda+16(FP), CX")
+	p("\tSHLQ $2, CX")
+	for i := 1; i < rows; i++ {
+		p("\tLEAQ (%s)(CX*1), %s", regs[i-1], regs[i])
+	}
+	p("\tMOVQ w+24(FP), DI")
+	p("\tMOVQ ldb+32(FP), CX")
+	p("\tSHLQ $2, CX")
+	for j := 1; j < cols; j++ {
+		p("\tLEAQ (%s)(CX*1), %s", regs[rows+j-1], regs[rows+j])
+	}
+	p("\tMOVQ k+0(FP), CX")
+	for r := range rows * cols {
+		p("\tVPXORD Z%d, Z%d, Z%d", r, r, r)
+	}
+	p("\tSHRQ $4, CX")
+	p("\tJZ usum")
+	p("\tXORQ R11, R11")
+	p("")
+	p("uloop:")
+	for i := range rows {
+		p("\tVMOVUPS (%s)(R11*4), Z%d", regs[i], 24+i)
+	}
+	for j := range cols {
+		p("\tVMOVUPS (%s)(R11*4), Z28", regs[rows+j])
+		for i := range rows {
+			p("\tVFMADD231PS Z28, Z%d, Z%d", 24+i, cols*i+j)
+		}
+	}
+	p("\tADDQ $16, R11")
+	p("\tDECQ CX")
+	p("\tJNZ uloop")
+	p("")
+	p("usum:")
+	p("\tMOVQ c+40(FP), DI")
+	p("\tMOVQ ldc+48(FP), R8")
+	p("\tSHLQ $2, R8")
+	p("\tLEAQ (R8)(R8*2), R10")
+	p("\tMOVQ bias+56(FP), R9")
+	crow := []string{"(DI)", "(DI)(R8*1)", "(DI)(R8*2)", "(DI)(R10*1)"}
+	crow2 := []string{"16(DI)", "16(DI)(R8*1)", "16(DI)(R8*2)", "16(DI)(R10*1)"}
+	for i := range rows {
+		// Row i's sums are halved into Ya to Ya+5 (VHADDPS has no EVEX
+		// form): in place for rows 0 and 1, into rows 0's and 1's
+		// registers, free by then, for rows 2 and 3.
+		a := 6 * (i % 2)
+		for r := range cols {
+			p("\tVEXTRACTF64X4 $1, Z%d, Y28", cols*i+r)
+			p("\tVADDPS Z28, Z%d, Z%d", cols*i+r, a+r)
+		}
+		reduce4(p, a)
+		// The last two sums, as reduce4 sums each of its four.
+		p("\tVHADDPS Y%d, Y%d, Y%d", a+5, a+4, a+4)
+		p("\tVHADDPS Y%d, Y%d, Y%d", a+4, a+4, a+4)
+		p("\tVEXTRACTF128 $1, Y%d, X%d", a+4, a+5)
+		p("\tVADDPS X%d, X%d, X%d", a+5, a+4, a+4)
+		// Then c's value, then the bias, as in the Go path.
+		t := a + 1 // free since reduce4
+		p("\tCMPB add+64(FP), $0")
+		p("\tJEQ unoadd%d", i)
+		p("\tVADDPS %s, X%d, X%d", crow[i], a, a)
+		p("\tVMOVQ %s, X%d", crow2[i], t)
+		p("\tVADDPS X%d, X%d, X%d", t, a+4, a+4)
+		p("unoadd%d:", i)
+		p("\tTESTQ R9, R9")
+		p("\tJZ unobias%d", i)
+		p("\tVADDPS (R9), X%d, X%d", a, a)
+		p("\tVMOVQ 16(R9), X%d", t)
+		p("\tVADDPS X%d, X%d, X%d", t, a+4, a+4)
+		p("unobias%d:", i)
+		p("\tVMOVUPS X%d, %s", a, crow[i])
+		p("\tVMOVQ X%d, %s", a+4, crow2[i])
 	}
 	p("\tVZEROUPPER")
 	p("\tRET")
