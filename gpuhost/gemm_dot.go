@@ -41,11 +41,13 @@ func gemmDotSerial(wide bool, m, n, k int, a []float32, lda int, b []float32, ld
 	// a partial block repeats its last row, whose results are dropped.
 	xrow := func(i, lim int) *float32 { return &a[min(i, lim-1)*lda] }
 	wrow := func(j, lim int) *float32 { return &b[min(j, lim-1)*ldb] }
+	// whole tiles go to the kernels that store their own (gemmAB for A/B).
+	whole := k > 0 && kv == k && gemmAB&128 == 0
 	for jb := 0; jb < n; jb += blockN {
 		je := min(jb+blockN, n)
 		for i := 0; i < m; i += rows {
 			j := jb
-			if wide && k > 0 && kv == k && i+rows <= m && gemmAB&128 == 0 {
+			if wide && whole && i+rows <= m {
 				// Whole 4×6 tiles: stored, added and biased in the kernel.
 				for ; j+cols <= je; j += cols {
 					var bp *float32
@@ -55,7 +57,7 @@ func gemmDotSerial(wide bool, m, n, k int, a []float32, lda int, b []float32, ld
 					gemmDotTile4x6(k, &a[i*lda], lda, &b[j*ldb], ldb, &c[i*ldc+j], ldc, bp, acc)
 				}
 			}
-			if !wide && k > 0 && kv == k && gemmAB&128 == 0 {
+			if !wide && whole {
 				// Whole 4-column tiles of 1 to 3 rows: stored, added and
 				// biased in the kernel.
 				if t := (je - jb) / cols; t > 0 {

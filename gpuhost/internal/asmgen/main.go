@@ -314,19 +314,7 @@ func dot(p func(string, ...any)) {
 	p("\tJZ dsum")
 	p("\tXORQ R11, R11")
 	p("")
-	p("dloop:")
-	for i := range 3 {
-		p("\tVMOVUPS (%s)(R11*4), Y%d", regs[i], 12+i)
-	}
-	for j := range 4 {
-		p("\tVMOVUPS (%s)(R11*4), Y15", regs[3+j])
-		for i := range 3 {
-			p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+j)
-		}
-	}
-	p("\tADDQ $8, R11")
-	p("\tDECQ CX")
-	p("\tJNZ dloop")
+	dotLoop(p, "dloop", 3, regs[:3], regs[3:])
 	p("")
 	p("dsum:")
 	for i := range 3 {
@@ -334,6 +322,45 @@ func dot(p func(string, ...any)) {
 	}
 	p("\tVZEROUPPER")
 	p("\tRET")
+}
+
+// dotLoop emits the loop of the AVX2 dot kernels under label: 8 values
+// of rows rows of x (pointers xr, into Y12 onwards) against 4 rows of W
+// (pointers wr, through Y15) into Y4i+j, R11 the index and CX the count.
+func dotLoop(p func(string, ...any), label string, rows int, xr, wr []string) {
+	p(label + ":")
+	for i := range rows {
+		p("\tVMOVUPS (%s)(R11*4), Y%d", xr[i], 12+i)
+	}
+	for j := range 4 {
+		p("\tVMOVUPS (%s)(R11*4), Y15", wr[j])
+		for i := range rows {
+			p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+j)
+		}
+	}
+	p("\tADDQ $8, R11")
+	p("\tDECQ CX")
+	p("\tJNZ " + label)
+}
+
+// dotLoop512 emits the loop of the AVX-512 dot kernels under label: 16
+// values of 4 rows of x (regs[0:4], into Z24–Z27) against 6 rows of W
+// (regs[4:10], through Z28) into Z6i+j, R11 the index and CX the count.
+func dotLoop512(p func(string, ...any), label string, regs []string) {
+	const rows, cols = 4, 6
+	p(label + ":")
+	for i := range rows {
+		p("\tVMOVUPS (%s)(R11*4), Z%d", regs[i], 24+i)
+	}
+	for j := range cols {
+		p("\tVMOVUPS (%s)(R11*4), Z28", regs[rows+j])
+		for i := range rows {
+			p("\tVFMADD231PS Z28, Z%d, Z%d", 24+i, cols*i+j)
+		}
+	}
+	p("\tADDQ $16, R11")
+	p("\tDECQ CX")
+	p("\tJNZ " + label)
 }
 
 // sum4 emits the horizontal sums of Ya to Ya+3 (8 lanes each, a below 16:
@@ -399,21 +426,7 @@ func dotTiles(p func(string, ...any), rows int) {
 	p("\tJZ tsum")
 	p("\tXORQ R11, R11")
 	p("")
-	p("tloop:")
-	xr := []string{"AX", "BX", "DX"}
-	wr := []string{"SI", "DI", "R8", "R9"}
-	for i := range rows {
-		p("\tVMOVUPS (%s)(R11*4), Y%d", xr[i], 12+i)
-	}
-	for j := range 4 {
-		p("\tVMOVUPS (%s)(R11*4), Y15", wr[j])
-		for i := range rows {
-			p("\tVFMADD231PS Y15, Y%d, Y%d", 12+i, 4*i+j)
-		}
-	}
-	p("\tADDQ $8, R11")
-	p("\tDECQ CX")
-	p("\tJNZ tloop")
+	dotLoop(p, "tloop", rows, []string{"AX", "BX", "DX"}, []string{"SI", "DI", "R8", "R9"})
 	p("")
 	p("tsum:")
 	crow := []string{"(R10)", "(R10)(R12*1)", "(R10)(R12*2)"}
@@ -810,19 +823,7 @@ func dot512(p func(string, ...any)) {
 	p("\tJZ zsum")
 	p("\tXORQ R11, R11")
 	p("")
-	p("zloop:")
-	for i := range rows {
-		p("\tVMOVUPS (%s)(R11*4), Z%d", regs[i], 24+i)
-	}
-	for j := range cols {
-		p("\tVMOVUPS (%s)(R11*4), Z28", regs[rows+j])
-		for i := range rows {
-			p("\tVFMADD231PS Z28, Z%d, Z%d", 24+i, cols*i+j)
-		}
-	}
-	p("\tADDQ $16, R11")
-	p("\tDECQ CX")
-	p("\tJNZ zloop")
+	dotLoop512(p, "zloop", regs)
 	p("")
 	p("zsum:")
 	p("\tMOVQ out+88(FP), R11")
@@ -876,19 +877,7 @@ func dotTile512(p func(string, ...any)) {
 	p("\tJZ usum")
 	p("\tXORQ R11, R11")
 	p("")
-	p("uloop:")
-	for i := range rows {
-		p("\tVMOVUPS (%s)(R11*4), Z%d", regs[i], 24+i)
-	}
-	for j := range cols {
-		p("\tVMOVUPS (%s)(R11*4), Z28", regs[rows+j])
-		for i := range rows {
-			p("\tVFMADD231PS Z28, Z%d, Z%d", 24+i, cols*i+j)
-		}
-	}
-	p("\tADDQ $16, R11")
-	p("\tDECQ CX")
-	p("\tJNZ uloop")
+	dotLoop512(p, "uloop", regs)
 	p("")
 	p("usum:")
 	p("\tMOVQ c+40(FP), DI")

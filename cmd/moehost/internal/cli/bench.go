@@ -387,7 +387,7 @@ func childMedians(mode string, exes []string, runs [][]loadgen.Result) string {
 		rps := make([]float64, len(rs))
 		cpu := make([]float64, len(rs))
 		for j, r := range rs {
-			rps[j] = float64(r.Requests) / r.Elapsed.Seconds()
+			rps[j] = r.RequestsPerSecond()
 			cpu[j] = float64(r.ServerCPUPerRequest()) / float64(time.Microsecond)
 		}
 		med := [2]float64{medianOf(rps), medianOf(cpu)}

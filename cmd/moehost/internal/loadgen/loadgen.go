@@ -89,6 +89,9 @@ func (r Result) BytesPerRequest() (req, res float64) {
 // RowsPerSecond is the throughput in examples.
 func (r Result) RowsPerSecond() float64 { return float64(r.Rows) / r.Elapsed.Seconds() }
 
+// RequestsPerSecond is the completed requests per second of the window.
+func (r Result) RequestsPerSecond() float64 { return float64(r.Requests) / r.Elapsed.Seconds() }
+
 // Run sends the load and returns what it measured.
 func Run(ctx context.Context, cfg Config) Result {
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Clients}
@@ -210,7 +213,7 @@ func (r Result) Row(name string) string {
 		cpu = fmt.Sprintf("%.0f", float64(c)/float64(time.Microsecond))
 	}
 	return fmt.Sprintf("| %-28s | %10.1f | %10.1f | %8d | %8.1f | %8.1f | %6d | %9.1f | %9.1f | %13s |", name, r.RowsPerSecond(),
-		float64(r.Requests)/r.Elapsed.Seconds(), r.Requests,
+		r.RequestsPerSecond(), r.Requests,
 		float64(r.P50)/float64(time.Millisecond), float64(r.P99)/float64(time.Millisecond), r.Errors, req/1024, res/1024, cpu)
 }
 
