@@ -18,7 +18,32 @@ var (
 	abModes  = flag.String("gemmab", "", "TestGemmAB: comma-separated values of gemmAB to run against each other, e.g. 1,0")
 	abShape  = flag.String("abshape", "", "TestGemmAB: one shape m,k,n,tb instead of the x·W shapes of make bench-kernels")
 	abRounds = flag.Int("abrounds", 20, "TestGemmAB: rounds")
+	abCaches = flag.String("abcaches", "", "TestGemmAB: semicolon-separated cache sets L1,L2,L3 (e.g. 32K,256K,2M;48K,1M,4M) whose blockings run against each other, at the first -gemmab value")
 )
+
+// parseCacheSet parses "48K,1M,4M" (bytes, with K or M).
+func parseCacheSet(s string) (cacheSizes, error) {
+	f := strings.Split(s, ",")
+	if len(f) != 3 {
+		return cacheSizes{}, fmt.Errorf("cache set %q: want L1,L2,L3", s)
+	}
+	var v [3]int
+	for i, x := range f {
+		mul := 1
+		switch {
+		case strings.HasSuffix(x, "K"):
+			mul, x = 1<<10, x[:len(x)-1]
+		case strings.HasSuffix(x, "M"):
+			mul, x = 1<<20, x[:len(x)-1]
+		}
+		n, err := strconv.Atoi(x)
+		if err != nil || n <= 0 {
+			return cacheSizes{}, fmt.Errorf("cache set %q: %q is not a size", s, f[i])
+		}
+		v[i] = n * mul
+	}
+	return cacheSizes{l1: v[0], l2: v[1], l3: v[2]}, nil
+}
 
 // TestGemmAB runs variants of the AVX2 GEMM (values of gemmAB, which
 // switch optimisations off) against each other in one process, in turns,
@@ -52,19 +77,46 @@ func TestGemmAB(t *testing.T) {
 		}
 		shapes = []shape{s}
 	}
-	defer func() { gemmAB = 0 }()
+	// With -abcaches the variants are blockings of the default path's
+	// kernel, all at the first gemmAB value.
+	kn := avx2Kernel()
+	if defaultPath() == pathAVX512 {
+		kn = avx512Kernel()
+	}
+	saved := kn.gemmBlocking
+	defer func() { gemmAB, kn.gemmBlocking = 0, saved }()
+	type variant struct {
+		ab    int
+		block gemmBlocking
+		label string
+	}
+	var vars []variant
+	if *abCaches != "" {
+		for _, cs := range strings.Split(*abCaches, ";") {
+			c, err := parseCacheSet(cs)
+			if err != nil {
+				t.Fatalf("-abcaches: %v", err)
+			}
+			b := blockingFor(c, kn.mr, kn.nr)
+			vars = append(vars, variant{modes[0], b, fmt.Sprintf("%s {kc:%d mc:%d nc:%d}", cs, b.kc, b.mc, b.nc)})
+		}
+	} else {
+		for _, md := range modes {
+			vars = append(vars, variant{md, saved, fmt.Sprintf("gemmAB=%d", md)})
+		}
+	}
 	for _, s := range shapes {
 		rng := rand.New(rand.NewPCG(1, 2))
 		a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
 		for _, th := range []int{1, 2} {
 			d := NewCPU(th).(*cpuDevice)
 			flop := 2 * float64(s.m) * float64(s.n) * float64(s.k)
-			best := make([][2]float64, len(modes))
-			ratios := make([][]float64, len(modes))
+			best := make([][2]float64, len(vars))
+			ratios := make([][]float64, len(vars))
 			for range *abRounds {
 				var first float64
-				for i, md := range modes {
-					gemmAB = md
+				for i, v := range vars {
+					gemmAB, kn.gemmBlocking = v.ab, v.block
 					w, c := gflops(func() { d.gemmF32(false, s.tb, s.m, s.n, s.k, a, b, c, false) }, flop, 20*time.Millisecond)
 					best[i][0] = max(best[i][0], w)
 					best[i][1] = max(best[i][1], c*float64(th))
@@ -75,9 +127,9 @@ func TestGemmAB(t *testing.T) {
 				}
 			}
 			line := fmt.Sprintf("%dx%dx%d tb=%t %dT:", s.m, s.k, s.n, s.tb, th)
-			for i, md := range modes {
+			for i, v := range vars {
 				slices.Sort(ratios[i])
-				line += fmt.Sprintf("  gemmAB=%d %.1f/%.1f best %.3f med %.3f", md, best[i][0], best[i][1], best[i][1]/best[0][1], ratios[i][len(ratios[i])/2])
+				line += fmt.Sprintf("  %s %.1f/%.1f best %.3f med %.3f", v.label, best[i][0], best[i][1], best[i][1]/best[0][1], ratios[i][len(ratios[i])/2])
 			}
 			fmt.Println(line)
 		}

@@ -1,7 +1,10 @@
 package gpuhost
 
 import (
+	"cmp"
+	"encoding/binary"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,16 +18,31 @@ type cacheSizes struct{ l1, l2, l3 int }
 // enough to be safe on any x86 core of the last ten years.
 var fallbackCaches = cacheSizes{l1: 32 << 10, l2: 256 << 10, l3: 2 << 20}
 
-// machineCaches reads this machine's caches once, from Linux's sysfs
-// (cpu0's cache/index*: level, type, size, shared_cpu_list); elsewhere, or
-// where a level is missing, it keeps fallbackCaches's.
+// machineCaches reads this machine's caches once: from Linux's sysfs
+// (cpu0's cache/index*: level, type, size, shared_cpu_list), which knows
+// how many CPUs share each; where it is missing (the firecracker VMs we
+// run on have no cache directory), from CPUID; and for any level neither
+// describes, fallbackCaches's.
 var machineCaches = sync.OnceValue(func() cacheSizes {
-	return readCaches("/sys/devices/system/cpu/cpu0/cache")
+	return mergeCaches(readCaches("/sys/devices/system/cpu/cpu0/cache"),
+		cpuidCaches(cpuidFunc, runtime.NumCPU()), fallbackCaches)
 })
 
-// readCaches parses a sysfs cache directory; see machineCaches.
+// mergeCaches takes each level from the first set that has it (non-zero).
+func mergeCaches(sets ...cacheSizes) cacheSizes {
+	var c cacheSizes
+	for _, s := range sets {
+		c.l1 = cmp.Or(c.l1, s.l1)
+		c.l2 = cmp.Or(c.l2, s.l2)
+		c.l3 = cmp.Or(c.l3, s.l3)
+	}
+	return c
+}
+
+// readCaches parses a sysfs cache directory; a level it does not find is
+// 0. See machineCaches.
 func readCaches(dir string) cacheSizes {
-	c := fallbackCaches
+	var c cacheSizes
 	for i := range 8 {
 		idx := dir + "/index" + strconv.Itoa(i)
 		level, ok1 := readInt(idx + "/level")
@@ -39,14 +57,72 @@ func readCaches(dir string) cacheSizes {
 		if shared := cpuCount(idx + "/shared_cpu_list"); shared > 1 {
 			size /= shared
 		}
-		switch level {
-		case 1:
-			c.l1 = size
-		case 2:
-			c.l2 = size
-		case 3:
-			c.l3 = size
+		c.set(level, size)
+	}
+	return c
+}
+
+func (c *cacheSizes) set(level, size int) {
+	switch level {
+	case 1:
+		c.l1 = size
+	case 2:
+		c.l2 = size
+	case 3:
+		c.l3 = size
+	}
+}
+
+// cpuidCaches reads the data caches from CPUID (nil: none): the
+// deterministic cache leaf, Intel's 4 or AMD's 0x8000001D, which gives
+// each cache's geometry and how many logical CPUs share it; failing that,
+// on AMD, the legacy leaves 0x80000005/6 for L1d and L2 (their L3 field
+// is the whole package's, with no sharing count, so L3 is left out).
+//
+// A size is divided among the CPUs that share it, as sysfs's is; for L1
+// and L2 at most ncpu of them, since a VM's vCPUs may be whole cores
+// whose SMT siblings CPUID still counts. L3's count is not capped: the
+// rest of the socket is other tenants'.
+func cpuidCaches(cpuid func(leaf, sub uint32) (eax, ebx, ecx, edx uint32), ncpu int) cacheSizes {
+	var c cacheSizes
+	if cpuid == nil {
+		return c
+	}
+	maxLeaf, b, cx, d := cpuid(0, 0)
+	var vendor [12]byte
+	binary.LittleEndian.PutUint32(vendor[0:], b)
+	binary.LittleEndian.PutUint32(vendor[4:], d)
+	binary.LittleEndian.PutUint32(vendor[8:], cx)
+	amd := string(vendor[:]) == "AuthenticAMD" || string(vendor[:]) == "HygonGenuine"
+	maxExt, _, _, _ := cpuid(0x80000000, 0)
+	leaf := uint32(4)
+	if amd {
+		leaf = 0x8000001D
+	}
+	if amd && maxExt >= leaf || !amd && maxLeaf >= leaf {
+		for sub := range uint32(16) {
+			a, b, cx, _ := cpuid(leaf, sub)
+			typ := a & 31
+			if typ == 0 {
+				break
+			}
+			if typ != 1 && typ != 3 { // data, unified
+				continue
+			}
+			level := int(a >> 5 & 7)
+			size := int(b>>22+1) * int(b>>12&0x3ff+1) * int(b&0xfff+1) * int(cx+1)
+			shared := int(a>>14&0xfff) + 1
+			if level < 3 {
+				shared = min(shared, max(ncpu, 1))
+			}
+			c.set(level, size/shared)
 		}
+	}
+	if amd && c.l1 == 0 && c.l2 == 0 && maxExt >= 0x80000006 {
+		_, _, l1, _ := cpuid(0x80000005, 0)
+		_, _, l2, _ := cpuid(0x80000006, 0)
+		c.l1 = int(l1>>24) << 10
+		c.l2 = int(l2>>16) << 10
 	}
 	return c
 }

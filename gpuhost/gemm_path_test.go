@@ -135,12 +135,81 @@ func TestReadCaches(t *testing.T) {
 	if got != want {
 		t.Errorf("readCaches = %+v, want %+v", got, want)
 	}
-	if got := readCaches(filepath.Join(dir, "missing")); got != fallbackCaches {
-		t.Errorf("readCaches of nothing = %+v, want the fallback %+v", got, fallbackCaches)
+	if got := readCaches(filepath.Join(dir, "missing")); got != (cacheSizes{}) {
+		t.Errorf("readCaches of nothing = %+v, want none", got)
+	}
+	if got := mergeCaches(cacheSizes{l2: 1 << 20}, cacheSizes{l1: 48 << 10, l2: 2 << 20}, fallbackCaches); got != (cacheSizes{l1: 48 << 10, l2: 1 << 20, l3: fallbackCaches.l3}) {
+		t.Errorf("mergeCaches = %+v: want each level from the first set that has it", got)
 	}
 	b := blockingFor(cacheSizes{l1: 32 << 10, l2: 512 << 10, l3: 16 << 20}, asmMR, asmNR)
 	if b.kc != 256 || b.mc%asmMR != 0 || b.nc%asmNR != 0 || b.fuseNC%asmNR != 0 {
 		t.Errorf("blocking for a Zen 3 core = %+v: want KC 256 and whole tiles", b)
+	}
+}
+
+// fakeCPUID answers CPUID from a table of (leaf, sub) → registers; a leaf
+// it lacks reads as zeros, as a reserved one does.
+type fakeCPUID map[[2]uint32][4]uint32
+
+func (f fakeCPUID) cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32) {
+	r := f[[2]uint32{leaf, sub}]
+	return r[0], r[1], r[2], r[3]
+}
+
+// vendorRegs is leaf 0: the highest leaf and the vendor string in EBX,
+// EDX, ECX.
+func vendorRegs(maxLeaf uint32, vendor string) [4]uint32 {
+	le := func(s string) uint32 { return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24 }
+	return [4]uint32{maxLeaf, le(vendor[0:4]), le(vendor[8:12]), le(vendor[4:8])}
+}
+
+// detCache encodes one cache of the deterministic leaf (Intel's 4, AMD's
+// 0x8000001D) as the SDM lays it out.
+func detCache(typ, level, shared, ways, parts, line, sets uint32) [4]uint32 {
+	return [4]uint32{typ | level<<5 | (shared-1)<<14, (ways-1)<<22 | (parts-1)<<12 | (line - 1), sets - 1, 0}
+}
+
+func TestCPUIDCaches(t *testing.T) {
+	intel := fakeCPUID{
+		{0, 0}: vendorRegs(0x1f, "GenuineIntel"),
+		// A Sapphire Rapids core: 48 KiB L1d, 32 KiB L1i, 2 MiB L2 (SMT
+		// pairs), 105 MiB L3 shared by 128 IDs.
+		{4, 0}: detCache(1, 1, 2, 12, 1, 64, 64),
+		{4, 1}: detCache(2, 1, 2, 8, 1, 64, 64),
+		{4, 2}: detCache(3, 2, 2, 16, 1, 64, 2048),
+		{4, 3}: detCache(3, 3, 128, 15, 1, 64, 114688),
+	}
+	amdDet := fakeCPUID{
+		{0, 0}:          vendorRegs(0x10, "AuthenticAMD"),
+		{0x80000000, 0}: {0x80000021},
+		{0x8000001D, 0}: detCache(1, 1, 1, 12, 1, 64, 64),
+		{0x8000001D, 1}: detCache(3, 2, 1, 16, 1, 64, 1024),
+		{0x8000001D, 2}: detCache(3, 3, 16, 16, 1, 64, 32768),
+	}
+	// A firecracker VM on Zen 5 (these are its registers): no
+	// deterministic leaf, and 0x80000006's L3 is the package's 508 MiB.
+	amdLegacy := fakeCPUID{
+		{0, 0}:          vendorRegs(0xd, "AuthenticAMD"),
+		{0x80000000, 0}: {0x80000021},
+		{0x80000005, 0}: {0xff60ff40, 0xff60ff40, 0x300c0140, 0x20080140},
+		{0x80000006, 0}: {0x40802040, 0x60804040, 0x04006140, 0x0fe09140},
+	}
+	for _, c := range []struct {
+		name string
+		f    func(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+		ncpu int
+		want cacheSizes
+	}{
+		{"intel 2 vCPUs", intel.cpuid, 2, cacheSizes{l1: 24 << 10, l2: 1 << 20, l3: 105 << 20 / 128}},
+		{"intel 1 vCPU", intel.cpuid, 1, cacheSizes{l1: 48 << 10, l2: 2 << 20, l3: 105 << 20 / 128}},
+		{"amd 0x8000001D", amdDet.cpuid, 2, cacheSizes{l1: 48 << 10, l2: 1 << 20, l3: 2 << 20}},
+		{"amd legacy", amdLegacy.cpuid, 2, cacheSizes{l1: 48 << 10, l2: 1 << 20}},
+		{"intel, no leaf 4", fakeCPUID{{0, 0}: vendorRegs(2, "GenuineIntel")}.cpuid, 2, cacheSizes{}},
+		{"no cpuid", nil, 2, cacheSizes{}},
+	} {
+		if got := cpuidCaches(c.f, c.ncpu); got != c.want {
+			t.Errorf("%s: cpuidCaches = %+v, want %+v", c.name, got, c.want)
+		}
 	}
 }
 

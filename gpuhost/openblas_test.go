@@ -78,7 +78,8 @@ func TestKernelTable(t *testing.T) {
 	threads := []int{1, 2}
 	var out strings.Builder
 	core, config := openBLASConfig()
-	fmt.Fprintf(&out, "ours: the %v GEMM (blocking %+v); OpenBLAS: %s kernel (%s)\n", defaultPath(), pathBlocking(defaultPath()), core, config)
+	fmt.Fprintf(&out, "ours: the %v GEMM (caches L1d %d KiB, L2 %d KiB, L3 share %d KiB; blocking %+v); OpenBLAS: %s kernel (%s)\n",
+		defaultPath(), machineCaches().l1>>10, machineCaches().l2>>10, machineCaches().l3>>10, pathBlocking(defaultPath()), core, config)
 	// One case per shape and thread count, each with its own operands:
 	// tensors of the device, as a server's weights and activations are
 	// (backed by transparent huge pages where the kernel allows); both
