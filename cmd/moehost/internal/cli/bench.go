@@ -145,11 +145,11 @@ child write a CPU profile and an allocation profile of each mode there
 								MinRows: minRows, MaxRows: maxRows, Duration: duration, DType: m.dt,
 							})
 							if err != nil {
-								return fmt.Errorf("%s on %s: %w", m.name, serverLabel(exe), err)
+								return fmt.Errorf("%s on %s: %w", m.name, serverLabel(exes, ei), err)
 							}
 							name := m.name + " (child)"
 							if len(exes) > 1 || rounds > 1 {
-								name = fmt.Sprintf("%s, %s, round %d", m.name, serverLabel(exe), r+1)
+								name = fmt.Sprintf("%s, %s, round %d", m.name, serverLabel(exes, ei), r+1)
 							}
 							fmt.Fprintln(stdout, res.Row(name))
 							runs[mi][ei] = append(runs[mi][ei], res)
@@ -371,9 +371,17 @@ func rowsPerReq(r loadgen.Result) float64 {
 
 // serverLabel names a --server-exe in the table: its file name, or this
 // build for the default.
-func serverLabel(exe string) string {
+func serverLabel(exes []string, i int) string {
+	exe := exes[i]
 	if exe == "" {
 		return "this build"
+	}
+	// Two builds of one name (a/moehost, b/moehost) are told apart by
+	// the paths as given.
+	for j, other := range exes {
+		if j != i && other != "" && filepath.Base(other) == filepath.Base(exe) {
+			return exe
+		}
 	}
 	return filepath.Base(exe)
 }
@@ -391,11 +399,11 @@ func childMedians(mode string, exes []string, runs [][]loadgen.Result) string {
 			cpu[j] = float64(r.ServerCPUPerRequest()) / float64(time.Microsecond)
 		}
 		med := [2]float64{medianOf(rps), medianOf(cpu)}
-		fmt.Fprintf(&b, "%s, %s: %.0f requests/s, %.0f server CPU-µs per request", mode, serverLabel(exes[i]), med[0], med[1])
+		fmt.Fprintf(&b, "%s, %s: %.0f requests/s, %.0f server CPU-µs per request", mode, serverLabel(exes, i), med[0], med[1])
 		if i == 0 {
 			base = med
 		} else if base[0] > 0 && base[1] > 0 {
-			fmt.Fprintf(&b, " (%.2f× the requests/s and %.2f× the CPU per request of %s)", med[0]/base[0], med[1]/base[1], serverLabel(exes[0]))
+			fmt.Fprintf(&b, " (%.2f× the requests/s and %.2f× the CPU per request of %s)", med[0]/base[0], med[1]/base[1], serverLabel(exes, 0))
 		}
 		if i < len(runs)-1 {
 			b.WriteByte('\n')

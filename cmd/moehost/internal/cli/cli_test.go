@@ -162,4 +162,13 @@ func TestChildMedians(t *testing.T) {
 	if got != want {
 		t.Errorf("childMedians:\n%s\nwant\n%s", got, want)
 	}
+	// Builds of one name are labelled by their paths.
+	got = childMedians("m", []string{"a/moehost", "b/moehost", "c/other"}, [][]loadgen.Result{
+		{res(100, time.Millisecond)}, {res(100, time.Millisecond)}, {res(100, time.Millisecond)},
+	})
+	for _, label := range []string{"m, a/moehost:", "m, b/moehost:", "m, other:", "of a/moehost)"} {
+		if !strings.Contains(got, label) {
+			t.Errorf("childMedians of builds a/moehost, b/moehost, c/other: no %q in\n%s", label, got)
+		}
+	}
 }
