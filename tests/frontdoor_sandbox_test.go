@@ -97,7 +97,8 @@ func (p *prober) during(t *testing.T, attack func()) time.Duration {
 // would make the compiler take the process's memory, a WASI command, and
 // guests that spin or sleep, then rotates uids past the quarantine.
 // Alice's answers must stay byte-identical and her latency within
-// 100 ms of her worst unloaded one during uploads, 500 ms beside a
+// 100 ms of her worst unloaded one (at the start, or just before, if
+// worse) during uploads, 500 ms beside a
 // guest that spins (see guestBound).
 func TestFrontDoorSandbox(t *testing.T) {
 	ctx := context.Background()
@@ -133,12 +134,17 @@ func TestFrontDoorSandbox(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The load of a make test run (make -j, race tests beside
+			// this one) changes by the second: alice's worst latency just
+			// before the upload counts as unloaded too, when it is worse.
+			near := p.during(t, func() { time.Sleep(300 * time.Millisecond) })
+			bound := max(bound, near+100*time.Millisecond)
 			var uerr error
 			worst := p.during(t, func() { _, uerr = h.upload(ctx, mallory, wasm) })
 			if connect.CodeOf(uerr) != connect.CodeInvalidArgument || !strings.Contains(uerr.Error(), tt.want) {
 				t.Errorf("upload: %v, want InvalidArgument with %q", uerr, tt.want)
 			}
-			t.Logf("alice's worst latency: %v", worst)
+			t.Logf("alice's worst latency: %v (%v just before)", worst, near)
 			if worst > bound {
 				t.Errorf("alice's worst latency %v is past %v", worst, bound)
 			}
