@@ -29,18 +29,11 @@ func parseCacheSet(s string) (cacheSizes, error) {
 	}
 	var v [3]int
 	for i, x := range f {
-		mul := 1
-		switch {
-		case strings.HasSuffix(x, "K"):
-			mul, x = 1<<10, x[:len(x)-1]
-		case strings.HasSuffix(x, "M"):
-			mul, x = 1<<20, x[:len(x)-1]
+		n, ok := parseSize(x)
+		if !ok || n <= 0 {
+			return cacheSizes{}, fmt.Errorf("cache set %q: %q is not a size", s, x)
 		}
-		n, err := strconv.Atoi(x)
-		if err != nil || n <= 0 {
-			return cacheSizes{}, fmt.Errorf("cache set %q: %q is not a size", s, f[i])
-		}
-		v[i] = n * mul
+		v[i] = n
 	}
 	return cacheSizes{l1: v[0], l2: v[1], l3: v[2]}, nil
 }

@@ -136,13 +136,18 @@ func readInt(path string) (int, bool) {
 	return n, err == nil
 }
 
-// readSize parses sysfs's "32K", "1024K" or "32M".
+// readSize reads a sysfs size; see parseSize.
 func readSize(path string) (int, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
-	s := strings.TrimSpace(string(b))
+	return parseSize(strings.TrimSpace(string(b)))
+}
+
+// parseSize parses sysfs's "32K", "1024K" or "32M" (bytes without a
+// suffix).
+func parseSize(s string) (int, bool) {
 	mul := 1
 	switch {
 	case strings.HasSuffix(s, "K"):
