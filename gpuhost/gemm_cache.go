@@ -95,11 +95,11 @@ func cpuidCaches(cpuid func(leaf, sub uint32) (eax, ebx, ecx, edx uint32), ncpu 
 	binary.LittleEndian.PutUint32(vendor[8:], cx)
 	amd := string(vendor[:]) == "AuthenticAMD" || string(vendor[:]) == "HygonGenuine"
 	maxExt, _, _, _ := cpuid(0x80000000, 0)
-	leaf := uint32(4)
+	leaf, top := uint32(4), maxLeaf
 	if amd {
-		leaf = 0x8000001D
+		leaf, top = 0x8000001D, maxExt
 	}
-	if amd && maxExt >= leaf || !amd && maxLeaf >= leaf {
+	if top >= leaf {
 		for sub := range uint32(16) {
 			a, b, cx, _ := cpuid(leaf, sub)
 			typ := a & 31

@@ -107,6 +107,17 @@ func TestGemmBias(t *testing.T) {
 	}
 }
 
+// pathKernel is p's assembly kernel; nil for the Go path.
+func pathKernel(p gemmPath) *asmKernel {
+	switch p {
+	case pathAVX2:
+		return avx2Kernel()
+	case pathAVX512:
+		return avx512Kernel()
+	}
+	return nil
+}
+
 func TestReadCaches(t *testing.T) {
 	dir := t.TempDir()
 	write := func(idx, name, v string) {

@@ -78,8 +78,9 @@ func TestKernelTable(t *testing.T) {
 	threads := []int{1, 2}
 	var out strings.Builder
 	core, config := openBLASConfig()
+	caches := machineCaches()
 	fmt.Fprintf(&out, "ours: the %v GEMM (caches L1d %d KiB, L2 %d KiB, L3 share %d KiB; blocking %+v); OpenBLAS: %s kernel (%s)\n",
-		defaultPath(), machineCaches().l1>>10, machineCaches().l2>>10, machineCaches().l3>>10, pathBlocking(defaultPath()), core, config)
+		defaultPath(), caches.l1>>10, caches.l2>>10, caches.l3>>10, pathBlocking(defaultPath()), core, config)
 	// One case per shape and thread count, each with its own operands:
 	// tensors of the device, as a server's weights and activations are
 	// (backed by transparent huge pages where the kernel allows); both
@@ -194,11 +195,8 @@ func fmaCeiling() float64 {
 
 // pathBlocking returns p's blocking, for benchmark tables.
 func pathBlocking(p gemmPath) gemmBlocking {
-	switch p {
-	case pathAVX2:
-		return avx2Kernel().gemmBlocking
-	case pathAVX512:
-		return avx512Kernel().gemmBlocking
+	if kn := pathKernel(p); kn != nil {
+		return kn.gemmBlocking
 	}
 	return gemmBlocking{kc: goKC, mc: goMC, nc: goNC}
 }
