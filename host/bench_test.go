@@ -35,7 +35,7 @@ func BenchmarkForwardFFN(b *testing.B) {
 // pools, and reports the bytes allocated per batch in the steady state.
 func BenchmarkExpertBatch(b *testing.B) {
 	const batch = 256
-	e := testServer.experts["ffn.0"]
+	e := testServer.expert("ffn.0")
 	dev := e.Device()
 	x, err := dev.FromFloat32([]int{batch, bigHidden}, make([]float32, batch*bigHidden))
 	if err != nil {
@@ -44,14 +44,14 @@ func BenchmarkExpertBatch(b *testing.B) {
 	ctx := context.Background()
 	b.Run("forward", func(b *testing.B) {
 		// One batch first fills the device's pool.
-		outs, err := e.forward(ctx, []*gpuhost.Tensor{x})
+		outs, err := e.ForwardBatch(ctx, []*gpuhost.Tensor{x})
 		if err != nil {
 			b.Fatal(err)
 		}
 		dev.Release(outs...)
 		b.ReportAllocs()
 		for b.Loop() {
-			outs, err := e.forward(ctx, []*gpuhost.Tensor{x})
+			outs, err := e.ForwardBatch(ctx, []*gpuhost.Tensor{x})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -63,14 +63,14 @@ func BenchmarkExpertBatch(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		grads, err := e.backward(ctx, []*gpuhost.Tensor{x}, []*gpuhost.Tensor{gy})
+		grads, err := e.BackwardBatch(ctx, []*gpuhost.Tensor{x}, []*gpuhost.Tensor{gy})
 		if err != nil {
 			b.Fatal(err)
 		}
 		dev.Release(grads...)
 		b.ReportAllocs()
 		for b.Loop() {
-			grads, err := e.backward(ctx, []*gpuhost.Tensor{x}, []*gpuhost.Tensor{gy})
+			grads, err := e.BackwardBatch(ctx, []*gpuhost.Tensor{x}, []*gpuhost.Tensor{gy})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -97,9 +97,10 @@ func BenchmarkWorstBatch(b *testing.B) {
 	for _, tt := range tests {
 		b.Run(tt.name, func(b *testing.B) {
 			srv := startTestServer(b, WithExperts(ExpertConfig{UID: "x.0", Module: ModuleBytes(tt.module), Config: tt.config}))
-			e, dev := srv.experts["x.0"], srv.Device()
+			e, dev := srv.expert("x.0"), srv.Device()
 			var inputs []*gpuhost.Tensor
-			for i, s := range e.schema.inputs {
+			schemaIn, schemaOut := e.Schema()
+			for i, s := range schemaIn {
 				shape := tt.shapes[0]
 				if i > 0 { // the transformer's key padding mask
 					shape = shape[:2]
@@ -110,7 +111,7 @@ func BenchmarkWorstBatch(b *testing.B) {
 				}
 				inputs = append(inputs, x)
 			}
-			gy, err := dev.Zeros(abi.DType(e.schema.outputs[0].GetDtype()), tt.shapes[0])
+			gy, err := dev.Zeros(abi.DType(schemaOut[0].GetDtype()), tt.shapes[0])
 			if err != nil {
 				b.Fatal(err)
 			}

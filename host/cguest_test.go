@@ -148,8 +148,8 @@ func sameTensor(t *testing.T, what string, a, b *moehostv1.Tensor) {
 // names, order, shapes and bytes.
 func sameParams(t *testing.T, a, b *Server, uid, when string) {
 	t.Helper()
-	ea, eb := a.experts[uid], b.experts[uid]
-	pa, pb := ea.guest.binding.Params.Params(), eb.guest.binding.Params.Params()
+	ea, eb := a.expert(uid), b.expert(uid)
+	pa, pb := ea.Params(), eb.Params()
 	if len(pa) != 6 || len(pb) != len(pa) {
 		t.Fatalf("%s: Go declares %d params, C %d; want 6", when, len(pa), len(pb))
 	}

@@ -21,7 +21,7 @@ func TestDeployRefusesUnknownConfigKeys(t *testing.T) {
 	if errorCodes.Of(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `"hiden_dim": the module's moe_init does not read it (it reads: hidden_dim)`) {
 		t.Fatalf("deploy with hiden_dim: %v, want InvalidArgument naming hidden_dim", err)
 	}
-	if _, ok := (*table)(srv).Expert("typo.0"); ok {
+	if _, ok := (table{srv.experts}).Expert("typo.0"); ok {
 		t.Fatal("the refused expert is served")
 	}
 	if err := srv.Deploy(ctx, ExpertConfig{UID: "typo.0", Module: ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hidden_dim": 4}}); err != nil {

@@ -80,10 +80,10 @@ func measureDensity(t *testing.T, n int, load time.Duration, opts ...Option) den
 	}
 	r := densityRun{ready: time.Since(start), experts: n}
 	r.rss = rss(t) - before
-	slots := map[*instanceSlot]bool{}
-	for _, e := range srv.experts {
-		r.params += 4 * e.guest.binding.Params.Count()
-		slots[e.guest.slot] = true
+	slots := map[any]bool{}
+	for _, e := range srv.experts.All() {
+		r.params += 4 * e.ParamCount()
+		slots[e.InstanceKey()] = true
 	}
 	r.instances = len(slots)
 	if load == 0 {

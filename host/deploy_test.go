@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"os"
@@ -71,10 +72,10 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 	}
 	check("ffn.1")
 	check("ffn.2")
-	if a, b := srv.experts["ffn.1"], srv.experts["ffn.2"]; a.guest.slot != b.guest.slot {
+	if a, b := srv.expert("ffn.1"), srv.expert("ffn.2"); a.InstanceKey() != b.InstanceKey() {
 		t.Error("two experts of one module and config do not share an instance")
 	}
-	if got := srv.experts["ffn.1"].Info().GetOwner(); got != "alice" {
+	if got := srv.expert("ffn.1").Info().GetOwner(); got != "alice" {
 		t.Errorf("owner %q, want alice", got)
 	}
 	if err := srv.Deploy(ctx, ExpertConfig{UID: "ffn.1", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg}); errorCodes.Of(err) != connect.CodeAlreadyExists {
@@ -83,7 +84,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 	if err := srv.Deploy(ctx, ExpertConfig{UID: "bad.0", Module: ModuleBytes([]byte("\x00asm junk"))}); !errors.Is(err, ErrInvalidModule) {
 		t.Errorf("deploying a bad module: %v, want ErrInvalidModule", err)
 	}
-	if _, ok := srv.experts["bad.0"]; ok {
+	if _, ok := srv.experts.Get("bad.0"); ok {
 		t.Error("a failed Deploy left its uid served")
 	}
 
@@ -99,7 +100,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 		wg.Go(func() { _, errs[i] = srv.Forward(ctx, "picky.1", []*gpuhost.Tensor{rows(t, dev, 1, 2, 3, 4)}) })
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		depth := srv.experts["picky.1"].Info().GetForwardPool().GetQueueDepth()
+		depth := srv.expert("picky.1").Info().GetForwardPool().GetQueueDepth()
 		if depth >= 3 {
 			break
 		}
@@ -130,7 +131,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 		t.Errorf("undeploying twice: %v, want not found", err)
 	}
 	check("ffn.2") // its shared instance stayed
-	families, err := srv.metrics.reg.Gather()
+	families, err := srv.prom.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 			}
 		}
 	}
-	for _, e := range (*table)(srv).All() {
+	for _, e := range (table{srv.experts}).All() {
 		if uid := e.Info().GetUid(); uid == "ffn.1" || uid == "picky.1" {
 			t.Errorf("%s is still listed", uid)
 		}
@@ -151,7 +152,7 @@ func TestDeployAndUndeployWhileServing(t *testing.T) {
 	if err := srv.Undeploy(ctx, "ffn.2"); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(srv.loader.compiled); n != 1 {
+	if n := srv.experts.LoaderStats().Compiled; n != 1 {
 		t.Errorf("%d compiled modules left, want 1 (picky.0's)", n)
 	}
 	check2 := func() {
@@ -211,7 +212,7 @@ func TestDeploymentsSurviveARestart(t *testing.T) {
 	}
 	before := x(srv)
 	digests := map[string]string{}
-	for _, e := range (*table)(srv).All() {
+	for _, e := range (table{srv.experts}).All() {
 		digests[e.Info().GetUid()] = e.Info().GetModuleDigest()
 	}
 	if err := srv.Shutdown(ctx); err != nil {
@@ -220,14 +221,14 @@ func TestDeploymentsSurviveARestart(t *testing.T) {
 
 	srv = start()
 	got := map[string]string{}
-	for _, e := range (*table)(srv).All() {
+	for _, e := range (table{srv.experts}).All() {
 		got[e.Info().GetUid()] = e.Info().GetModuleDigest()
 	}
 	if !maps.Equal(got, digests) || len(got) != 2 {
 		t.Fatalf("after a restart: %v, want %v", got, digests)
 	}
-	if e := srv.experts["alice.ffn.0"]; e.tenancy.owner != "alice" || e.tenancy.backward != AccessOwner {
-		t.Errorf("alice.ffn.0 came back with owner %q and backward access %v", e.tenancy.owner, e.tenancy.backward)
+	if owner, _, backward := srv.expert("alice.ffn.0").Access(); owner != "alice" || backward != AccessOwner {
+		t.Errorf("alice.ffn.0 came back with owner %q and backward access %v", owner, backward)
 	}
 	if after := x(srv); !slices.Equal(after, before) {
 		t.Errorf("alice.ffn.0 answers %v after the restart, %v before", after, before)
@@ -243,14 +244,18 @@ func TestDeploymentsSurviveARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv = start()
-	if _, ok := srv.experts["bob.picky"]; ok {
+	if _, ok := srv.experts.Get("bob.picky"); ok {
 		t.Fatal("bob.picky came back without its module")
 	}
 	if err := srv.Deploy(ctx, ExpertConfig{UID: "alice.ffn.2", Owner: "alice", Module: ModuleBytes(wasmexperts.FFNC), Config: cfg}); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := readDeployments(dir)
+	b, err := os.ReadFile(filepath.Join(dir, "deployments.json"))
 	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []struct{ UID string }
+	if err := json.Unmarshal(b, &ds); err != nil {
 		t.Fatal(err)
 	}
 	var uids []string
@@ -268,7 +273,7 @@ func TestDeploymentsSurviveARestart(t *testing.T) {
 func TestTenantParamBytesCapCoversAllItsExperts(t *testing.T) {
 	ctx := context.Background()
 	srv := startTenantsServer(t)
-	api := (*moduleAPI)(srv)
+	api := moduleAPI{srv}
 	alice := rpc.Caller{Tenant: "alice"}
 	mod, err := api.Upload(ctx, alice, rpc.ModuleUpload{Size: -1, Body: bytes.NewReader(wasmexperts.FFNC)})
 	if err != nil {
@@ -300,7 +305,7 @@ func TestTenantParamBytesCapCoversAllItsExperts(t *testing.T) {
 	if errorCodes.Of(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "parameter budget") {
 		t.Fatalf("the third expert: %v, want resource exhausted naming the parameter budget", err)
 	}
-	if _, ok := srv.experts["alice.c"]; ok {
+	if _, ok := srv.experts.Get("alice.c"); ok {
 		t.Error("the refused expert is served")
 	}
 	if got := srv.paramBytesOf("alice"); got > one*5/2 {

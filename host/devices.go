@@ -1,7 +1,6 @@
 package host
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/internal/sched"
 )
 
 // errNoCUDA is what a binary built without the cuda tag says to a CUDA
@@ -82,14 +80,6 @@ func (c *config) validateDevice() error {
 	return nil
 }
 
-// lane is one device and the worker that runs its batches and tasks
-// (snapshots, restores). Each expert belongs to one lane for its life.
-type lane struct {
-	dev    gpuhost.Device
-	worker *sched.Worker
-	tasks  *taskPool
-}
-
 // openDevices opens the devices of the WithDevice spec: the CPU under
 // limit (0: none), the ceiling on live tensor bytes, or the GPUs, each
 // bounded by its own memory.
@@ -123,87 +113,6 @@ func closeDevices(devs []gpuhost.Device) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// makeLanes gives each device a worker and a task pool.
-func makeLanes(devs []gpuhost.Device) []*lane {
-	lanes := make([]*lane, len(devs))
-	for i, d := range devs {
-		w := sched.NewWorker()
-		tp := &taskPool{notify: w.Notify}
-		w.Add(tp)
-		lanes[i] = &lane{dev: d, worker: w, tasks: tp}
-	}
-	return lanes
-}
-
-// devicesLocked returns each lane's device, the first device first. Call
-// with s.mu held.
-func (s *Server) devicesLocked() []gpuhost.Device {
-	devs := make([]gpuhost.Device, len(s.lanes))
-	for i, ln := range s.lanes {
-		devs[i] = ln.dev
-	}
-	return devs
-}
-
-// pickLane returns the lane for a new expert: the one with the fewest
-// experts, the first of them on a tie, which is round robin as experts
-// are added.
-func (s *Server) pickLane() *lane {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.lanes) == 1 {
-		return s.lanes[0]
-	}
-	count := make(map[gpuhost.Device]int, len(s.lanes))
-	for _, e := range s.experts {
-		count[e.Device()]++
-	}
-	best := s.lanes[0]
-	for _, ln := range s.lanes[1:] {
-		if count[ln.dev] < count[best.dev] {
-			best = ln
-		}
-	}
-	return best
-}
-
-// laneOf returns the lane of e's device.
-func (s *Server) laneOf(e *expert) *lane {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, ln := range s.lanes {
-		if ln.dev == e.Device() {
-			return ln
-		}
-	}
-	panic(fmt.Sprintf("BUG: expert %q is on device %s, which no lane has", e.uid, e.Device().Name()))
-}
-
-// workers returns each lane's worker: none before the lanes are made.
-func (s *Server) workers() []*sched.Worker {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ws := make([]*sched.Worker, len(s.lanes))
-	for i, ln := range s.lanes {
-		ws[i] = ln.worker
-	}
-	return ws
-}
-
-// startWorkers starts every lane's worker.
-func (s *Server) startWorkers(ctx context.Context) {
-	for _, w := range s.workers() {
-		w.Start(ctx)
-	}
-}
-
-// closeWorkers stops every lane's worker, letting running batches end.
-func (s *Server) closeWorkers(ctx context.Context) {
-	for _, w := range s.workers() {
-		w.Close(ctx)
-	}
 }
 
 // deviceNames lists devices' names for the startup log line.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/sdk/client"
 )
 
@@ -138,34 +139,27 @@ func TestExpertsRoundRobinOnTwoGPUs(t *testing.T) {
 	if n := len(srv.MemoryStats()); n != 2 {
 		t.Fatalf("MemoryStats lists %d devices, want 2", n)
 	}
-	on := func(uid string) string {
-		srv.mu.Lock()
-		defer srv.mu.Unlock()
-		return srv.experts[uid].Device().Name()
-	}
+	on := func(uid string) string { return srv.expert(uid).Device().Name() }
 	for i, ec := range ecs {
 		if got, want := on(ec.UID), fmt.Sprintf("cuda:%d", i%2); got != want {
 			t.Errorf("%s is on %s, want %s", ec.UID, got, want)
 		}
 	}
-	srv.mu.Lock()
-	a, b, c := srv.experts["ffn.0"], srv.experts["ffn.1"], srv.experts["ffn.2"]
-	srv.mu.Unlock()
-	if a.guest.slot != c.guest.slot {
+	a, b, c := srv.expert("ffn.0"), srv.expert("ffn.1"), srv.expert("ffn.2")
+	if a.InstanceKey() != c.InstanceKey() {
 		t.Error("ffn.0 and ffn.2 (both on cuda:0) do not share an instance")
 	}
-	if a.guest.slot == b.guest.slot {
+	if a.InstanceKey() == b.InstanceKey() {
 		t.Error("ffn.0 (cuda:0) and ffn.1 (cuda:1) share an instance")
 	}
-	for _, ln := range srv.lanes {
-		for _, e := range []*expert{a, b} {
-			if (e.Device() == ln.dev) != (srv.laneOf(e) == ln) {
-				t.Errorf("%s's lane is not its device's", e.uid)
-			}
+	devs := srv.experts.Devices()
+	for i, e := range []*experts.Expert{a, b} {
+		if n := srv.experts.LaneIndex(e); n != i || devs[n] != e.Device() {
+			t.Errorf("%s's lane (%d) is not its device's", e.UID(), n)
 		}
 	}
-	if srv.lanes[0].worker == srv.lanes[1].worker {
-		t.Error("the two GPUs share one worker")
+	if n := srv.experts.DistinctWorkers(); n != 2 {
+		t.Errorf("the two GPUs have %d workers, want 2", n)
 	}
 	x := make([]float32, 3*h)
 	for i := range x {

@@ -140,9 +140,9 @@ func (s *Server) startDHT(ctx context.Context) ([]rpc.Service, error) {
 	period := s.cfg.updatePeriod
 	d, err := dht.New(ctx, dht.Config{
 		DataDir: s.cfg.dataDir, Listen: c.Listen, InitialPeers: c.InitialPeers, URLs: c.Announce,
-		UpdatePeriod: period, Logger: s.log, Registerer: s.metrics.reg,
+		UpdatePeriod: period, Logger: s.log, Registerer: s.prom,
 		StoreBytes: c.StoreBytes, PeerBytes: c.PeerBytes,
-	}, (*table)(s))
+	}, table{s.experts})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func (s *Server) stopAnnouncing() {
 }
 
 // DHTExperts lists the hosted experts for the announcer.
-func (t *table) DHTExperts() []dht.Expert {
+func (t table) DHTExperts() []dht.Expert {
 	var out []dht.Expert
 	for _, e := range t.All() {
 		info := e.Info()
@@ -197,7 +197,7 @@ func (t *table) DHTExperts() []dht.Expert {
 	return out
 }
 
-var _ dht.Experts = (*table)(nil)
+var _ dht.Experts = table{}
 
 // WithoutDHT undoes WithDHT: the server runs no DHT.
 func WithoutDHT() Option {

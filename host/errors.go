@@ -11,42 +11,31 @@ import (
 	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/internal/batch"
 	"github.com/moehost/moehost/host/internal/dht"
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/modules"
 )
 
-// The server's own errors, which say where a call failed; the rooms'
+// The server's own errors (the experts room's, re-exported, and its
+// own), which say where a call failed; the rooms'
 // sentinels (sandbox, batch, tenant, checkpoint, modules, gpuhost, dht)
 // say what failed. Callers of Server's methods branch on either with
 // errors.Is; the RPC layer codes both through errorCodes.
 var (
-	// ErrUnknownExpert: no expert of that uid is served here.
-	ErrUnknownExpert = errors.New("no such expert")
-	// ErrExpertServed: Deploy of a uid that is served already.
-	ErrExpertServed = errors.New("expert already served")
-	// ErrBadTensors: a call's tensors do not fit the expert's schema, or
-	// are not on its device.
-	ErrBadTensors = errors.New("tensors do not fit the expert")
-	// ErrBadConfig: an ExpertConfig, deployment or uid pattern that
-	// cannot be served as given.
-	ErrBadConfig = errors.New("bad expert config")
-	// ErrQuarantined: the expert ran past its call timeout and runs
-	// nothing for a while.
-	ErrQuarantined = errors.New("expert quarantined")
-	// ErrNotRun: a request that was not run, and may be retried: the
-	// server is not serving, an instance could not be replaced, or its
-	// batch-mates trapped too often.
-	ErrNotRun = errors.New("request not run")
-	// ErrTooManyLimits: an owner asked for more distinct sets of guest
-	// limits than maxRuntimesPerOwner.
-	ErrTooManyLimits = errors.New("too many sets of guest limits")
-	// ErrCheckpointsOff: a checkpoint call on a server without
-	// checkpoints.
-	ErrCheckpointsOff = errors.New("checkpoints are off on this server")
-	// ErrCheckpointUnreadable: a stored checkpoint that cannot be loaded.
-	ErrCheckpointUnreadable = errors.New("checkpoint unreadable")
+	ErrUnknownExpert        = experts.ErrUnknownExpert
+	ErrExpertServed         = experts.ErrExpertServed
+	ErrBadTensors           = experts.ErrBadTensors
+	ErrBadConfig            = experts.ErrBadConfig
+	ErrQuarantined          = experts.ErrQuarantined
+	ErrNotRun               = experts.ErrNotRun
+	ErrTooManyLimits        = experts.ErrTooManyLimits
+	ErrCheckpointsOff       = experts.ErrCheckpointsOff
+	ErrCheckpointUnreadable = experts.ErrCheckpointUnreadable
+	// ErrCheckpointMismatch is returned by Start (and Restore) for a
+	// checkpoint that belongs to another module or other parameter shapes.
+	ErrCheckpointMismatch = experts.ErrCheckpointMismatch
 	// ErrNoTenants: a tenant's call on a server without tenants.
 	ErrNoTenants = errors.New("the server has no tenants")
 	// ErrNotYours: another owner's expert, or an expert's uid another

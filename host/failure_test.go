@@ -14,6 +14,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/host/internal/experts"
 )
 
 func trapInput(first float64) []*moehostv1.Tensor {
@@ -50,8 +51,8 @@ func TestTimedOutInstanceIsReplaced(t *testing.T) {
 	if _, err := forward(5); codeOf(err) != connect.CodeUnavailable || !strings.Contains(messageOf(err), "quarantined") {
 		t.Fatalf("request during the quarantine: %v, want Unavailable", err)
 	}
-	// The quarantine lasts quarantineFactor call timeouts.
-	time.Sleep(quarantineFactor*timeout + 50*time.Millisecond)
+	// The quarantine lasts experts.QuarantineFactor call timeouts.
+	time.Sleep(experts.QuarantineFactor*timeout + 50*time.Millisecond)
 	res, err := forward(5)
 	if err != nil {
 		t.Fatalf("request after the quarantine: %v", err)
@@ -85,7 +86,7 @@ func TestRepeatedFailuresMarkUnhealthy(t *testing.T) {
 		}
 		return info.Msg.GetHealthy()
 	}
-	for i := range unhealthyAfter {
+	for i := range experts.UnhealthyAfter {
 		if !healthy() {
 			t.Fatalf("unhealthy after %d failures", i)
 		}
@@ -94,7 +95,7 @@ func TestRepeatedFailuresMarkUnhealthy(t *testing.T) {
 		}
 	}
 	if healthy() {
-		t.Errorf("healthy after %d failures in a row", unhealthyAfter)
+		t.Errorf("healthy after %d failures in a row", experts.UnhealthyAfter)
 	}
 	// Other experts are unaffected.
 	x := tensor([]int64{1, smallHidden}, make([]float64, smallHidden))

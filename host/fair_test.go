@@ -39,7 +39,7 @@ func TestTenantsShareTheDeviceFairly(t *testing.T) {
 	}
 	ctx := context.Background()
 	srv := startTenantsServer(t)
-	api := (*moduleAPI)(srv)
+	api := moduleAPI{srv}
 	dev := srv.Device()
 	const hidden, aliceExperts, clients, bobCalls = 256, 8, 32, 200
 	// Alice's batches hold 64 rows at most (four of her requests), so
@@ -125,7 +125,7 @@ func TestTenantsShareTheDeviceFairly(t *testing.T) {
 		bound := 2 * (unloaded + mean)
 		t.Logf("attempt %d: bob's p99 unloaded %v, under alice's flood %v (p50 %v); alice's mean batch %v over %d batches; bound %v",
 			attempt+1, unloaded, loaded, during[len(during)/2], mean, batches, bound)
-		bp := srv.experts["bob.ffn.0"].Info().GetForwardPool()
+		bp := srv.expert("bob.ffn.0").Info().GetForwardPool()
 		t.Logf("bob's pool: queue wait p50 %.2f ms p99 %.2f ms, run mean %.2f ms", bp.GetQueueWaitP50Ms(), bp.GetQueueWaitP99Ms(), bp.GetRunTimeMeanMs())
 		if loaded <= bound {
 			return
@@ -143,7 +143,7 @@ type runTotals struct {
 
 func aliceRunTime(t *testing.T, srv *Server) runTotals {
 	t.Helper()
-	families, err := srv.metrics.reg.Gather()
+	families, err := srv.prom.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

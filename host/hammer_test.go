@@ -62,7 +62,7 @@ func TestHammerBatching(t *testing.T) {
 		wg.Go(func() { j.got, j.err = forward(j) })
 	}
 	wg.Wait()
-	batches := srv.experts["a.0"].pools.fwdStats.snapshot().GetBatches() + srv.experts["a.1"].pools.fwdStats.snapshot().GetBatches()
+	batches := srv.expert("a.0").Info().GetForwardPool().GetBatches() + srv.expert("a.1").Info().GetForwardPool().GetBatches()
 	for i, j := range jobs {
 		if j.err != nil {
 			t.Fatalf("request %d: %v", i, j.err)

@@ -3,8 +3,8 @@ package host
 import (
 	"time"
 
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/ui"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // The dashboard's load history: one sample a second for 15 minutes, in a
@@ -18,38 +18,21 @@ const (
 // Only the sampler's goroutine uses it.
 type loadSampler struct {
 	hist   *ui.History
-	prev   poolTotals // summed over every pool at prevAt
+	prev   experts.PoolTotals // summed over every pool at prevAt
 	prevAt time.Time
 }
 
-// sample adds the load since the previous call to the history (the first
-// call only sets the baseline). It allocates nothing.
-func (l *loadSampler) sample(now time.Time, experts []rpc.Expert) {
-	var sum poolTotals
-	for _, re := range experts {
-		e, ok := re.(*expert)
-		if !ok {
-			continue
-		}
-		for _, p := range [...]*poolStats{e.pools.fwdStats, e.pools.bwdStats} {
-			if p == nil {
-				continue
-			}
-			t := p.tick()
-			sum.batches += t.batches
-			sum.samples += t.samples
-			sum.run += t.run
-			sum.depth += t.depth
-			sum.waitMax = max(sum.waitMax, t.waitMax)
-		}
-	}
+// sample adds the load since the previous call, sum being every pool's
+// totals now, to the history (the first call only sets the baseline). It
+// allocates nothing.
+func (l *loadSampler) sample(now time.Time, sum experts.PoolTotals) {
 	prev, prevAt := l.prev, l.prevAt
 	l.prev, l.prevAt = sum, now
 	dt := now.Sub(prevAt).Seconds()
 	if prevAt.IsZero() || dt <= 0 {
 		return
 	}
-	batches, samples, run := sum.batches-prev.batches, sum.samples-prev.samples, sum.run-prev.run
+	batches, samples, run := sum.Batches-prev.Batches, sum.Samples-prev.Samples, sum.Run-prev.Run
 	if batches < 0 || samples < 0 || run < 0 {
 		// An expert was undeployed and took its totals with it: the
 		// interval's load is unknown, and counts as none.
@@ -58,8 +41,8 @@ func (l *loadSampler) sample(now time.Time, experts []rpc.Expert) {
 	s := ui.Sample{
 		UnixMs:         now.UnixMilli(),
 		RowsPerSecond:  float32(float64(samples) / dt),
-		QueueDepth:     float32(sum.depth),
-		QueueWaitMaxMs: float32(ms(sum.waitMax)),
+		QueueDepth:     float32(sum.Depth),
+		QueueWaitMaxMs: float32(ms(sum.WaitMax)),
 	}
 	if batches > 0 {
 		s.MeanBatch = float32(float64(samples) / float64(batches))
@@ -73,20 +56,20 @@ func (l *loadSampler) sample(now time.Time, experts []rpc.Expert) {
 func (s *Server) startHistory() {
 	stop, done := make(chan struct{}), make(chan struct{})
 	s.mu.Lock()
-	s.stopHist, s.histDone = stop, done
+	s.sampler = stopper{stop: stop, done: done}
 	s.mu.Unlock()
 	go func() {
 		defer close(done)
 		l := &loadSampler{hist: s.history}
 		t := time.NewTicker(historyInterval)
 		defer t.Stop()
-		l.sample(time.Now(), s.sortedExperts())
+		l.sample(time.Now(), s.experts.LoadTotals())
 		for {
 			select {
 			case <-stop:
 				return
 			case now := <-t.C:
-				l.sample(now, s.sortedExperts())
+				l.sample(now, s.experts.LoadTotals())
 			}
 		}
 	}()
@@ -95,8 +78,8 @@ func (s *Server) startHistory() {
 // stopHistory stops the sampler, if it runs, and waits for it.
 func (s *Server) stopHistory() {
 	s.mu.Lock()
-	stop, done := s.stopHist, s.histDone
-	s.stopHist = nil
+	stop, done := s.sampler.stop, s.sampler.done
+	s.sampler.stop = nil
 	s.mu.Unlock()
 	if stop == nil {
 		return
@@ -105,11 +88,4 @@ func (s *Server) stopHistory() {
 	<-done
 }
 
-// sortedExperts returns the experts in uid order. The slice is replaced,
-// never changed, when an expert is deployed or undeployed, so that the
-// caller may read it without the lock.
-func (s *Server) sortedExperts() []rpc.Expert {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sorted
-}
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -6,40 +6,32 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/ui"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // TestLoadSampler: a tick's sample is the load of the pools since the
 // previous tick (rates over the interval, the mean batch and run time of
-// its batches, the longest wait in it, the queues now), summed over the
-// experts, and sampling allocates nothing.
+// its batches, the longest wait in it, the queues now), from the experts'
+// summed running totals, and sampling allocates nothing.
 func TestLoadSampler(t *testing.T) {
-	m := newMetrics()
-	mk := func(uid string) *expert {
-		return &expert{uid: uid, pools: pools{fwdStats: newPoolStats(m, uid, "forward", batch.Limits{}), bwdStats: newPoolStats(m, uid, "backward", batch.Limits{})}}
-	}
-	a, b := mk("a.0"), mk("b.0")
-	experts := []rpc.Expert{a, b}
 	hist := ui.NewHistory(8, time.Second)
 	l := &loadSampler{hist: hist}
 	t0 := time.Unix(1000, 0)
-	a.pools.fwdStats.Batch(100, []time.Duration{time.Millisecond}, time.Millisecond, nil) // before the baseline
-	l.sample(t0, experts)
+	// One batch before the baseline.
+	sum := experts.PoolTotals{Batches: 1, Samples: 100, Run: time.Millisecond, WaitMax: time.Millisecond}
+	l.sample(t0, sum)
 	if got := hist.Since(0, nil); len(got) != 0 {
 		t.Fatalf("the baseline tick added %v", got)
 	}
 
-	// In the next 2 s: 3 batches of 10+20+30 rows over two experts and
-	// both pools, waits up to 7 ms, 2 requests queued.
-	a.pools.fwdStats.Batch(10, []time.Duration{2 * time.Millisecond, 7 * time.Millisecond}, 4*time.Millisecond, nil)
-	a.pools.bwdStats.Batch(20, []time.Duration{3 * time.Millisecond}, 6*time.Millisecond, nil)
-	b.pools.fwdStats.Batch(30, nil, 8*time.Millisecond, nil)
-	b.pools.fwdStats.Queue(2)
-	l.sample(t0.Add(2*time.Second), experts)
+	// In the next 2 s: 3 batches of 10+20+30 rows, run 4+6+8 ms, waits
+	// up to 7 ms, 2 requests queued.
+	sum = experts.PoolTotals{Batches: 4, Samples: 160, Run: 19 * time.Millisecond, Depth: 2, WaitMax: 7 * time.Millisecond}
+	l.sample(t0.Add(2*time.Second), sum)
 	// Then a quiet second.
-	l.sample(t0.Add(3*time.Second), experts)
+	sum.WaitMax = 0
+	l.sample(t0.Add(3*time.Second), sum)
 
 	got := hist.Since(0, nil)
 	want := []ui.Sample{
@@ -56,7 +48,7 @@ func TestLoadSampler(t *testing.T) {
 	}
 
 	// An undeployed expert takes its totals along: no negative rates.
-	l.sample(t0.Add(4*time.Second), experts[1:])
+	l.sample(t0.Add(4*time.Second), experts.PoolTotals{Batches: 2, Samples: 30, Run: 8 * time.Millisecond, Depth: 2})
 	if s := hist.Since(1003000, nil); len(s) != 1 || s[0].RowsPerSecond != 0 || s[0].MeanBatch != 0 {
 		t.Errorf("after an undeploy: %+v", s)
 	}
@@ -64,7 +56,7 @@ func TestLoadSampler(t *testing.T) {
 	now := t0.Add(5 * time.Second)
 	if n := testing.AllocsPerRun(100, func() {
 		now = now.Add(time.Second)
-		l.sample(now, experts)
+		l.sample(now, testServer.experts.LoadTotals())
 	}); n != 0 {
 		t.Errorf("a tick allocates %v times", n)
 	}

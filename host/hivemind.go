@@ -11,6 +11,7 @@ import (
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/abi/half"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/hivemind"
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/sdk/wire"
@@ -80,7 +81,7 @@ func (s *Server) startHivemind(ctx context.Context) error {
 	h, err := hivemind.New(ctx, hivemind.Config{
 		DataDir: s.cfg.dataDir, Listen: c.Listen, InitialPeers: c.InitialPeers,
 		UpdatePeriod: s.cfg.updatePeriod, MaxRequestBytes: s.cfg.maxRequestBytes, Logger: s.log,
-	}, (*hivemindExperts)(s))
+	}, hivemindExperts{s.experts})
 	if err != nil {
 		return err
 	}
@@ -104,11 +105,11 @@ func (s *Server) closeHivemind(ctx context.Context) error {
 }
 
 // hivemindExperts is the server as the hivemind room sees it.
-type hivemindExperts Server
+type hivemindExperts struct{ reg *experts.Registry }
 
 // public finds an expert open to anonymous callers.
-func (h *hivemindExperts) public(uid string) (*expert, error) {
-	e, err := (*Server)(h).running(uid)
+func (h hivemindExperts) public(uid string) (*experts.Expert, error) {
+	e, err := h.reg.Running(uid)
 	if err != nil {
 		return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
 	}
@@ -119,10 +120,10 @@ func (h *hivemindExperts) public(uid string) (*expert, error) {
 	return e, nil
 }
 
-func (h *hivemindExperts) HivemindUIDs() []string {
+func (h hivemindExperts) HivemindUIDs() []string {
 	var out []string
-	for _, e := range (*table)(h).All() {
-		uid := e.Info().GetUid()
+	for _, e := range h.reg.All() {
+		uid := e.UID()
 		if _, err := h.public(uid); err == nil && hivemind.CheckUID(uid) == nil {
 			out = append(out, uid)
 		}
@@ -130,7 +131,7 @@ func (h *hivemindExperts) HivemindUIDs() []string {
 	return out
 }
 
-func (h *hivemindExperts) HivemindSchema(uid string) (hivemind.Schema, error) {
+func (h hivemindExperts) HivemindSchema(uid string) (hivemind.Schema, error) {
 	e, err := h.public(uid)
 	if err != nil {
 		return hivemind.Schema{}, err
@@ -158,23 +159,23 @@ func hivemindSpec[D ~int32](dt D, shape []int64) hivemind.Spec {
 	return sp
 }
 
-func (h *hivemindExperts) HivemindForward(ctx context.Context, uid string, inputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
+func (h hivemindExperts) HivemindForward(ctx context.Context, uid string, inputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
 	return h.call(ctx, uid, inputs, nil, false)
 }
 
-func (h *hivemindExperts) HivemindBackward(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
+func (h hivemindExperts) HivemindBackward(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor) ([]hivemind.Tensor, error) {
 	return h.call(ctx, uid, inputs, gradOutputs, true)
 }
 
 // call checks a hivemind request against the expert's schema (its one
 // check) before anything reaches the device, then runs it in the expert's
 // pools, which take the tensors: no copy is needed.
-func (h *hivemindExperts) call(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor, backward bool) ([]hivemind.Tensor, error) {
+func (h hivemindExperts) call(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor, backward bool) ([]hivemind.Tensor, error) {
 	e, err := h.public(uid)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.schema.check(hivemindMetas(inputs), hivemindMetas(gradOutputs), backward); err != nil {
+	if err := e.CheckSchema(hivemindMetas(inputs), hivemindMetas(gradOutputs), backward); err != nil {
 		return nil, hivemindError(fmt.Errorf("expert %q: %w", uid, err))
 	}
 	dev := e.Device()
@@ -276,7 +277,7 @@ func hivemindError(err error) error {
 	return err
 }
 
-var _ hivemind.Experts = (*hivemindExperts)(nil)
+var _ hivemind.Experts = hivemindExperts{}
 
 // WithoutHivemind undoes WithHivemind: hivemind clients are not served.
 func WithoutHivemind() Option {

@@ -6,10 +6,13 @@
 //
 // The sub-packages are the rooms of the server: the public host/rpc
 // (Connect), host/checkpoint and host/tenant, and under host/internal the
+// expert lifecycle (experts: the loader, deploys, shared instances, pools,
+// deployments and checkpoints, around a Registry of concrete Experts), the
 // sandbox (wazero), the batch pools (batch), the device workers (sched),
 // the DHT (dht), hivemind's own wire and DHT (hivemind) and the dashboard
-// (ui). They do not import each other, and this package wires them
-// together. Each room keeps its own sentinel errors; errorCodes, the
+// (ui). They do not import each other (experts builds on sandbox, batch
+// and sched), and this package wires them together through thin
+// adapters. Each room keeps its own sentinel errors; errorCodes, the
 // rpc.Codes table in errors.go, is the one map from them to Connect codes,
 // which every service of the server uses. A request's tensors are checked
 // against the expert's schema once, by sdk/wire's Fit, on every path.
@@ -20,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -30,9 +32,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/moehost/moehost/host/internal/dht"
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/hivemind"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/internal/ui"
@@ -57,34 +62,22 @@ var ErrInvalidModule = sandbox.ErrInvalidModule
 var errShuttingDown = errors.New("server is shutting down")
 
 // Server hosts experts and serves them over Connect, gRPC and gRPC-Web on
-// one port.
+// one port. It is the composition root: the experts room holds the
+// experts, and the server wires it to the wire rooms (rpc, hivemind, dht,
+// ui) through thin adapters.
 type Server struct {
 	cfg config
 	log *slog.Logger
 
-	metrics *metrics
-	history *ui.History // the dashboard's load charts
+	prom    *prometheus.Registry // /metrics
+	history *ui.History          // the dashboard's load charts
+	experts *experts.Registry
 
 	mu       sync.Mutex
-	started  bool
-	lanes    []*lane // one per device: the one place the server keeps its devices and their workers
-	experts  map[string]*expert
-	sorted   []rpc.Expert
-	ln       net.Listener
-	addr     string // ln's address, kept after Shutdown
-	httpSrv  *http.Server
-	serveErr chan error
-	ckpt     *checkpointer // nil without WithCheckpoints
-	stopSave chan struct{} // closed to stop the periodic saver
-	saveDone chan struct{} // closed when it has stopped
-	stopHist chan struct{} // closed to stop the load sampler
-	histDone chan struct{} // closed when it has stopped
-	served   []any         // what the startup log line says is served
-	// startTime is when the port began serving, for ServerService.
-	startTime time.Time
-	dht       *dht.Service     // nil without WithDHT
-	hivemind  *hivemind.Server // nil without WithHivemind
-	loader    *loader          // makes and takes apart experts, at Start and live
+	front    front            // the port and its HTTP server
+	sampler  stopper          // the dashboard's load sampler
+	dht      *dht.Service     // nil without WithDHT
+	hivemind *hivemind.Server // nil without WithHivemind
 	// tenants is the tenants file's set (nil without WithTenants), and
 	// stopTenants stops its SIGHUP watch.
 	tenants     *tenant.Set
@@ -92,18 +85,36 @@ type Server struct {
 	// inflight counts each owner's uploads and deploys in flight, for
 	// the tenants' uploads and deploys caps (tenants.go).
 	inflight inflight
-	// devicesClosed is set once release has closed the devices (they
-	// stay listed, so that MemoryStats reads after Shutdown).
-	devicesClosed bool
 
-	// lifeMu is held by Start while it loads and by Shutdown while it
+	life lifecycle
+}
+
+// front is the serving port: its listener, HTTP server and what the
+// startup line says is served.
+type front struct {
+	ln       net.Listener
+	addr     string // ln's address, kept after Shutdown
+	httpSrv  *http.Server
+	serveErr chan error
+	served   []any // what the startup log line says is served
+	// startTime is when the port began serving, for ServerService.
+	startTime time.Time
+}
+
+// stopper stops a background loop: stop is closed to stop it, and done
+// closes when it has.
+type stopper struct{ stop, done chan struct{} }
+
+// lifecycle is the server's Start and Shutdown state.
+type lifecycle struct {
+	started bool // under Server.mu
+	// mu is held by Start while it loads and by Shutdown while it
 	// releases, so that a Shutdown during Start waits for Start to stop
 	// (it cancels Start's context first) and nothing outlives it.
-	lifeMu      sync.Mutex
-	cancelStart context.CancelFunc
+	mu          sync.Mutex
+	cancelStart context.CancelFunc // under Server.mu
 
-	ready        chan struct{}
-	done         chan struct{}
+	ready, done  chan struct{}
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -123,25 +134,40 @@ func New(opts ...Option) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Server{
+	prom := prometheus.NewRegistry()
+	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s := &Server{
 		cfg:     cfg,
 		log:     cfg.logger,
-		metrics: newMetrics(),
+		prom:    prom,
 		history: ui.NewHistory(historyLen, historyInterval),
-		ready:   make(chan struct{}),
-		done:    make(chan struct{}),
-	}, nil
+		life:    lifecycle{ready: make(chan struct{}), done: make(chan struct{})},
+	}
+	s.experts = experts.New(experts.Config{
+		Log:                cfg.logger,
+		DataDir:            cfg.dataDir,
+		Optimizer:          cfg.optimizer,
+		Batching:           cfg.batching,
+		Limits:             cfg.limits,
+		OwnerLimits:        s.guestLimits,
+		QueueShare:         s.queueShare,
+		HasTenant:          s.hasTenant,
+		ExclusiveInstances: cfg.exclusiveInstances,
+		Checkpoints:        cfg.checkpointConfig(),
+		Metrics:            experts.NewMetrics(prom),
+	})
+	return s, nil
 }
 
 // Ready returns a channel that is closed once the server accepts requests.
-func (s *Server) Ready() <-chan struct{} { return s.ready }
+func (s *Server) Ready() <-chan struct{} { return s.life.ready }
 
 // Addr returns the address the server listens on, with the port it chose
 // for "*", or "" before Start.
 func (s *Server) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.addr
+	return s.front.addr
 }
 
 // Start loads the experts, binds the port and serves in the background. It
@@ -150,36 +176,37 @@ func (s *Server) Addr() string {
 // running.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
-	if s.started {
+	if s.life.started {
 		s.mu.Unlock()
 		return errors.New("moehost: server already started")
 	}
-	s.started = true
+	s.life.started = true
 	s.mu.Unlock()
-	s.lifeMu.Lock()
-	defer s.lifeMu.Unlock()
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
 	select {
-	case <-s.done:
+	case <-s.life.done:
 		return ErrServerClosed
 	default:
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.mu.Lock()
-	s.cancelStart = cancel
+	s.life.cancelStart = cancel
 	s.mu.Unlock()
 	if err := s.start(sctx); err != nil {
 		s.release(context.WithoutCancel(ctx))
 		select {
-		case <-s.done:
+		case <-s.life.done:
 			return fmt.Errorf("%w: %w", ErrServerClosed, err)
 		default:
 		}
 		return err
 	}
-	close(s.ready)
+	s.experts.Serve()
+	close(s.life.ready)
 	s.mu.Lock()
-	served := s.served
+	served := s.front.served
 	s.mu.Unlock()
 	s.log.Info("moehost serving", append([]any{"addr", s.Addr()}, served...)...)
 	return nil
@@ -195,7 +222,7 @@ func (s *Server) start(ctx context.Context) error {
 		return fmt.Errorf("listening on %s: %w", s.cfg.listen, err)
 	}
 	s.mu.Lock()
-	s.ln, s.addr = ln, ln.Addr().String()
+	s.front.ln, s.front.addr = ln, ln.Addr().String()
 	s.mu.Unlock()
 	if err := os.MkdirAll(s.cfg.dataDir, 0o755); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
@@ -204,29 +231,21 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l := newLoader(cache, s.guestLimits)
-	s.mu.Lock()
-	s.loader = l
-	s.mu.Unlock()
 	store, err := modules.Open(filepath.Join(s.cfg.dataDir, "modules"))
 	if err != nil {
-		return err
+		return errors.Join(err, cache.Close(ctx))
 	}
-	if _, err := s.openCheckpoints(); err != nil {
-		return err
+	devs, err := s.newDevices()
+	if err != nil {
+		return errors.Join(err, cache.Close(ctx))
 	}
-	if err := s.newDevices(); err != nil {
-		return err
+	if err := s.experts.Open(cache, store, devs); err != nil {
+		return errors.Join(err, cache.Close(ctx), closeDevices(devs))
 	}
-	l.store = store
 	var mods, configs []string // for the startup log line
 	if err := s.openTenants(ctx); err != nil {
 		return err
 	}
-	experts := map[string]*expert{}
-	s.mu.Lock()
-	s.experts = experts // filled as they are made, so that a failed Start releases them
-	s.mu.Unlock()
 	// The DHT node starts while the experts load: it needs none of them
 	// until it announces, after the port serves, and much of its start
 	// is waiting for its files to reach the disk. It is up, and its
@@ -240,7 +259,11 @@ func (s *Server) start(ctx context.Context) error {
 		defer close(dhtDone)
 		services, dhtErr = s.startDHT(ctx)
 	}()
-	loaded, err := s.loadAll(ctx, l)
+	specs := make([]ExpertConfig, len(s.cfg.experts))
+	for i, ec := range s.cfg.experts {
+		specs[i] = s.operatorBackward(ec)
+	}
+	loaded, err := s.experts.LoadAll(ctx, specs, kernelThreads())
 	<-dhtDone
 	if err != nil {
 		return err
@@ -249,41 +272,42 @@ func (s *Server) start(ctx context.Context) error {
 		return dhtErr
 	}
 	for i, ec := range s.cfg.experts {
-		e := loaded[i].e
-		if loaded[i].fresh {
-			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.guest.digest()))
+		e := loaded[i].Expert
+		if loaded[i].Fresh {
+			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.Digest()))
 		}
-		s.schedule(e)
-		if c := configString(ec.Config); !slices.Contains(configs, c) {
+		s.experts.Schedule(e)
+		if c := experts.ConfigString(ec.Config); !slices.Contains(configs, c) {
 			configs = append(configs, c)
 		}
-		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.guest.digest(), "params", e.guest.binding.Params.Count())
+		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.Digest(), "params", e.ParamCount())
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := s.restoreDeployments(ctx, l); err != nil {
+	if err := s.experts.RestoreDeployments(ctx); err != nil {
 		return err
 	}
+	uids := make([]string, 0, len(s.experts.All()))
+	for _, e := range s.experts.All() {
+		uids = append(uids, e.UID())
+	}
 	s.mu.Lock()
-	s.sorted = sortedExperts(experts)
-	s.served = []any{
-		"experts", uidsString(slices.Sorted(maps.Keys(experts))),
+	s.front.served = []any{
+		"experts", uidsString(uids),
 		"modules", strings.Join(mods, "; "),
 		"config", strings.Join(configs, "; "),
-		"device", deviceNames(s.devicesLocked()),
+		"device", deviceNames(devs),
 		"data_dir", s.cfg.dataDir,
 	}
 	s.mu.Unlock()
 
-	s.startWorkers(ctx)
-	s.startSaving()
+	s.experts.StartWorkers(ctx)
+	s.experts.StartSaving(s.cfg.updatePeriod)
 	s.startHistory()
 
 	if err := s.startHivemind(ctx); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(s.prom, promhttp.HandlerOpts{}))
 	if path, h, ok := s.checkpointHandler(ln); ok {
 		mux.Handle(path, h)
 	}
@@ -292,16 +316,16 @@ func (s *Server) start(ctx context.Context) error {
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	opts := rpc.Options{
 		MaxRequestBytes: s.cfg.maxRequestBytes,
-		Server:          (*describer)(s),
+		Server:          describer{s},
 		CORSOrigins:     s.cfg.corsOrigins,
 		Services:        services,
 		Codes:           errorCodes,
 		Bodies:          s.bodyLimits(),
 	}
 	if s.tenants != nil {
-		opts.Auth, opts.Modules, opts.Uploads = (*authenticator)(s), (*moduleAPI)(s), s.uploadLimits()
+		opts.Auth, opts.Modules, opts.Uploads = authenticator{s}, moduleAPI{s}, s.uploadLimits()
 	}
-	mux.Handle("/", rpc.NewHandler((*table)(s), opts))
+	mux.Handle("/", rpc.NewHandler(table{s.experts}, opts))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
@@ -322,7 +346,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	serveErr := make(chan error, 1)
 	s.mu.Lock()
-	s.ln, s.httpSrv, s.serveErr, s.startTime = ln, srv, serveErr, time.Now()
+	s.front.ln, s.front.httpSrv, s.front.serveErr, s.front.startTime = ln, srv, serveErr, time.Now()
 	s.mu.Unlock()
 	go func() { serveErr <- srv.Serve(ln) }()
 	if s.dht != nil {
@@ -331,71 +355,6 @@ func (s *Server) start(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// loaded is one configured expert that loadAll made.
-type loaded struct {
-	e     *expert
-	fresh bool // its module was compiled for it
-}
-
-// loadAll loads the configured experts side by side, as many at a time as
-// the kernels have threads (the cores; one at a time on several devices,
-// so that they go round-robin in order): experts of one module and config
-// wait for the first to compile the module and start the instance they
-// share, then restore or draw their parameters in parallel. Each is in
-// s.experts once made, so that a failed Start releases it. The error is
-// that of the first expert in the configured order that failed for a
-// reason of its own (not the cancellation that a failure of another
-// caused).
-func (s *Server) loadAll(ctx context.Context, l *loader) ([]loaded, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	out := make([]loaded, len(s.cfg.experts))
-	errs := make([]error, len(s.cfg.experts))
-	n := max(1, min(kernelThreads(), len(s.cfg.experts)))
-	s.mu.Lock()
-	if len(s.lanes) > 1 {
-		// Each load picks the device with the fewest experts made so
-		// far (pickLane), which loads side by side would all see alike.
-		n = 1
-	}
-	s.mu.Unlock()
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	for i, ec := range s.cfg.experts {
-		sem <- struct{}{} // loads start in the configured order
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := ctx.Err(); err != nil {
-				errs[i] = fmt.Errorf("starting: %w", err)
-				return
-			}
-			l.mu.Lock()
-			e, fresh, err := s.load(ctx, l, s.operatorBackward(ec))
-			l.mu.Unlock()
-			if err != nil {
-				errs[i] = err
-				cancel()
-				return
-			}
-			out[i] = loaded{e: e, fresh: fresh}
-			s.mu.Lock()
-			s.experts[ec.UID] = e
-			s.mu.Unlock()
-		})
-	}
-	wg.Wait()
-	var first error
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		if first == nil || (errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
-			first = err
-		}
-	}
-	return out, first
 }
 
 // Run starts the server and blocks until ctx is done or Shutdown is
@@ -407,8 +366,8 @@ func (s *Server) Run(ctx context.Context) error {
 	var err error
 	select {
 	case <-ctx.Done():
-	case <-s.done:
-	case err = <-s.serveErr:
+	case <-s.life.done:
+	case err = <-s.front.serveErr:
 	}
 	s.log.Info("moehost shutting down")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -424,19 +383,20 @@ func (s *Server) Run(ctx context.Context) error {
 // safe to call from any goroutine; every call returns once the server is
 // down.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.shutdownOnce.Do(func() {
-		close(s.done)
+	s.life.shutdownOnce.Do(func() {
+		close(s.life.done)
+		s.experts.Refuse()
 		s.mu.Lock()
-		if s.cancelStart != nil {
-			s.cancelStart()
+		if s.life.cancelStart != nil {
+			s.life.cancelStart()
 		}
 		s.mu.Unlock()
-		s.lifeMu.Lock()
-		defer s.lifeMu.Unlock()
-		s.shutdownErr = s.release(ctx)
+		s.life.mu.Lock()
+		defer s.life.mu.Unlock()
+		s.life.shutdownErr = s.release(ctx)
 	})
-	<-s.done
-	return s.shutdownErr
+	<-s.life.done
+	return s.life.shutdownErr
 }
 
 // release frees whatever start made. It runs without s.mu held while it
@@ -447,67 +407,55 @@ func (s *Server) release(ctx context.Context) error {
 	s.stopAnnouncing()
 	s.closeTenants()
 	s.mu.Lock()
-	httpSrv, serveErr, ln, l := s.httpSrv, s.serveErr, s.ln, s.loader
-	experts := slices.Collect(maps.Values(s.experts))
-	s.httpSrv, s.ln = nil, nil
+	f := s.front
+	s.front.httpSrv, s.front.ln = nil, nil
 	s.mu.Unlock()
 	// Fail what is queued and refuse what comes, then let the running
 	// batch finish, so that every handler can answer before HTTP stops.
-	for _, e := range experts {
-		e.pools.close(errShuttingDown)
-	}
-	s.stopSaving()
 	s.stopHistory()
-	s.closeWorkers(ctx)
-	s.saveOnShutdown(ctx, experts)
+	s.experts.Stop(ctx)
 	var errs []error
-	if httpSrv != nil {
-		if err := httpSrv.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stopping HTTP server: %w", err), httpSrv.Close())
+	if f.httpSrv != nil {
+		if err := f.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stopping HTTP server: %w", err), f.httpSrv.Close())
 		}
-		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := <-f.serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
 		}
-	} else if ln != nil {
-		errs = append(errs, ln.Close())
+	} else if f.ln != nil {
+		errs = append(errs, f.ln.Close())
 	}
-	for _, e := range experts {
-		errs = append(errs, e.close(ctx))
-	}
-	if l != nil {
-		errs = append(errs, l.close(ctx))
-	}
+	errs = append(errs, s.experts.Close(ctx))
 	errs = append(errs, s.closeDHT(ctx), s.closeHivemind(ctx))
-	s.mu.Lock()
-	devs, closed := s.devicesLocked(), s.devicesClosed
-	s.devicesClosed = true
-	s.mu.Unlock()
-	if !closed {
-		errs = append(errs, closeDevices(devs))
-	}
+	errs = append(errs, s.experts.CloseDevices(closeDevices))
 	return errors.Join(errs...)
 }
 
 // table is the server's experts as package rpc sees them.
-type table Server
+type table struct{ reg *experts.Registry }
 
-func (t *table) Expert(uid string) (rpc.Expert, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e, ok := t.experts[uid]
+func (t table) Expert(uid string) (rpc.Expert, bool) {
+	e, ok := t.reg.Get(uid)
 	if !ok {
 		return nil, false
 	}
 	return e, true
 }
 
-func (t *table) All() []rpc.Expert {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return slices.Clone(t.sorted)
+func (t table) All() []rpc.Expert {
+	all := t.reg.All()
+	out := make([]rpc.Expert, len(all))
+	for i, e := range all {
+		out[i] = e
+	}
+	return out
 }
 
-var _ rpc.Experts = (*table)(nil)
+var (
+	_ rpc.Experts = table{}
+	_ rpc.Expert  = (*experts.Expert)(nil)
+	_ rpc.Guarded = (*experts.Expert)(nil)
+)
 
 // maxLoggedUIDs bounds the uids the startup log line names.
 const maxLoggedUIDs = 16
@@ -519,16 +467,4 @@ func uidsString(uids []string) string {
 		return strings.Join(uids, ",")
 	}
 	return fmt.Sprintf("%s,… (%d in all)", strings.Join(uids[:maxLoggedUIDs], ","), len(uids))
-}
-
-// configString renders an expert config as sorted key=value pairs.
-func configString(c map[string]int64) string {
-	parts := make([]string, 0, len(c))
-	for _, k := range slices.Sorted(maps.Keys(c)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, c[k]))
-	}
-	if len(parts) == 0 {
-		return "(none)"
-	}
-	return strings.Join(parts, ",")
 }

@@ -50,7 +50,7 @@ func TestDeployCycleLeaks(t *testing.T) {
 	}
 	ctx := context.Background()
 	srv := startTenantsServer(t)
-	api := (*moduleAPI)(srv)
+	api := moduleAPI{srv}
 	alice := rpc.Caller{Tenant: "alice"}
 	dev := srv.Device()
 	cycle := func(i int) {
@@ -98,7 +98,7 @@ func TestDeployCycleLeaks(t *testing.T) {
 	if g1 > g0 {
 		t.Errorf("goroutines grew from %d to %d", g0, g1)
 	}
-	families, err := srv.metrics.reg.Gather()
+	families, err := srv.prom.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,9 +111,8 @@ func TestDeployCycleLeaks(t *testing.T) {
 			}
 		}
 	}
-	srv.loader.mu.Lock()
-	defer srv.loader.mu.Unlock()
-	if n, r := len(srv.loader.compiled), len(srv.loader.runtimes); n != 0 || r != 1 {
+	if st := srv.experts.LoaderStats(); st.Compiled != 0 || st.Runtimes != 1 {
+		n, r := st.Compiled, st.Runtimes
 		t.Errorf("%d compiled modules and %d runtimes left, want none and alice's one", n, r)
 	}
 	if list, _ := api.List(ctx, alice); len(list) != 0 {

@@ -27,14 +27,14 @@ func TestStartLoadsExpertsSideBySide(t *testing.T) {
 		experts = append(experts, ExpertConfig{UID: fmt.Sprintf("p.%d", i), Module: ModuleBytes(wasmexperts.FFNC), Config: cfg})
 	}
 	srv := startTestServer(t, WithExperts(experts...))
-	slot := srv.experts["p.0"].guest.slot
+	slot := srv.expert("p.0").InstanceKey()
 	for _, ec := range experts {
-		if e := srv.experts[ec.UID]; e == nil || e.guest.slot != slot {
+		if e := srv.expert(ec.UID); e == nil || e.InstanceKey() != slot {
 			t.Fatalf("%s is not on p.0's instance", ec.UID)
 		}
 	}
-	if slot.users != len(experts) {
-		t.Fatalf("the shared instance has %d users, want %d", slot.users, len(experts))
+	if n := srv.expert("p.0").InstanceUsers(); n != len(experts) {
+		t.Fatalf("the shared instance has %d users, want %d", n, len(experts))
 	}
 
 	// p.5 fails at once; the expert listed first spins in its moe_init

@@ -86,11 +86,8 @@ func TestLoaderHammer(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	l := srv.loader
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.compiled) != 0 || len(l.slots) != 0 || len(l.busy) != 0 {
-		t.Errorf("left behind: %d compiled modules, %d instance slots, %d busy uids", len(l.compiled), len(l.slots), len(l.busy))
+	if st := srv.experts.LoaderStats(); st.Compiled != 0 || st.Slots != 0 || st.Busy != 0 {
+		t.Errorf("left behind: %d compiled modules, %d instance slots, %d busy uids", st.Compiled, st.Slots, st.Busy)
 	}
 }
 
@@ -105,9 +102,7 @@ func TestDeploySharesAFailedStart(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { first <- srv.Deploy(ctx, ExpertConfig{UID: "spin.0", Module: ModuleBytes(spinInit)}) }()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		srv.loader.mu.Lock()
-		n := len(srv.loader.starting)
-		srv.loader.mu.Unlock()
+		n := srv.experts.LoaderStats().Starting
 		if n > 0 {
 			break // spin.0's instance is starting
 		}

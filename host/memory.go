@@ -118,9 +118,7 @@ type DeviceMemory struct {
 // experts on: live, peak and pooled bytes and the pool's hits. It is
 // empty before Start.
 func (s *Server) MemoryStats() []DeviceMemory {
-	s.mu.Lock()
-	devs := s.devicesLocked()
-	s.mu.Unlock()
+	devs := s.experts.Devices()
 	out := make([]DeviceMemory, len(devs))
 	for i, d := range devs {
 		out[i] = DeviceMemory{Device: d.Name(), MemStats: d.MemStats()}
@@ -134,25 +132,22 @@ func (s *Server) MemoryStats() []DeviceMemory {
 func (s *Server) MemoryLimit() int64 { return s.cfg.memoryLimitBytes() }
 
 // newDevices opens the server's devices (WithDevice) under its memory
-// limit, gives each its lane, sets the Go runtime's soft limit to the same
-// number, and exports the devices' memory to /metrics.
-func (s *Server) newDevices() error {
+// limit, sets the Go runtime's soft limit to the same number, and exports
+// the devices' memory to /metrics.
+func (s *Server) newDevices() ([]gpuhost.Device, error) {
 	limit := s.cfg.memoryLimitBytes()
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}
 	devs, err := s.openDevices(limit)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.mu.Lock()
-	s.lanes = makeLanes(devs)
-	s.mu.Unlock()
-	if err := s.metrics.reg.Register(newMemCollector(s.MemoryStats)); err != nil {
-		return fmt.Errorf("registering memory metrics: %w", err)
+	if err := s.prom.Register(newMemCollector(s.MemoryStats)); err != nil {
+		return nil, errors.Join(fmt.Errorf("registering memory metrics: %w", err), closeDevices(devs))
 	}
 	s.log.Info("memory limit", "bytes", limit)
-	return nil
+	return devs, nil
 }
 
 // kernelThreads returns the threads the CPU device's kernels use: as many

@@ -6,18 +6,24 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/modules"
-	"github.com/moehost/moehost/sdk/swarm"
 )
+
+// WithExclusiveInstances gives every expert its own Wasm instance, as
+// before instances were shared. By default experts deployed from the same
+// module digest with the same config share one instance (there is one
+// device worker), and each batch binds the expert's parameters to it, so
+// that an expert costs its parameters and optimizer state, not an
+// instance. It exists for the density benchmark's baseline.
+func WithExclusiveInstances() Option {
+	return optionFunc(func(c *config) { c.exclusiveInstances = true })
+}
 
 // Option configures a Server. Options are applied in order by New; a later
 // option overrides an earlier one.
@@ -173,132 +179,11 @@ func WithBodyTimeouts(idle, total time.Duration) Option {
 	return optionFunc(func(c *config) { c.bodyIdle, c.bodyTimeout = idle, total })
 }
 
-// ExpertConfig describes one expert to host.
-type ExpertConfig struct {
-	// UID names the expert, e.g. "ffn.3". Required and unique.
-	UID string
-	// Module is the expert's code.
-	Module ModuleSource
-	// Config holds the expert's integer settings, read by the module's
-	// moe_init (e.g. "hidden_dim").
-	Config map[string]int64
-	// Batching overrides the server's batch limits for this expert.
-	Batching *BatchLimits
-	// Optimizer overrides the server's optimizer for this expert.
-	Optimizer *OptimizerConfig
-	// Owner names the tenant the expert belongs to, for Info and access
-	// checks; empty for the operator's experts.
-	Owner string
-	// ForwardAccess and BackwardAccess say who may call Forward and
-	// Backward. The zero value is AccessPublic, as in hivemind; a tenant's
-	// deploy defaults Backward, which trains the expert, to AccessOwner,
-	// and so does a server with tenants for the experts given with
-	// WithExperts, unless WithPublicBackward.
-	ForwardAccess, BackwardAccess Access
-	// Limits overrides the non-zero fields among MemoryPages,
-	// CallTimeout, BytesPerCall and ParamBytes of its owner's limits for
-	// this expert (which then gets a runtime of its own).
-	Limits *GuestLimits
-}
-
-// ModuleSource is where a module's bytes come from. Every module a server
-// loads is kept in the module store of its data dir, so that a later
-// server can name it by digest.
-type ModuleSource struct {
-	path   string
-	data   []byte
-	digest string
-	name   string // for logs, with data
-	// restores are the digests of other modules whose checkpoints this
-	// one restores as its own (RestoresCheckpointsOf).
-	restores []string
-}
-
-// ModuleFile reads the module from a .wasm file.
-func ModuleFile(path string) ModuleSource { return ModuleSource{path: path} }
-
-// ModuleBytes uses the given module bytes.
-func ModuleBytes(wasm []byte) ModuleSource { return ModuleSource{data: wasm} }
-
-// NamedModuleBytes uses the given module bytes, naming them in logs and
-// errors (a built-in example's name, say).
-func NamedModuleBytes(name string, wasm []byte) ModuleSource {
-	return ModuleSource{data: wasm, name: name}
-}
-
-// ModuleDigest takes the module with the given digest ("sha256:<hex>")
-// from the module store in the data dir.
-func ModuleDigest(digest string) ModuleSource { return ModuleSource{digest: digest} }
-
-// RestoresCheckpointsOf returns m, restoring the checkpoints saved by the
-// modules with these digests as if it had saved them: for builds of one
-// expert whose parameters and outputs are bitwise equal (the built-in ffn
-// in C and in Go), so that switching between them keeps an expert's
-// trained state without --allow-module-change, which would take any
-// module of the same shapes. Parameter names and shapes are checked as
-// always.
-func (m ModuleSource) RestoresCheckpointsOf(digests ...string) ModuleSource {
-	m.restores = append(slices.Clip(m.restores), digests...)
-	return m
-}
-
-// String names the module for logs and errors: its file, "built-in
-// bytes", or its digest.
-func (m ModuleSource) String() string {
-	switch {
-	case m.path != "":
-		return "module file " + m.path
-	case len(m.data) > 0 && m.name != "":
-		return "module " + m.name
-	case len(m.data) > 0:
-		return "module bytes"
-	case m.digest != "":
-		return "stored module"
-	}
-	return "no module"
-}
-
-func (m ModuleSource) empty() bool { return m.path == "" && len(m.data) == 0 && m.digest == "" }
-
-// load returns the module's bytes.
-func (m ModuleSource) load(store *modules.Store) ([]byte, error) {
-	switch {
-	case m.path != "":
-		b, err := os.ReadFile(m.path)
-		if err != nil {
-			return nil, fmt.Errorf("reading module file: %w", err)
-		}
-		return b, nil
-	case len(m.data) > 0:
-		return m.data, nil
-	case m.digest != "":
-		return store.Get(m.digest)
-	}
-	return nil, errors.New("no module given")
-}
-
 // OptimizerConfig selects the optimizer applied after each backward batch,
 // with the options of hivemind's run_server. Zero fields take torch's
 // defaults for the algorithm. It is gpuhost's, the one config of the
 // kernels, the server and the wire.
 type OptimizerConfig = gpuhost.OptimizerConfig
-
-// buildOptimizer checks o and makes its optimizer.
-func buildOptimizer(o OptimizerConfig) (gpuhost.Optimizer, error) {
-	if err := validateOptimizer(o); err != nil {
-		return nil, err
-	}
-	return gpuhost.NewOptimizer(o.WithDefaults()), nil
-}
-
-// validateOptimizer reports a bad setting without the kernels' error
-// prefix.
-func validateOptimizer(o OptimizerConfig) error {
-	if err := o.Validate(); err != nil {
-		return fmt.Errorf("optimizer: %s", strings.TrimPrefix(err.Error(), gpuhost.ErrArgument.Error()+": "))
-	}
-	return nil
-}
 
 func (c *config) validate() error {
 	if c.listen == "" {
@@ -316,7 +201,7 @@ func (c *config) validate() error {
 	if err := c.validateDevice(); err != nil {
 		return err
 	}
-	if err := validateOptimizer(c.optimizer); err != nil {
+	if err := experts.ValidateOptimizer(c.optimizer); err != nil {
 		return fmt.Errorf("moehost: %w", err)
 	}
 	if c.updatePeriod <= 0 {
@@ -334,51 +219,8 @@ func (c *config) validate() error {
 			return fmt.Errorf("moehost: expert %q is listed twice", e.UID)
 		}
 		seen[e.UID] = true
-		if err := e.validate(c.checkpoints != nil); err != nil {
+		if err := e.Validate(c.checkpoints != nil); err != nil {
 			return fmt.Errorf("moehost: %w", err)
-		}
-	}
-	return nil
-}
-
-// validate checks one expert's config; withCheckpoints adds the checks
-// that its uid be usable as a checkpoint directory.
-func (e ExpertConfig) validate(withCheckpoints bool) error {
-	if e.UID == "" {
-		return errors.New("an expert has no uid")
-	}
-	if len(e.UID) > swarm.MaxNameLen {
-		return fmt.Errorf("uid %.40q… is %d bytes, more than %d", e.UID, len(e.UID), swarm.MaxNameLen)
-	}
-	if err := CheckUID(e.UID); err != nil {
-		return fmt.Errorf("expert %q: %w", e.UID, err)
-	}
-	// A uid the swarm could not find is refused here rather than served
-	// unreachable (see swarm.CheckUID for the grammar).
-	if err := swarm.CheckUID(e.UID); err != nil {
-		return err
-	}
-	if e.Module.empty() {
-		return fmt.Errorf("expert %q has no module", e.UID)
-	}
-	if e.Module.digest != "" {
-		if _, err := modules.ParseDigest(e.Module.digest); err != nil {
-			return fmt.Errorf("expert %q: %w", e.UID, err)
-		}
-	}
-	if e.Batching != nil {
-		if err := e.Batching.Validate(); err != nil {
-			return fmt.Errorf("expert %q: batching: %w", e.UID, err)
-		}
-	}
-	if e.Optimizer != nil {
-		if err := validateOptimizer(*e.Optimizer); err != nil {
-			return fmt.Errorf("expert %q: %w", e.UID, err)
-		}
-	}
-	if withCheckpoints {
-		if err := checkpoint.CheckUID(e.UID); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -408,20 +250,7 @@ func WithUpdatePeriod(d time.Duration) Option {
 }
 
 // CheckpointConfig configures [WithCheckpoints].
-type CheckpointConfig struct {
-	// Dir holds the checkpoints, one directory per expert. Default
-	// "<data dir>/checkpoints".
-	Dir string
-	// Keep is how many checkpoints per expert are kept; older ones are
-	// pruned. Default 3; negative keeps all.
-	Keep int
-	// AllowModuleChange restores a checkpoint saved by another module
-	// digest, as long as the parameters' names and shapes match.
-	AllowModuleChange bool
-	// Disabled turns checkpoints off, as if WithCheckpoints were not
-	// given (serve's --no-checkpoints).
-	Disabled bool
-}
+type CheckpointConfig = experts.CheckpointConfig
 
 // WithCheckpoints makes the server restore each expert's newest valid
 // checkpoint before it is ready, save every update period (when the
@@ -440,4 +269,68 @@ func WithCheckpoints(cfg CheckpointConfig) Option {
 // served to loopback clients only.
 func WithAdminToken(token string) Option {
 	return optionFunc(func(c *config) { c.adminToken = token })
+}
+
+// ExpertConfig describes one expert to host: its uid, module, config,
+// batching, optimizer, owner, accesses and limits (the experts room's
+// Spec, whose fields say more).
+type ExpertConfig = experts.Spec
+
+// ModuleSource is where a module's bytes come from. Every module a server
+// loads is kept in the module store of its data dir, so that a later
+// server can name it by digest.
+type ModuleSource = experts.ModuleSource
+
+// ModuleFile reads the module from a .wasm file.
+func ModuleFile(path string) ModuleSource { return experts.ModuleFile(path) }
+
+// ModuleBytes uses the given module bytes.
+func ModuleBytes(wasm []byte) ModuleSource { return experts.ModuleBytes(wasm) }
+
+// NamedModuleBytes uses the given module bytes, and names them in logs
+// and errors (a built-in module's name, say).
+func NamedModuleBytes(name string, wasm []byte) ModuleSource {
+	return experts.NamedModuleBytes(name, wasm)
+}
+
+// ModuleDigest names a module in the data dir's module store by its
+// digest ("sha256:<hex>").
+func ModuleDigest(digest string) ModuleSource { return experts.ModuleDigest(digest) }
+
+// Access says who may call one of an expert's methods. The zero Access
+// means public.
+type Access = experts.Access
+
+// The accesses.
+const (
+	AccessPublic  = experts.AccessPublic
+	AccessOwner   = experts.AccessOwner
+	AccessTenants = experts.AccessTenants
+)
+
+// MaxUIDBytes bounds a uid (and a pattern).
+const MaxUIDBytes = experts.MaxUIDBytes
+
+// CheckUID returns an error unless uid is a uid ExpandPattern could give:
+// dot-separated parts of A-Z, a-z, 0-9, '-' and '_'.
+func CheckUID(uid string) error { return experts.CheckUID(uid) }
+
+// ExpandPattern expands hivemind's expert_pattern syntax ("ffn.[0:4]",
+// "ffn.[0:2].[0:3]") into uids, in order.
+func ExpandPattern(pattern string) ([]string, error) { return experts.ExpandPattern(pattern) }
+
+// checkpointConfig resolves WithCheckpoints for the experts room: nil
+// when off, else with its dir and keep count filled in.
+func (c *config) checkpointConfig() *experts.CheckpointConfig {
+	if c.checkpoints == nil {
+		return nil
+	}
+	cfg := *c.checkpoints
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(c.dataDir, "checkpoints")
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = 3
+	}
+	return &cfg
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
@@ -51,10 +52,9 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 		))
 	ctx := context.Background()
 	dev := srv.Device()
-	srv.mu.Lock()
-	ffn, trap, alias := srv.experts["ffn.0"], srv.experts["trap.0"], srv.experts["alias.0"]
-	srv.mu.Unlock()
-	width := int(ffn.schema.inputs[0].GetShape()[1])
+	ffn, trap, alias := srv.expert("ffn.0"), srv.expert("trap.0"), srv.expert("alias.0")
+	ffnIn, _ := ffn.Schema()
+	width := int(ffnIn[0].GetShape()[1])
 	live := func() int64 { return srv.MemoryStats()[0].LiveBytes }
 	x := func(rows int, first float32) *gpuhost.Tensor {
 		v := make([]float32, rows*4)
@@ -137,12 +137,7 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 		t.Errorf("given up while running: %v, want DeadlineExceeded", err)
 	}
 	cancelShort()
-	struck := func() bool {
-		trap.q.mu.Lock()
-		defer trap.q.mu.Unlock()
-		return trap.q.strikes > 0
-	}
-	for deadline := time.Now().Add(20 * time.Second); trap.checkQuarantine() != nil || !struck(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); trap.CheckQuarantine() != nil || trap.QuarantineStrikes() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("trap.0 is still quarantined")
 		}
@@ -158,9 +153,9 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 	}
 	waitDepth := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); trap.pools.fwd.Depth() != n; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); fwdDepth(trap) != n; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("trap.0's queue holds %d, want %d", trap.pools.fwd.Depth(), n)
+				t.Fatalf("trap.0's queue holds %d, want %d", fwdDepth(trap), n)
 			}
 		}
 	}
@@ -173,7 +168,7 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	// Three one-row backward requests of alias.0 queue behind it, and
 	// run as one batch once it stops.
-	aliasSteps := alias.stats.backwardBatches.Load()
+	aliasSteps := alias.Info().GetStats().GetBackwardBatches()
 	for i := range 3 {
 		go1(func() {
 			if err := call(ctx, "alias.0", a(3, 4), a(float32(i), -1)); err != nil {
@@ -181,30 +176,33 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 			}
 		})
 	}
-	for deadline := time.Now().Add(10 * time.Second); alias.pools.bwd.Depth() != 3; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); bwdDepth(alias) != 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("alias.0's queue holds %d, want 3", alias.pools.bwd.Depth())
+			t.Fatalf("alias.0's queue holds %d, want 3", bwdDepth(alias))
 		}
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	go1(func() { _ = call(cancelled, "trap.0", x(1, 1), nil) })
-	go1(func() { _ = call(ctx, "trap.0", x(1, 1), nil) })
-	go1(func() { _ = call(ctx, "trap.0", x(2, 1), nil) })
+	// The two left queued when the pool closes are refused by it.
+	closed := func(err error) {
+		if !errors.Is(err, batch.ErrClosed) {
+			t.Errorf("queued when the pool closed: %v, want ErrClosed", err)
+		}
+	}
+	go1(func() { closed(call(ctx, "trap.0", x(1, 1), nil)) })
+	go1(func() { closed(call(ctx, "trap.0", x(2, 1), nil)) })
 	waitDepth(3)
 	if err := call(ctx, "trap.0", x(1, 1), nil); !errors.Is(err, batch.ErrQueueFull) {
 		t.Errorf("over the queue: %v, want ErrQueueFull", err)
 	}
 	cancel() // given up while queued
 	waitDepth(2)
-	trap.pools.fwd.Close(nil)
+	trap.ClosePools(nil)
 	wg.Wait()
 	// One optimizer step for the three: they ran as one batch, which
 	// failed and was rerun request by request.
-	if steps := alias.stats.backwardBatches.Load() - aliasSteps; steps != 1 {
+	if steps := alias.Info().GetStats().GetBackwardBatches() - aliasSteps; steps != 1 {
 		t.Errorf("alias.0 took %d steps for three queued requests, want 1 (one batch, rerun one by one)", steps)
-	}
-	if _, err := trap.pools.fwd.Submit(ctx, fwdReq{inputs: []*gpuhost.Tensor{x(1, 1)}}); !errors.Is(err, batch.ErrClosed) {
-		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 	// Refused for the quarantine, in process and over RPC.
 	if err := call(ctx, "trap.0", x(1, 1), x(1, 1)); !errors.Is(err, ErrQuarantined) {
@@ -219,3 +217,7 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 		t.Errorf("live device bytes %d after the requests, want %d (parameters and optimizer state): %d leaked until a collection", got, base, got-base)
 	}
 }
+
+// fwdDepth and bwdDepth are an expert's queues' depths.
+func fwdDepth(e *experts.Expert) int { f, _ := e.QueueDepths(); return f }
+func bwdDepth(e *experts.Expert) int { _, b := e.QueueDepths(); return b }

@@ -85,8 +85,8 @@ func TestOneSchemaCheck(t *testing.T) {
 		return out
 	}
 	c := moehostv1connect.NewExpertServiceClient(http.DefaultClient, "http://"+testServer.Addr())
-	hm := (*hivemindExperts)(testServer)
-	before := testServer.experts["small.0"].Info()
+	hm := hivemindExperts{testServer.experts}
+	before := testServer.expert("small.0").Info()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var errs [3]error
@@ -119,7 +119,7 @@ func TestOneSchemaCheck(t *testing.T) {
 		})
 	}
 	// Refused before any batch ran.
-	after := testServer.experts["small.0"].Info()
+	after := testServer.expert("small.0").Info()
 	if b, a := before.GetForwardPool().GetBatches()+before.GetBackwardPool().GetBatches(), after.GetForwardPool().GetBatches()+after.GetBackwardPool().GetBatches(); a != b {
 		t.Errorf("%d batches ran for refused requests", a-b)
 	}

@@ -222,8 +222,8 @@ func floats(t testing.TB, pb *moehostv1.Tensor) []float32 {
 // reference copies an expert's current parameters into a float64 ffn.
 func reference(t testing.TB, uid string, h int) *ffnRef {
 	t.Helper()
-	e := testServer.experts[uid]
-	ps := e.guest.binding.Params.Params()
+	e := testServer.expert(uid)
+	ps := e.Params()
 	if len(ps) != 6 {
 		t.Fatalf("%s has %d params, want 6", uid, len(ps))
 	}

@@ -70,15 +70,16 @@ func Commit() string {
 }
 
 // describer is the server as ServerService sees it.
-type describer Server
+type describer struct{ *Server }
 
 // Describe reports the server as it is now: its devices with their
 // tensor memory, and its DHT node when it runs one.
-func (d *describer) Describe() *moehostv1.GetServerInfoResponse {
-	s := (*Server)(d)
+func (d describer) Describe() *moehostv1.GetServerInfoResponse {
+	s := d.Server
 	s.mu.Lock()
-	start, addr, n := s.startTime, s.addr, len(s.sorted)
+	start, addr := s.front.startTime, s.front.addr
 	s.mu.Unlock()
+	n := len(s.experts.All())
 	res := &moehostv1.GetServerInfoResponse{
 		Version:          Version(),
 		ListenAddress:    addr,
@@ -131,4 +132,4 @@ func plural(n int, one string) string {
 	return fmt.Sprintf("%d %ss", n, one)
 }
 
-var _ rpc.Server = (*describer)(nil)
+var _ rpc.Server = describer{}

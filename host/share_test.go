@@ -27,10 +27,10 @@ func TestSharedInstances(t *testing.T) {
 	}
 	shared := startTestServer(t, WithOptimizer(OptimizerConfig{Name: "sgd", LR: 0.1}), WithExperts(experts...))
 	alone := startTestServer(t, WithOptimizer(OptimizerConfig{Name: "sgd", LR: 0.1}), WithExperts(experts...), WithExclusiveInstances())
-	if shared.experts["s.0"].guest.slot != shared.experts["s.1"].guest.slot || shared.experts["s.0"].guest.slot == shared.experts["s.2"].guest.slot {
+	if shared.expert("s.0").InstanceKey() != shared.expert("s.1").InstanceKey() || shared.expert("s.0").InstanceKey() == shared.expert("s.2").InstanceKey() {
 		t.Fatal("experts of one module and config do not share an instance, or experts of two configs do")
 	}
-	if alone.experts["s.0"].guest.slot == alone.experts["s.1"].guest.slot {
+	if alone.expert("s.0").InstanceKey() == alone.expert("s.1").InstanceKey() {
 		t.Fatal("WithExclusiveInstances shares an instance")
 	}
 	hc := &http.Client{}

@@ -110,29 +110,35 @@ func (s *Server) undeployRemoved(ctx context.Context) {
 	if set == nil {
 		return
 	}
-	for _, e := range (*table)(s).All() {
-		e := e.(*expert)
-		if e.tenancy.owner == "" || e.tenancy.owner == modules.Operator {
+	for _, e := range s.experts.All() {
+		if e.Owner() == "" || e.Owner() == modules.Operator {
 			continue
 		}
-		if _, ok := set.Tenant(e.tenancy.owner); ok {
+		if _, ok := set.Tenant(e.Owner()); ok {
 			continue
 		}
-		err := s.Undeploy(ctx, e.uid)
+		err := s.Undeploy(ctx, e.UID())
 		if errors.Is(err, ErrUnknownExpert) {
 			continue // undeployed meanwhile
 		}
 		if err != nil {
-			s.log.Error("undeploying a removed tenant's expert", "uid", e.uid, "owner", e.tenancy.owner, "err", err)
+			s.log.Error("undeploying a removed tenant's expert", "uid", e.UID(), "owner", e.Owner(), "err", err)
 			continue
 		}
-		s.log.Info("undeployed the expert of a removed tenant", "uid", e.uid, "owner", e.tenancy.owner)
+		s.log.Info("undeployed the expert of a removed tenant", "uid", e.UID(), "owner", e.Owner())
 	}
 }
 
-// hasTenant reports whether the tenants file has name.
+// hasTenant reports whether the tenants file has name; every owner may
+// restore its deployments on a server without tenants.
 func (s *Server) hasTenant(name string) bool {
-	_, ok := s.tenants.Tenant(name)
+	s.mu.Lock()
+	set := s.tenants
+	s.mu.Unlock()
+	if set == nil {
+		return true
+	}
+	_, ok := set.Tenant(name)
 	return ok
 }
 
@@ -217,9 +223,9 @@ func (s *Server) queueShare(owner string) float64 {
 
 // authenticator is the server as rpc.Authenticator: the admin token is
 // the operator, a tenant's token is that tenant.
-type authenticator Server
+type authenticator struct{ *Server }
 
-func (a *authenticator) Authenticate(token string) (rpc.Caller, bool) {
+func (a authenticator) Authenticate(token string) (rpc.Caller, bool) {
 	if admin := a.cfg.adminToken; admin != "" && subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
 		return rpc.Caller{Operator: true}, true
 	}
@@ -231,7 +237,7 @@ func (a *authenticator) Authenticate(token string) (rpc.Caller, bool) {
 }
 
 // moduleAPI is the server as rpc.Modules.
-type moduleAPI Server
+type moduleAPI struct{ *Server }
 
 // owner is the module store's and the experts' name for c.
 func owner(c rpc.Caller) string {
@@ -240,8 +246,6 @@ func owner(c rpc.Caller) string {
 	}
 	return c.Tenant
 }
-
-func (m *moduleAPI) srv() *Server { return (*Server)(m) }
 
 // inflight counts what each tenant has in flight, for the caps that
 // bound concurrency (uploads, deploys).
@@ -273,9 +277,9 @@ func (f *inflight) enter(kind, tenantName string, limit int64) (leave func(), er
 	}, nil
 }
 
-func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
-	s := m.srv()
-	l, err := s.liveLoader()
+func (m moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
+	s := m.Server
+	store, err := s.experts.LiveStore()
 	if err != nil {
 		return rpc.ModuleInfo{}, err
 	}
@@ -293,10 +297,10 @@ func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload
 		defer leave()
 	}
 	had := map[string]bool{}
-	for _, mod := range l.store.List(owner(c)) {
+	for _, mod := range store.List(owner(c)) {
 		had[mod.Digest] = true
 	}
-	mod, err := l.store.Upload(owner(c), u.Name, u.Body, s.maxUploadBytes(), q)
+	mod, err := store.Upload(owner(c), u.Name, u.Body, s.maxUploadBytes(), q)
 	switch {
 	case err != nil:
 		// The store's sentinels and the body's own *connect.Errors keep
@@ -307,63 +311,46 @@ func (m *moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload
 	if !had[mod.Digest] {
 		// A new module is validated (and compiled, warming the cache)
 		// before anyone may deploy it; a refused one is not kept.
-		if err := s.validateModule(ctx, l, owner(c), mod.Digest); err != nil {
-			return rpc.ModuleInfo{}, errors.Join(err, l.store.Delete(owner(c), mod.Digest))
+		if err := s.experts.ValidateModule(ctx, owner(c), mod.Digest); err != nil {
+			return rpc.ModuleInfo{}, errors.Join(err, store.Delete(owner(c), mod.Digest))
 		}
 	}
 	return m.info(owner(c), mod), nil
 }
 
-// validateModule compiles the stored module digest in owner's runtime,
-// which checks it against the ABI and the module limits.
-func (s *Server) validateModule(ctx context.Context, l *loader, owner, digest string) error {
-	wasm, err := l.store.Get(digest)
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, key, _, err := l.compile(ctx, owner, l.limits(owner), wasm, digest)
-	if err != nil {
-		return err
-	}
-	return l.release(ctx, key)
-}
-
 // info describes one of owner's modules, with the experts that run it.
-func (m *moduleAPI) info(owner string, mod modules.Module) rpc.ModuleInfo {
+func (m moduleAPI) info(owner string, mod modules.Module) rpc.ModuleInfo {
 	var uids []string
-	for _, e := range (*table)(m).All() {
-		e := e.(*expert)
-		if e.tenancy.owner == owner && e.guest.digest() == mod.Digest {
-			uids = append(uids, e.uid)
+	for _, e := range m.experts.OwnedBy(owner) {
+		if e.Digest() == mod.Digest {
+			uids = append(uids, e.UID())
 		}
 	}
 	return rpc.ModuleInfo{Digest: mod.Digest, Size: mod.Size, Name: mod.Name, Created: mod.Uploaded, Experts: uids}
 }
 
-func (m *moduleAPI) List(ctx context.Context, c rpc.Caller) ([]rpc.ModuleInfo, error) {
-	l, err := m.srv().liveLoader()
+func (m moduleAPI) List(ctx context.Context, c rpc.Caller) ([]rpc.ModuleInfo, error) {
+	store, err := m.experts.LiveStore()
 	if err != nil {
 		return nil, err
 	}
 	var out []rpc.ModuleInfo
-	for _, mod := range l.store.List(owner(c)) {
+	for _, mod := range store.List(owner(c)) {
 		out = append(out, m.info(owner(c), mod))
 	}
 	slices.SortFunc(out, func(a, b rpc.ModuleInfo) int { return strings.Compare(a.Digest, b.Digest) })
 	return out, nil
 }
 
-func (m *moduleAPI) Delete(ctx context.Context, c rpc.Caller, digest string) error {
-	l, err := m.srv().liveLoader()
+func (m moduleAPI) Delete(ctx context.Context, c rpc.Caller, digest string) error {
+	store, err := m.experts.LiveStore()
 	if err != nil {
 		return err
 	}
-	if !l.store.Has(owner(c), digest) {
+	if !store.Has(owner(c), digest) {
 		return m.notYours("module " + digest)
 	}
-	err = l.store.Delete(owner(c), digest)
+	err = store.Delete(owner(c), digest)
 	if errors.Is(err, modules.ErrInUse) {
 		return fmt.Errorf("%w; undeploy its experts first", err)
 	}
@@ -373,13 +360,13 @@ func (m *moduleAPI) Delete(ctx context.Context, c rpc.Caller, digest string) err
 // notYours is the error for a module c does not have: NotFound, with
 // the same words whether another tenant has uploaded it or nobody has,
 // so that no tenant learns which modules exist.
-func (m *moduleAPI) notYours(what string) error {
+func (m moduleAPI) notYours(what string) error {
 	return fmt.Errorf("%w: %s: you have no such module; upload it first", modules.ErrNotFound, what)
 }
 
-func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) ([]string, error) {
-	s := m.srv()
-	l, err := s.liveLoader()
+func (m moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) ([]string, error) {
+	s := m.Server
+	store, err := s.experts.LiveStore()
 	if err != nil {
 		return nil, err
 	}
@@ -415,11 +402,11 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 		limits = &GuestLimits{MemoryPages: d.Limits.MemoryPages, CallTimeout: d.Limits.CallTimeout,
 			BytesPerCall: d.Limits.BytesPerCall, ParamBytes: d.Limits.ParamBytes}
 	}
-	if !l.store.Has(own, d.Module) {
+	if !store.Has(own, d.Module) {
 		return nil, m.notYours("module " + d.Module)
 	}
 	for _, uid := range uids {
-		if e, ok := (*table)(s).Expert(uid); ok && e.(*expert).tenancy.owner != own && !c.Operator {
+		if e, ok := s.experts.Get(uid); ok && e.Owner() != own && !c.Operator {
 			return nil, fmt.Errorf("%q: %w", uid, ErrNotYours)
 		}
 	}
@@ -477,44 +464,36 @@ func (m *moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) 
 // included.
 func (s *Server) paramBytesOf(tenant string) int64 {
 	var n int64
-	for _, e := range (*table)(s).All() {
-		if e := e.(*expert); e.tenancy.owner == tenant {
-			n += e.guest.binding.Params.Bytes()
-		}
+	for _, e := range s.experts.OwnedBy(tenant) {
+		n += e.ParamBytes()
 	}
 	return n
 }
 
 // expertsOf counts the experts tenant owns.
 func (s *Server) expertsOf(tenant string) int {
-	n := 0
-	for _, e := range (*table)(s).All() {
-		if e.(*expert).tenancy.owner == tenant {
-			n++
-		}
-	}
-	return n
+	return len(s.experts.OwnedBy(tenant))
 }
 
-func (m *moduleAPI) Undeploy(ctx context.Context, c rpc.Caller, experts string) ([]string, error) {
-	s := m.srv()
-	uids, err := ExpandPattern(experts)
+func (m moduleAPI) Undeploy(ctx context.Context, c rpc.Caller, pattern string) ([]string, error) {
+	s := m.Server
+	uids, err := ExpandPattern(pattern)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	var mine []string
 	for _, uid := range uids {
-		e, ok := (*table)(s).Expert(uid)
+		e, ok := s.experts.Get(uid)
 		if !ok {
 			continue
 		}
-		if e.(*expert).tenancy.owner != owner(c) && !c.Operator {
+		if e.Owner() != owner(c) && !c.Operator {
 			return nil, fmt.Errorf("%q: %w", uid, ErrNotYours)
 		}
 		mine = append(mine, uid)
 	}
 	if len(mine) == 0 {
-		return nil, fmt.Errorf("%w: %q names none served", ErrUnknownExpert, experts)
+		return nil, fmt.Errorf("%w: %q names none served", ErrUnknownExpert, pattern)
 	}
 	var errs []error
 	for _, uid := range mine {
@@ -532,6 +511,6 @@ func (s *Server) maxUploadBytes() int64 {
 }
 
 var (
-	_ rpc.Authenticator = (*authenticator)(nil)
-	_ rpc.Modules       = (*moduleAPI)(nil)
+	_ rpc.Authenticator = authenticator{}
+	_ rpc.Modules       = moduleAPI{}
 )

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
@@ -51,27 +52,26 @@ func barrier(mu *sync.Mutex) {
 }
 
 // waitIdle waits until the pools of e are empty and no batch of e runs.
-func waitIdle(t testing.TB, e *expert) {
+func waitIdle(t testing.TB, e *experts.Expert) {
 	t.Helper()
-	barrier(&e.guest.slot.mu) // held while a batch runs
-	for e.pools.fwd.Depth() > 0 || e.pools.bwd.Depth() > 0 {
+	e.Barrier() // waits while a batch runs
+	for f, b := e.QueueDepths(); f > 0 || b > 0; f, b = e.QueueDepths() {
 		time.Sleep(time.Millisecond)
 	}
-	barrier(&e.guest.slot.mu)
+	e.Barrier()
 }
 
 // waitRunning waits until a batch of e runs: its queue is empty and the
 // expert is busy.
-func waitRunning(t testing.TB, e *expert) {
+func waitRunning(t testing.TB, e *experts.Expert) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
-		if e.pools.fwd.Depth()+e.pools.bwd.Depth() > 0 {
+		if f, b := e.QueueDepths(); f+b > 0 {
 			continue
 		}
-		if !e.guest.slot.mu.TryLock() {
+		if e.Running() {
 			return
 		}
-		e.guest.slot.mu.Unlock()
 	}
 	t.Fatal("no batch started within a minute")
 }
@@ -81,7 +81,7 @@ func waitRunning(t testing.TB, e *expert) {
 // on (no restart), so the next request runs on it.
 func TestCancelledBatchKeepsInstance(t *testing.T) {
 	srv := startTestServer(t, WithExperts(ExpertConfig{UID: "picky.0", Module: ModuleBytes(pickyWasm)}))
-	dev, e := srv.Device(), srv.experts["picky.0"]
+	dev, e := srv.Device(), srv.expert("picky.0")
 	const cancels = 4
 	for range cancels {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -136,7 +136,7 @@ func TestBlameTheCulprit(t *testing.T) {
 		// The batch flushes once all eight are queued.
 		Batching: &BatchLimits{MinBatchSize: n, MaxWait: time.Minute},
 	}))
-	dev, e := srv.Device(), srv.experts["picky.0"]
+	dev, e := srv.Device(), srv.expert("picky.0")
 	input := func(i int) []float32 {
 		v := []float32{float32(i % 2), float32(10 * i), float32(10*i + 1), float32(10*i + 2)}
 		if i == culprit {
@@ -233,7 +233,7 @@ func TestTrapBlamesTheCulprit(t *testing.T) {
 				UID: "picky.0", Module: ModuleBytes(pickyWasm),
 				Batching: &BatchLimits{MinBatchSize: n, MaxWait: time.Minute},
 			}))
-			dev, e := srv.Device(), srv.experts["picky.0"]
+			dev, e := srv.Device(), srv.expert("picky.0")
 			input := func(i int) []float32 {
 				v := []float32{0, float32(10 * i), float32(10*i + 1), float32(10*i + 2)}
 				if slices.Contains(tt.culprits, i) {
@@ -296,7 +296,7 @@ func TestTrapBlamesTheCulprit(t *testing.T) {
 // TestSpinningExpertIsQuarantined hammers an expert whose guest spins
 // forever while another expert answers: the spinning guest is killed at
 // its own CallTimeout and quarantined, so that it holds the device worker
-// for at most 1/(1+quarantineFactor) of the time, and the other expert
+// for at most 1/(1+experts.QuarantineFactor) of the time, and the other expert
 // answers correctly throughout.
 func TestSpinningExpertIsQuarantined(t *testing.T) {
 	// The well-behaved expert runs under the same call timeout, so it is
@@ -306,7 +306,7 @@ func TestSpinningExpertIsQuarantined(t *testing.T) {
 		ExpertConfig{UID: "trap.0", Module: ModuleBytes(trapWasm)},
 		ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": smallHidden}},
 	))
-	dev, spin := srv.Device(), srv.experts["trap.0"]
+	dev, spin := srv.Device(), srv.expert("trap.0")
 	x := make([]float32, smallHidden)
 	for i := range x {
 		x[i] = float32(i) - 3
@@ -355,8 +355,8 @@ func TestSpinningExpertIsQuarantined(t *testing.T) {
 	elapsed := time.Since(begin)
 	timeouts := spin.Info().GetStats().GetCallTimeouts()
 	// Each timeout holds the worker for one call timeout and is followed
-	// by a quarantine of at least quarantineFactor of them.
-	bound := 1 + int64(elapsed/(timeout*(1+quarantineFactor)))
+	// by a quarantine of at least experts.QuarantineFactor of them.
+	bound := 1 + int64(elapsed/(timeout*(1+experts.QuarantineFactor)))
 	if timeouts < 1 || timeouts > bound || int64(spun) != timeouts {
 		t.Errorf("%d call timeouts (%d seen by the caller) in %v, want 1 to %d", timeouts, spun, elapsed, bound)
 	}

@@ -71,8 +71,8 @@ type zoo struct {
 // in declaration order.
 func (z *zoo) params(t *testing.T, uid string) ([]string, [][]float64) {
 	t.Helper()
-	e := z.srv.experts[uid]
-	ps := e.guest.binding.Params.Params()
+	e := z.srv.expert(uid)
+	ps := e.Params()
 	names := make([]string, len(ps))
 	vals := make([][]float64, len(ps))
 	for i, p := range ps {

@@ -1,4 +1,4 @@
-package host
+package experts
 
 import (
 	"context"
@@ -29,7 +29,7 @@ type (
 // collected, Split and Join the tensors they copied from. So device
 // memory goes back when the work is over, not when the garbage collector
 // runs.
-func (e *expert) attachPools(lim batch.Limits, m *metrics, notify func()) {
+func (e *Expert) attachPools(lim batch.Limits, m *Metrics, notify func()) {
 	dev := e.Device()
 	e.stats.restartsC = m.restarts.With(prometheus.Labels{"expert": e.uid})
 	p := &e.pools

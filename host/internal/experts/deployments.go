@@ -1,4 +1,4 @@
-package host
+package experts
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/internal/atomicfile"
 	"github.com/moehost/moehost/modules"
@@ -34,19 +37,19 @@ const deploymentsFile = "deployments.json"
 // deployment is one live deployment as the file keeps it: the module by
 // digest, from the module store.
 type deployment struct {
-	UID            string           `json:"uid"`
-	Owner          string           `json:"owner,omitempty"`
-	Module         string           `json:"module"`
-	Config         map[string]int64 `json:"config,omitempty"`
-	Batching       *BatchLimits     `json:"batching,omitempty"`
-	Optimizer      *OptimizerConfig `json:"optimizer,omitempty"`
-	ForwardAccess  Access           `json:"forward_access,omitempty"`
-	BackwardAccess Access           `json:"backward_access,omitempty"`
-	Limits         *GuestLimits     `json:"limits,omitempty"`
+	UID            string                   `json:"uid"`
+	Owner          string                   `json:"owner,omitempty"`
+	Module         string                   `json:"module"`
+	Config         map[string]int64         `json:"config,omitempty"`
+	Batching       *batch.Limits            `json:"batching,omitempty"`
+	Optimizer      *gpuhost.OptimizerConfig `json:"optimizer,omitempty"`
+	ForwardAccess  Access                   `json:"forward_access,omitempty"`
+	BackwardAccess Access                   `json:"backward_access,omitempty"`
+	Limits         *sandbox.Limits          `json:"limits,omitempty"`
 }
 
-func (d deployment) expertConfig() ExpertConfig {
-	return ExpertConfig{
+func (d deployment) expertConfig() Spec {
+	return Spec{
 		UID: d.UID, Owner: d.Owner, Module: ModuleDigest(d.Module), Config: d.Config,
 		Batching: d.Batching, Optimizer: d.Optimizer,
 		ForwardAccess: d.ForwardAccess, BackwardAccess: d.BackwardAccess, Limits: d.Limits,
@@ -85,27 +88,25 @@ func writeDeployments(dataDir string, ds []deployment) error {
 // saveDeployments writes the live deployments (the experts deployed
 // while serving, not the configured ones). Call with the loader's mu
 // held, so that writes follow deploys in order.
-func (s *Server) saveDeployments(l *loader) error {
-	s.mu.Lock()
+func (r *Registry) saveDeployments(l *loader) error {
 	var ds []deployment
-	for _, e := range s.experts {
+	for _, e := range r.All() {
 		if e.tenancy.deployed != nil {
 			ds = append(ds, *e.tenancy.deployed)
 		}
 	}
-	s.mu.Unlock()
 	for _, d := range l.unrestored {
 		ds = append(ds, d)
 	}
-	return writeDeployments(s.cfg.dataDir, ds)
+	return writeDeployments(r.cfg.DataDir, ds)
 }
 
 // restoreDeployments deploys what the deployments file holds, before
 // Ready. A deployment that no longer loads (its module gone or refused,
 // its uid now configured) is logged and kept in the file, so that nothing
 // an owner deployed is lost to one bad start.
-func (s *Server) restoreDeployments(ctx context.Context, l *loader) error {
-	ds, err := readDeployments(s.cfg.dataDir)
+func (r *Registry) restoreDeployments(ctx context.Context, l *loader) error {
+	ds, err := readDeployments(r.cfg.DataDir)
 	if err != nil {
 		return err
 	}
@@ -114,27 +115,25 @@ func (s *Server) restoreDeployments(ctx context.Context, l *loader) error {
 			return fmt.Errorf("starting: %w", err)
 		}
 		ec := d.expertConfig()
-		err := ec.validate(s.ckpt != nil)
-		if _, taken := s.experts[d.UID]; taken {
+		err := ec.Validate(r.ckpt != nil)
+		if _, taken := r.Get(d.UID); taken {
 			err = errors.New("its uid is served already")
 		}
-		if d.Owner != modules.Operator && s.tenants != nil && !s.hasTenant(d.Owner) {
+		if d.Owner != modules.Operator && r.cfg.HasTenant != nil && !r.cfg.HasTenant(d.Owner) {
 			err = errors.New("its owner is not a tenant of this server")
 		}
-		var e *expert
+		var e *Expert
 		if err == nil {
-			e, _, err = s.load(ctx, l, ec)
+			e, _, err = r.load(ctx, l, ec)
 		}
 		if err != nil {
-			s.log.Error("deployment not restored", "uid", d.UID, "owner", d.Owner, "err", err)
+			r.log.Error("deployment not restored", "uid", d.UID, "owner", d.Owner, "err", err)
 			l.unrestored[d.UID] = d
 			continue
 		}
 		e.tenancy.deployed = &d
-		s.schedule(e)
-		s.mu.Lock()
-		s.experts[d.UID] = e
-		s.mu.Unlock()
+		r.Schedule(e)
+		r.put(e)
 	}
 	return nil
 }

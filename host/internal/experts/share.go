@@ -1,4 +1,4 @@
-package host
+package experts
 
 import (
 	"context"
@@ -11,16 +11,6 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/sandbox"
 )
-
-// WithExclusiveInstances gives every expert its own Wasm instance, as
-// before instances were shared. By default experts deployed from the same
-// module digest with the same config share one instance (there is one
-// device worker), and each batch binds the expert's parameters to it, so
-// that an expert costs its parameters and optimizer state, not an
-// instance. It exists for the density benchmark's baseline.
-func WithExclusiveInstances() Option {
-	return optionFunc(func(c *config) { c.exclusiveInstances = true })
-}
 
 // instanceSlot is an instance that one or more experts run on, and the
 // lock that lets one batch at a time use it. The slot owns the instance:
@@ -45,7 +35,7 @@ func shareKey(digest string, config map[string]int64) string {
 // newSharedExpert makes an expert for uid on slot's instance: its own
 // parameters, drawn from its uid as on an instance of its own, and the
 // instance's schema.
-func newSharedExpert(uid string, slot *instanceSlot, module *sandbox.Module, dev gpuhost.Device, config map[string]int64, opt gpuhost.Optimizer, paramBytes int64) (*expert, error) {
+func newSharedExpert(uid string, slot *instanceSlot, module *sandbox.Module, dev gpuhost.Device, config map[string]int64, opt gpuhost.Optimizer, paramBytes int64) (*Expert, error) {
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	ps, err := slot.inst.NewParamStore([]byte(uid), paramBytes)
@@ -53,7 +43,7 @@ func newSharedExpert(uid string, slot *instanceSlot, module *sandbox.Module, dev
 		return nil, fmt.Errorf("loading expert %q: %w", uid, err)
 	}
 	slot.users++
-	return &expert{
+	return &Expert{
 		uid:     uid,
 		guest:   guest{module: module, binding: sandbox.Binding{Device: dev, Params: ps, Config: maps.Clone(config)}, slot: slot},
 		schema:  schemaOf(slot.inst),

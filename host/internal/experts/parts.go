@@ -1,4 +1,4 @@
-package host
+package experts
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/moehost/moehost/host/internal/batch"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/internal/sched"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/sdk/wire"
 )
 
@@ -114,7 +113,7 @@ func (s schema) check(inputs, gradOutputs []wire.Meta, backward bool) error {
 // trainer is an expert's optimizer and the config it was built from.
 type trainer struct {
 	opt  gpuhost.Optimizer // replaced by a restore, under the slot's mu
-	cfg  OptimizerConfig
+	cfg  gpuhost.OptimizerConfig
 	json string // cfg, for checkpoints' metadata
 	// updates counts the optimizer steps and restores, under the slot's
 	// mu, so that a save sees that nothing changed since the last one
@@ -123,7 +122,7 @@ type trainer struct {
 }
 
 // configure records the config the optimizer was built from.
-func (t *trainer) configure(cfg OptimizerConfig) { t.cfg, t.json = cfg, optimizerJSON(cfg) }
+func (t *trainer) configure(cfg gpuhost.OptimizerConfig) { t.cfg, t.json = cfg, optimizerJSON(cfg) }
 
 // tenancy says who owns an expert and who may call it, and how it came to
 // be served.
@@ -137,14 +136,14 @@ type tenancy struct {
 	deployed *deployment
 }
 
-// access implements rpc.Guarded: zero accesses are public.
-func (t *tenancy) access() (owner string, forward, backward rpc.Access) {
+// access resolves the zero accesses: zero accesses are public.
+func (t *tenancy) access() (owner string, forward, backward Access) {
 	forward, backward = t.forward, t.backward
 	if forward == 0 {
-		forward = rpc.AccessPublic
+		forward = AccessPublic
 	}
 	if backward == 0 {
-		backward = rpc.AccessPublic
+		backward = AccessPublic
 	}
 	return t.owner, forward, backward
 }
@@ -165,7 +164,7 @@ func (p *pools) close(err error) {
 	}
 }
 
-// schedule puts both pools on w.
+// Schedule puts both pools on w.
 func (p *pools) schedule(w *sched.Worker, opts ...sched.AddOption) {
 	w.Add(p.fwd, opts...)
 	w.Add(p.bwd, opts...)
@@ -178,9 +177,9 @@ func (p *pools) unschedule(w *sched.Worker) {
 	w.Remove(p.bwd)
 }
 
-// unhealthyAfter is how many failed batches in a row mark an expert
+// UnhealthyAfter is how many failed batches in a row mark an expert
 // unhealthy. A success makes it healthy again.
-const unhealthyAfter = 3
+const UnhealthyAfter = 3
 
 // counters are what an expert has done, for Info, /metrics and
 // checkpoints.
@@ -225,7 +224,7 @@ func (c *counters) succeeded() {
 	c.failures.Store(0)
 }
 
-func (c *counters) healthy() bool { return c.failures.Load() < unhealthyAfter }
+func (c *counters) healthy() bool { return c.failures.Load() < UnhealthyAfter }
 
 func (c *counters) proto() *moehostv1.ExpertStats {
 	return &moehostv1.ExpertStats{
@@ -239,12 +238,12 @@ func (c *counters) proto() *moehostv1.ExpertStats {
 }
 
 // Quarantine: an expert whose call ran past its CallTimeout runs nothing
-// for quarantineFactor call timeouts, doubled for each further timeout
+// for QuarantineFactor call timeouts, doubled for each further timeout
 // before a success, up to quarantineMaxDoublings doublings. A guest that
 // spins in every call therefore holds its device worker for at most
-// 1/(1+quarantineFactor) = 10% of the time, less as the backoff grows.
+// 1/(1+QuarantineFactor) = 10% of the time, less as the backoff grows.
 const (
-	quarantineFactor       = 9
+	QuarantineFactor       = 9
 	quarantineMaxDoublings = 6
 )
 
@@ -282,7 +281,7 @@ func (l *loader) quarantineOf(owner string) *quarantine {
 func (q *quarantine) impose(uid string, callTimeout time.Duration) time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	d := callTimeout * quarantineFactor << min(q.strikes, quarantineMaxDoublings)
+	d := callTimeout * QuarantineFactor << min(q.strikes, quarantineMaxDoublings)
 	q.strikes++
 	q.by.Store(uid)
 	q.until.Store(time.Now().Add(d).UnixNano())

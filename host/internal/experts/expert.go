@@ -1,4 +1,4 @@
-package host
+package experts
 
 import (
 	"context"
@@ -12,14 +12,13 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/batch"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 )
 
-// expert is one hosted expert: a module instance bound to its own
+// Expert is one hosted expert: a module instance bound to its own
 // parameters and optimizer. It runs one batch at a time. It is made of
 // small values with one job each (parts.go); its own methods are the
 // request paths that combine them.
-type expert struct {
+type Expert struct {
 	uid     string
 	guest   guest    // what runs: the module, its instance and its parameters
 	schema  schema   // what it takes and gives
@@ -33,7 +32,7 @@ type expert struct {
 }
 
 // newExpert instantiates module for uid and reads its schema.
-func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuhost.Device, config map[string]int64, opt gpuhost.Optimizer, paramBytes int64) (*expert, error) {
+func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuhost.Device, config map[string]int64, opt gpuhost.Optimizer, paramBytes int64) (*Expert, error) {
 	b := sandbox.Binding{
 		Device: dev,
 		Params: sandbox.NewParamStore(dev, []byte(uid), paramBytes),
@@ -43,7 +42,7 @@ func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuh
 	if err != nil {
 		return nil, fmt.Errorf("loading expert %q: %w", uid, err)
 	}
-	return &expert{
+	return &Expert{
 		uid:     uid,
 		guest:   guest{module: module, binding: b, slot: &instanceSlot{inst: inst, users: 1}},
 		schema:  schemaOf(inst),
@@ -53,7 +52,7 @@ func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuh
 
 // instance returns a live instance bound to the expert's parameters,
 // replacing one that trapped. Call with e.guest.slot.mu held.
-func (e *expert) instance(ctx context.Context) (*sandbox.Instance, error) {
+func (e *Expert) instance(ctx context.Context) (*sandbox.Instance, error) {
 	inst, replaced, err := e.guest.instance(ctx, e.uid)
 	if replaced {
 		e.stats.restarted()
@@ -61,21 +60,21 @@ func (e *expert) instance(ctx context.Context) (*sandbox.Instance, error) {
 	return inst, err
 }
 
-func (e *expert) Device() gpuhost.Device { return e.guest.device() }
+func (e *Expert) Device() gpuhost.Device { return e.guest.device() }
 
-func (e *expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
+func (e *Expert) Schema() (inputs, outputs []*moehostv1.TensorSchema) {
 	return e.schema.inputs, e.schema.outputs
 }
 
 // checkQuarantine fails fast while the expert is quarantined.
-func (e *expert) checkQuarantine() error {
+func (e *Expert) checkQuarantine() error {
 	return e.q.check(e.uid, e.tenancy.owner, e.guest.callTimeout)
 }
 
 // Forward queues a forward request in the expert's pool and waits for it.
 // It takes the inputs (see rpc.Expert): the pool or a refusal here
 // releases them.
-func (e *expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (e *Expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	if err := e.checkQuarantine(); err != nil {
 		e.Device().Release(inputs...)
 		return nil, err
@@ -86,7 +85,7 @@ func (e *expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 
 // Backward queues a backward request in the expert's pool and waits for
 // it. It takes the inputs and output gradients, as Forward does.
-func (e *expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (e *Expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	if err := e.checkQuarantine(); err != nil {
 		e.Device().Release(slices.Concat(inputs, gradOutputs)...)
 		return nil, err
@@ -104,7 +103,7 @@ func poolError(uid string, err error) error {
 }
 
 // forward runs one batch. Called by the device worker.
-func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (e *Expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	e.guest.slot.mu.Lock()
 	defer e.guest.slot.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
@@ -125,7 +124,7 @@ func (e *expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 
 // backward runs one batch and takes one optimizer step. Called by the
 // device worker.
-func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (e *Expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	e.guest.slot.mu.Lock()
 	defer e.guest.slot.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
@@ -144,7 +143,7 @@ func (e *expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 
 // step takes one optimizer step and releases the parameter gradients.
 // Call with e.guest.slot.mu held.
-func (e *expert) step(params, gradParams []*gpuhost.Tensor, gradInputs ...[]*gpuhost.Tensor) error {
+func (e *Expert) step(params, gradParams []*gpuhost.Tensor, gradInputs ...[]*gpuhost.Tensor) error {
 	e.trainer.updates.Add(1) // a failed step may have changed some
 	err := e.trainer.opt.Step(params, gradParams)
 	// A custom backward may hand one tensor back as both a parameter's and
@@ -182,7 +181,7 @@ const rerunTraps = 2
 
 // rerun tells whether the one-by-one rerun may run another request, and
 // otherwise gives its error; traps counts the rerun's traps so far.
-func (e *expert) rerun(traps int) error {
+func (e *Expert) rerun(traps int) error {
 	if traps < rerunTraps {
 		return nil
 	}
@@ -192,7 +191,7 @@ func (e *expert) rerun(traps int) error {
 // forwardEach runs each request as a batch of its own, after their batch
 // failed with a guest error or a trap, so that the culprit gets the error
 // and its batch-mates their results. Called by the device worker.
-func (e *expert) forwardEach(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.Tensor, error) {
+func (e *Expert) forwardEach(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.Tensor, error) {
 	res := make([][]*gpuhost.Tensor, len(reqs))
 	errs := make(batch.Errors, len(reqs))
 	failed, traps := false, 0
@@ -214,7 +213,7 @@ func (e *expert) forwardEach(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.T
 // backwardEach is forwardEach for backward batches. The parameter
 // gradients of the requests that succeed are summed, which is what their
 // batch would have given, and the optimizer takes one step for them all.
-func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.Tensor, error) {
+func (e *Expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.Tensor, error) {
 	e.guest.slot.mu.Lock()
 	defer e.guest.slot.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
@@ -270,7 +269,7 @@ func (e *expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.
 // gradients runs hivemind's stateless recompute: the guest's forward with
 // the tape on, then the tape backward from gradOutputs. It returns the
 // gradients of the inputs and of the parameters. Call with e.guest.slot.mu held.
-func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) (gradInputs, gradParams, params []*gpuhost.Tensor, err error) {
+func (e *Expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) (gradInputs, gradParams, params []*gpuhost.Tensor, err error) {
 	inst, err := e.instance(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -299,7 +298,7 @@ func (e *expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.T
 
 // tapeGradients runs the guest's forward with the tape on, then the tape
 // backward. Inputs that are not float32 get nil gradients.
-func (e *expert) tapeGradients(ctx context.Context, inst *sandbox.Instance, inputs, gradOutputs, params []*gpuhost.Tensor) (gradInputs, gradParams []*gpuhost.Tensor, err error) {
+func (e *Expert) tapeGradients(ctx context.Context, inst *sandbox.Instance, inputs, gradOutputs, params []*gpuhost.Tensor) (gradInputs, gradParams []*gpuhost.Tensor, err error) {
 	tape := gpuhost.NewTape()
 	// The forward's tensors are dead once the tape has run backward.
 	defer tape.Release(e.Device())
@@ -344,7 +343,7 @@ func (e *expert) tapeGradients(ctx context.Context, inst *sandbox.Instance, inpu
 
 // customGradients runs the module's own moe_backward. A parameter it gave
 // no gradient gets zero.
-func (e *expert) customGradients(ctx context.Context, inst *sandbox.Instance, inputs, gradOutputs, params []*gpuhost.Tensor) (gradInputs, gradParams []*gpuhost.Tensor, err error) {
+func (e *Expert) customGradients(ctx context.Context, inst *sandbox.Instance, inputs, gradOutputs, params []*gpuhost.Tensor) (gradInputs, gradParams []*gpuhost.Tensor, err error) {
 	gradInputs, byParam, err := inst.Backward(ctx, inputs, gradOutputs)
 	if err != nil {
 		return nil, nil, err
@@ -370,7 +369,7 @@ var errTapeTimeout = fmt.Errorf("%w: the tape's backward ran past the call timeo
 // unhealthy: bad inputs, a guest's error code and cancellations come from
 // the request, not from the expert. A call killed at its CallTimeout also
 // quarantines the expert. Call with e.guest.slot.mu held.
-func (e *expert) fail(err error) error {
+func (e *Expert) fail(err error) error {
 	switch {
 	case limited(err), errors.Is(err, sandbox.ErrInvalidInput), errors.Is(err, sandbox.ErrGuest):
 		// The memory limit, bad inputs and a guest's error code are not
@@ -393,7 +392,7 @@ func (e *expert) fail(err error) error {
 }
 
 // succeed records a successful batch. Call with e.guest.slot.mu held.
-func (e *expert) succeed() {
+func (e *Expert) succeed() {
 	e.stats.succeeded()
 	e.q.forgive()
 }
@@ -402,10 +401,10 @@ func (e *expert) succeed() {
 // (gpuhost.ErrOutOfMemory) or the call's byte budget, which a guest
 // reports by returning abi.ErrBudgetExceeded.
 func limited(err error) bool {
-	return errOutOfMemory(err) || errors.Is(err, sandbox.ErrBudget)
+	return errors.Is(err, gpuhost.ErrOutOfMemory) || errors.Is(err, sandbox.ErrBudget)
 }
 
-func (e *expert) Info() *moehostv1.ExpertInfo {
+func (e *Expert) Info() *moehostv1.ExpertInfo {
 	return &moehostv1.ExpertInfo{
 		Uid:            e.uid,
 		Inputs:         e.schema.inputs,
@@ -423,13 +422,8 @@ func (e *expert) Info() *moehostv1.ExpertInfo {
 }
 
 // close releases the expert's instance, once no other expert shares it.
-func (e *expert) close(ctx context.Context) error { return e.guest.slot.close(ctx) }
+func (e *Expert) close(ctx context.Context) error { return e.guest.slot.close(ctx) }
 
-// Access implements rpc.Guarded: configured experts, whose accesses are
+// Access says who owns the expert and may call it (rpc.Guarded): configured experts, whose accesses are
 // zero, are public.
-func (e *expert) Access() (owner string, forward, backward rpc.Access) { return e.tenancy.access() }
-
-var (
-	_ rpc.Expert  = (*expert)(nil)
-	_ rpc.Guarded = (*expert)(nil)
-)
+func (e *Expert) Access() (owner string, forward, backward Access) { return e.tenancy.access() }

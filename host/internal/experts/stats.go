@@ -1,4 +1,4 @@
-package host
+package experts
 
 import (
 	"slices"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/host/internal/batch"
@@ -18,10 +17,9 @@ const (
 	statsMaxItems = 4096
 )
 
-// metrics are the server's Prometheus collectors, labelled by expert and
+// Metrics are the server's Prometheus collectors, labelled by expert and
 // pool kind ("forward", "backward").
-type metrics struct {
-	reg        *prometheus.Registry
+type Metrics struct {
 	batches    *prometheus.CounterVec
 	failed     *prometheus.CounterVec
 	samples    *prometheus.CounterVec
@@ -32,10 +30,11 @@ type metrics struct {
 	restarts   *prometheus.CounterVec
 }
 
-func newMetrics() *metrics {
+// NewMetrics makes the experts' series and registers them with reg (nil:
+// none, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	labels := []string{"expert", "pool"}
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
+	m := &Metrics{
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "moehost", Name: "batches_total", Help: "Batches run.",
 		}, labels),
@@ -65,8 +64,9 @@ func newMetrics() *metrics {
 		Namespace: "moehost", Name: "instance_restarts_total",
 		Help: "Wasm instances started to replace one that trapped or ran past its call timeout.",
 	}, []string{"expert"})
-	m.reg.MustRegister(m.restarts, m.batches, m.failed, m.samples, m.queueDepth, m.batchSize, m.queueWait, m.runTime,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if reg != nil {
+		reg.MustRegister(m.restarts, m.batches, m.failed, m.samples, m.queueDepth, m.batchSize, m.queueWait, m.runTime)
+	}
 	return m
 }
 
@@ -98,7 +98,7 @@ type poolStats struct {
 	waits                    []waitRecord
 }
 
-func newPoolStats(m *metrics, uid, kind string, lim batch.Limits) *poolStats {
+func newPoolStats(m *Metrics, uid, kind string, lim batch.Limits) *poolStats {
 	l := prometheus.Labels{"expert": uid, "pool": kind}
 	return &poolStats{
 		lim:      lim,
@@ -140,21 +140,21 @@ func (s *poolStats) Batch(rows int, waits []time.Duration, run time.Duration, er
 	}
 }
 
-// poolTotals are a pool's running totals, which the load history
+// PoolTotals are a pool's running totals, which the load history
 // differences tick by tick.
-type poolTotals struct {
-	batches, samples int64
-	run              time.Duration
-	depth            int
-	waitMax          time.Duration // since the previous tick
+type PoolTotals struct {
+	Batches, Samples int64
+	Run              time.Duration
+	Depth            int
+	WaitMax          time.Duration // since the previous tick
 }
 
 // tick returns the pool's totals and resets its longest wait. Only the
 // server's load sampler calls it, once a tick.
-func (s *poolStats) tick() poolTotals {
+func (s *poolStats) tick() PoolTotals {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := poolTotals{batches: s.batches, samples: s.samples, run: s.runTotal, depth: s.queueDepth, waitMax: s.waitMax}
+	t := PoolTotals{Batches: s.batches, Samples: s.samples, Run: s.runTotal, Depth: s.queueDepth, WaitMax: s.waitMax}
 	s.waitMax = 0
 	return t
 }
