@@ -59,9 +59,10 @@ const (
 	// owns the values: the first instance to declare the name makes the
 	// parameter and initialises it with init (an [Init], whose arguments
 	// are a and b) from a seed derived from the expert's uid and the
-	// parameter's name; later instances get the same tensor. (Loading
-	// from a checkpoint is not implemented yet.) All instances of one
-	// expert share the same parameters.
+	// parameter's name; later instances get the same tensor. A host that
+	// keeps checkpoints and holds one for the expert fills the parameter
+	// from its newest checkpoint instead, and init is never drawn. All
+	// instances of one expert share the same parameters.
 	//
 	//	(name_ptr i32, name_len i32, dtype i32, shape_ptr i32, rank i32,
 	//	 init i32, a f64, b f64) -> i32

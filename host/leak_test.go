@@ -16,7 +16,7 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/tenant"
-	"github.com/moehost/moehost/internal/racebuild"
+	"github.com/moehost/moehost/internal/testing/racebuild"
 )
 
 // startTenantsServer starts a server with tenants alice and bob (prefixes

@@ -22,7 +22,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/internal/gzipbomb"
+	"github.com/moehost/moehost/internal/testing/gzipbomb"
 )
 
 // The front door through the real API: `moehost serve --tenants` in a

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/host/checkpoint"
-	"github.com/moehost/moehost/internal/racebuild"
+	"github.com/moehost/moehost/internal/testing/racebuild"
 	"github.com/moehost/moehost/sdk/client"
 )
 

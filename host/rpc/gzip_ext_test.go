@@ -10,7 +10,7 @@ import (
 
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host/rpc"
-	"github.com/moehost/moehost/internal/gzipbomb"
+	"github.com/moehost/moehost/internal/testing/gzipbomb"
 )
 
 // TestGzipBombStopsAtTheLimit sends 1 GiB of zeros in about 1 MiB of

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/moehost/moehost/host/internal/batch"
-	"github.com/moehost/moehost/internal/racebuild"
+	"github.com/moehost/moehost/internal/testing/racebuild"
 )
 
 // TestUnsplitSubmitAllocations bounds the allocations of a one-piece

@@ -10,7 +10,7 @@ import (
 
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
-	"github.com/moehost/moehost/internal/gzipbomb"
+	"github.com/moehost/moehost/internal/testing/gzipbomb"
 )
 
 // TestDiscoveryGzipBomb sends DiscoveryService 960 MiB of zeros in about

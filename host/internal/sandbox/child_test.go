@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
-	"github.com/moehost/moehost/internal/racebuild"
+	"github.com/moehost/moehost/internal/testing/racebuild"
 	"github.com/moehost/moehost/modules"
 )
 

@@ -34,6 +34,7 @@ package sched
 
 import (
 	"context"
+	"fmt"
 	"math"
 	goruntime "runtime"
 	"slices"
@@ -207,21 +208,26 @@ func (w *Worker) Notify() {
 }
 
 // Start runs the worker in a goroutine until Close. ctx's values reach
-// every batch's context; its cancellation does not stop the worker.
-func (w *Worker) Start(ctx context.Context) {
+// every batch's context; its cancellation does not stop the worker. It
+// never fails: the error is there for the house lifecycle,
+// Start(ctx) error and Close(ctx) error.
+func (w *Worker) Start(ctx context.Context) error {
 	ctx, w.abort = context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer close(w.stopped)
 		w.loop(ctx)
 	}()
+	return nil
 }
 
 // Close stops the worker once the batches in flight, if any, end, and
-// waits for them. If ctx ends first, they are cancelled. Pending requests
-// stay in their pools; close those first.
-func (w *Worker) Close(ctx context.Context) {
+// waits for them. If ctx ends first, they are cancelled, and Close
+// returns ctx's error once they have stopped; otherwise nil. Pending
+// requests stay in their pools; close those first. Closing a worker that
+// never started does nothing.
+func (w *Worker) Close(ctx context.Context) error {
 	if w.abort == nil {
-		return
+		return nil
 	}
 	w.once.Do(func() { close(w.quit) })
 	drained := make(chan struct{})
@@ -234,13 +240,16 @@ func (w *Worker) Close(ctx context.Context) {
 		w.mu.Unlock()
 		close(drained)
 	}()
+	var err error
 	select {
 	case <-drained:
 	case <-ctx.Done():
 		w.abort()
 		<-drained
+		err = fmt.Errorf("sched: batches cancelled at close: %w", ctx.Err())
 	}
 	w.abort()
+	return err
 }
 
 func (w *Worker) loop(ctx context.Context) {

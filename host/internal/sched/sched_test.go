@@ -2,6 +2,7 @@ package sched_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -399,4 +400,46 @@ func (p *waitPool) RunBatch(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	p.pool.RunBatch(ctx)
+}
+
+// ctxPool's batches run until their context ends.
+type ctxPool struct{ started chan struct{} }
+
+func (p *ctxPool) Poll() (time.Time, time.Time, bool) { return time.Time{}, time.Time{}, true }
+func (p *ctxPool) RunBatch(ctx context.Context) {
+	select {
+	case p.started <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+}
+
+// TestCloseReportsCancelledBatches checks that Close cancels a batch
+// still running when its context ends and says so, and that a worker
+// whose batches ended closes with nil.
+func TestCloseReportsCancelledBatches(t *testing.T) {
+	t.Parallel()
+	w := sched.NewWorker()
+	if err := w.Close(context.Background()); err != nil {
+		t.Errorf("Close before Start = %v, want nil", err)
+	}
+	p := &ctxPool{started: make(chan struct{}, 1)}
+	w.Add(p)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-p.started
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := w.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close with a batch running past its deadline = %v, want DeadlineExceeded", err)
+	}
+
+	idle := sched.NewWorker()
+	if err := idle.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := idle.Close(context.Background()); err != nil {
+		t.Errorf("Close of an idle worker = %v, want nil", err)
+	}
 }

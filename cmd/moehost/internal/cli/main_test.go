@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/moehost/moehost/host"
-	"github.com/moehost/moehost/internal/racebuild"
+	"github.com/moehost/moehost/internal/testing/racebuild"
 )
 
 // TestMain serves as the compile child that `serve` (run in process by
