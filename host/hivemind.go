@@ -113,7 +113,7 @@ func (h *hivemindExperts) public(uid string) (*expert, error) {
 		return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
 	}
 	owner, fwd, bwd := e.Access()
-	if fwd.Check(rpc.Caller{}, owner, "") != nil || bwd.Check(rpc.Caller{}, owner, "") != nil {
+	if (rpc.Caller{}).Check(fwd, owner, "") != nil || (rpc.Caller{}).Check(bwd, owner, "") != nil {
 		return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
 	}
 	return e, nil
