@@ -21,8 +21,8 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/checkpoint"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // ErrCheckpointMismatch is returned by Start (and Restore) for a

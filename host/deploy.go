@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/internal/sched"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/modules"
 )
 

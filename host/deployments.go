@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/internal/atomicfile"
 	"github.com/moehost/moehost/modules"
 )

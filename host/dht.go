@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host/internal/dht"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 )
 
 // DHTConfig configures the server's DHT node. The zero value joins no one

@@ -11,8 +11,8 @@ import (
 	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/internal/batch"
 	"github.com/moehost/moehost/host/internal/dht"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/modules"
 )

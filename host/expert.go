@@ -11,8 +11,8 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // expert is one hosted expert: a module instance bound to its own

@@ -3,8 +3,8 @@ package host
 import (
 	"time"
 
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/ui"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // The dashboard's load history: one sample a second for 15 minutes, in a

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/ui"
-	"github.com/moehost/moehost/host/rpc"
 )
 
 // TestLoadSampler: a tick's sample is the load of the pools since the

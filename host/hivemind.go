@@ -12,7 +12,7 @@ import (
 	"github.com/moehost/moehost/abi/half"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/hivemind"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/sdk/wire"
 )
 

@@ -4,11 +4,11 @@
 // in the background with [Server.Start], and stops it with
 // [Server.Shutdown]. `moehost serve` is one such program.
 //
-// The sub-packages are the rooms of the server: the public host/rpc
-// (Connect), host/checkpoint and host/tenant, and under host/internal the
-// sandbox (wazero), the batch pools (batch), the device workers (sched),
-// the DHT (dht), hivemind's own wire and DHT (hivemind) and the dashboard
-// (ui). They do not import each other, and this package wires them
+// The sub-packages are the rooms of the server: the public
+// host/checkpoint and host/tenant, and under host/internal the Connect
+// handlers (rpc), the sandbox (wazero), the batch pools (batch), the
+// device workers (sched), the DHT (dht), hivemind's own wire and DHT
+// (hivemind) and the dashboard (ui). They do not import each other, and this package wires them
 // together. Each room keeps its own sentinel errors; errorCodes, the
 // rpc.Codes table in errors.go, is the one map from them to Connect codes,
 // which every service of the server uses. A request's tensors are checked
@@ -34,9 +34,9 @@ import (
 
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/internal/hivemind"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/internal/ui"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/modules"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/modules"
 	"github.com/moehost/moehost/sdk/swarm"
 )

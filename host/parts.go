@@ -12,9 +12,9 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/batch"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/internal/sched"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/sdk/wire"
 )
 
