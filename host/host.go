@@ -232,13 +232,13 @@ func (s *Server) start(ctx context.Context) error {
 	// is waiting for its files to reach the disk. It is up, and its
 	// addresses are on disk, before Ready.
 	var (
-		services []rpc.Service
-		dhtErr   error
-		dhtDone  = make(chan struct{})
+		discovery rpc.Discovery
+		dhtErr    error
+		dhtDone   = make(chan struct{})
 	)
 	go func() {
 		defer close(dhtDone)
-		services, dhtErr = s.startDHT(ctx)
+		discovery, dhtErr = s.startDHT(ctx)
 	}()
 	loaded, err := s.loadAll(ctx, l)
 	<-dhtDone
@@ -294,7 +294,7 @@ func (s *Server) start(ctx context.Context) error {
 		MaxRequestBytes: s.cfg.maxRequestBytes,
 		Server:          (*describer)(s),
 		CORSOrigins:     s.cfg.corsOrigins,
-		Services:        services,
+		Discovery:       discovery,
 		Codes:           errorCodes,
 		Bodies:          s.bodyLimits(),
 	}

@@ -26,7 +26,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/internal/batch", nil},
 		{"host/internal/sched", nil},
 		{"host/internal/sandbox", []string{"abi", "gpuhost", "modules"}},
-		{"host/internal/rpc", []string{"abi", "gpuhost", "gen/", "sdk/wire"}},
+		{"host/internal/rpc", []string{"abi", "gpuhost", "gen/", "sdk/swarm", "sdk/wire"}},
 		{"host/checkpoint", []string{"internal/atomicfile"}},
 		{"host/internal/dht", []string{"gen/", "internal/atomicfile", "sdk/swarm"}},
 		{"host/internal/hivemind", []string{"abi", "gen/", "internal/atomicfile"}},

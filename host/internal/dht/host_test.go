@@ -19,6 +19,7 @@ import (
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
 	"github.com/moehost/moehost/host/internal/dht"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/sdk/swarm"
 )
 
@@ -240,7 +241,7 @@ func TestDiscoveryRejectsBadRequests(t *testing.T) {
 			return err
 		}, "not a uid"},
 		{"too many names", func() error {
-			_, err := dc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{Names: make([]string, dht.MaxFindNames+1)}))
+			_, err := dc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{Names: make([]string, rpc.MaxFindNames+1)}))
 			return err
 		}, "more than"},
 		{"k zero", func() error {
