@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"connectrpc.com/connect"
-
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/abi/half"
 	"github.com/moehost/moehost/gpuhost"
@@ -260,20 +258,6 @@ func fromDevice(dev gpuhost.Device, ts []*gpuhost.Tensor) ([]hivemind.Tensor, er
 		out[i] = hivemind.Tensor{DType: t.DType(), Shape: append([]int(nil), t.Shape()...), Data: data}
 	}
 	return out, nil
-}
-
-// hivemindError maps the server's errors to the exceptions hivemind's
-// server would raise.
-func hivemindError(err error) error {
-	switch errorCodes.Of(err) {
-	case connect.CodeNotFound:
-		return fmt.Errorf("%w: %w", hivemind.ErrNotFound, err)
-	case connect.CodeInvalidArgument:
-		return fmt.Errorf("%w: %w", hivemind.ErrInvalid, err)
-	case connect.CodeResourceExhausted, connect.CodeUnavailable:
-		return fmt.Errorf("%w: %w", hivemind.ErrBusy, err)
-	}
-	return err
 }
 
 var _ hivemind.Experts = (*hivemindExperts)(nil)

@@ -8,11 +8,13 @@
 // host/checkpoint and host/tenant, and under host/internal the Connect
 // handlers (rpc), the sandbox (wazero), the batch pools (batch), the
 // device workers (sched), the DHT (dht), hivemind's own wire and DHT
-// (hivemind) and the dashboard (ui). They do not import each other, and this package wires them
-// together. Each room keeps its own sentinel errors; errorCodes, the
-// rpc.Codes table in errors.go, is the one map from them to Connect codes,
-// which every service of the server uses. A request's tensors are checked
-// against the expert's schema once, by sdk/wire's Fit, on every path.
+// (hivemind) and the dashboard (ui). They do not import each other, and
+// this package wires them together. Each room keeps its own sentinel
+// errors; wireErrors, the table in errors.go, is the one map from them to
+// the wires: to Connect codes (errorCodes, which every service of the
+// server uses) and to hivemind's exceptions. A request's tensors are
+// checked against the expert's schema once, by sdk/wire's Fit, on every
+// path.
 package host
 
 import (
