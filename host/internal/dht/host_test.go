@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpcreflect"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
@@ -20,6 +19,7 @@ import (
 	"github.com/moehost/moehost/host"
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/internal/rpc"
+	"github.com/moehost/moehost/internal/testing/grpcreflect"
 	"github.com/moehost/moehost/sdk/swarm"
 )
 
@@ -126,17 +126,7 @@ func TestServerJoinsAnnouncesAndServesDiscovery(t *testing.T) {
 		t.Errorf("BeamSearch = %v", res.Msg)
 	}
 
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	h2c := &http.Client{Transport: &http.Transport{Protocols: protocols}}
-	defer h2c.CloseIdleConnections()
-	stream := grpcreflect.NewClient(h2c, url, connect.WithGRPC()).NewStream(ctx)
-	services, err := stream.ListServices()
-	stream.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(services, moehostv1connect.DiscoveryServiceName) {
+	if services := grpcreflect.Services(t, srv.Addr()); !slices.Contains(services, moehostv1connect.DiscoveryServiceName) {
 		t.Errorf("reflection lists %v, without DiscoveryService", services)
 	}
 

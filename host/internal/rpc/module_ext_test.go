@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -31,6 +30,7 @@ import (
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/rpc"
+	"github.com/moehost/moehost/internal/testing/grpcreflect"
 )
 
 // Tokens of the fake tenants.
@@ -657,43 +657,21 @@ func TestModuleServiceReflection(t *testing.T) {
 			opts.Modules = &fakeModules{}
 		}
 		url := server(t, noExperts{}, opts)
-		conn, err := grpc.NewClient(strings.TrimPrefix(url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		stream, err := reflectpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := stream.Send(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_ListServices{}}); err != nil {
-			t.Fatal(err)
-		}
-		res, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, s := range res.GetListServicesResponse().GetService() {
-			names = append(names, s.GetName())
-		}
-		if slices.Contains(names, moehostv1connect.ModuleServiceName) != served {
+		addr := strings.TrimPrefix(url, "http://")
+		if names := grpcreflect.Services(t, addr); slices.Contains(names, moehostv1connect.ModuleServiceName) != served {
 			t.Errorf("served %v: reflection lists %v", served, names)
 		}
 		// The descriptor comes with its comments, for grpcurl describe.
 		if served {
-			if err := stream.Send(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: moehostv1connect.ModuleServiceName}}); err != nil {
-				t.Fatal(err)
+			files := grpcreflect.FileContainingSymbol(t, addr, moehostv1connect.ModuleServiceName)
+			if len(files) == 0 {
+				t.Fatal("reflection has no file of ModuleService")
 			}
-			res, err := stream.Recv()
-			if err != nil || len(res.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
-				t.Fatalf("file of ModuleService: %v, %v", res, err)
-			}
-			if !bytes.Contains(res.GetFileDescriptorResponse().GetFileDescriptorProto()[0], []byte("ACCESS_OWNER lets only")) {
+			if !bytes.Contains(files[0], []byte("ACCESS_OWNER lets only")) {
 				t.Error("the served descriptor has no comments")
 			}
 		}
-		_, err = moduleClient(url, "Bearer "+aliceToken).ListModules(context.Background(), connect.NewRequest(&moehostv1.ListModulesRequest{}))
+		_, err := moduleClient(url, "Bearer "+aliceToken).ListModules(context.Background(), connect.NewRequest(&moehostv1.ListModulesRequest{}))
 		if served != (err == nil) || !served && connect.CodeOf(err) != connect.CodeUnimplemented {
 			t.Errorf("served %v: ListModules: %v", served, err)
 		}
