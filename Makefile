@@ -227,7 +227,7 @@ bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against Py
 PYTHON ?= /usr/bin/python3
 
 .PHONY: python-stubs
-python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-tools, and checkpoint.proto's from host/rpc/descriptors.binpb (installs the Python packages if missing)
+python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-tools, and checkpoint.proto's from host/internal/rpc/descriptors.binpb (installs the Python packages if missing)
 	./scripts/install-python-deps.sh
 	PYTHON=$(PYTHON) ./scripts/gen-python-stubs.sh
 
@@ -271,19 +271,19 @@ lint: ## gofmt, then go vet and staticcheck for the default and cudaemu tags (cu
 	else echo "lint: cudaemu tag skipped (no g++)"; fi
 
 .PHONY: generate
-generate: ## Regenerate gen/ and host/rpc/descriptors.binpb from proto/ with buf
+generate: ## Regenerate gen/ and host/internal/rpc/descriptors.binpb from proto/ with buf
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 	PATH="$(BIN):$$PATH" $(BIN)/buf lint
 	PATH="$(BIN):$$PATH" $(BIN)/buf generate
 	# The descriptors that server reflection serves, with source info, so
-	# that grpcurl describe shows the comments (host/rpc embeds them).
-	$(BIN)/buf build -o host/rpc/descriptors.binpb
+	# that grpcurl describe shows the comments (host/internal/rpc embeds them).
+	$(BIN)/buf build -o host/internal/rpc/descriptors.binpb
 
 .PHONY: checkgenerate
 checkgenerate: generate ## Fail if generated code is stale
-	@git diff --exit-code -- gen/ host/rpc/descriptors.binpb || { echo "gen/ or host/rpc/descriptors.binpb is stale: run make generate"; exit 1; }
+	@git diff --exit-code -- gen/ host/internal/rpc/descriptors.binpb || { echo "gen/ or host/internal/rpc/descriptors.binpb is stale: run make generate"; exit 1; }
 
 .PHONY: check
 check: lint test checkgenerate ## Everything CI could ask for

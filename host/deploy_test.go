@@ -17,7 +17,7 @@ import (
 	"connectrpc.com/connect"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/modules"
 )

@@ -8,10 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
-	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host/internal/dht"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 )
 
 // DHTConfig configures the server's DHT node. The zero value joins no one
@@ -125,8 +123,9 @@ func dhtListen(listen string) []string {
 }
 
 // startDHT starts the DHT node once the port is bound and the experts are
-// loaded; it returns the DiscoveryService to serve.
-func (s *Server) startDHT(ctx context.Context) ([]rpc.Service, error) {
+// loaded; it returns the node's lookups for DiscoveryService to serve, or
+// nil without WithDHT.
+func (s *Server) startDHT(ctx context.Context) (rpc.Discovery, error) {
 	if s.cfg.dht == nil {
 		return nil, nil
 	}
@@ -149,8 +148,7 @@ func (s *Server) startDHT(ctx context.Context) ([]rpc.Service, error) {
 	s.mu.Lock()
 	s.dht = d
 	s.mu.Unlock()
-	path, h := d.Handler(connect.WithInterceptors(errorCodes.Interceptor()), rpc.SmallRequests())
-	return []rpc.Service{{Name: moehostv1connect.DiscoveryServiceName, Path: path, Handler: h}}, nil
+	return d, nil
 }
 
 // closeDHT closes the node, if any.
@@ -198,6 +196,9 @@ func (t table) DHTExperts() []dht.Expert {
 }
 
 var _ dht.Experts = table{}
+
+// The dht room's node answers DiscoveryService's lookups as rpc asks them.
+var _ rpc.Discovery = (*dht.Service)(nil)
 
 // WithoutDHT undoes WithDHT: the server runs no DHT.
 func WithoutDHT() Option {

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -12,8 +13,9 @@ import (
 	"github.com/moehost/moehost/host/internal/batch"
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/internal/experts"
+	"github.com/moehost/moehost/host/internal/hivemind"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/modules"
 )
@@ -43,57 +45,95 @@ var (
 	ErrNotYours = errors.New("belongs to another owner")
 )
 
-// errorCodes is the one table from sentinels to Connect codes, handed to
-// every service the server serves (rpc.Options.Codes, ModuleService,
-// CheckpointService, DiscoveryService). The server's own come first: they
-// say where an error happened, which decides over what it was (a trap
-// that replaces an instance is ErrNotRun). Context errors come next, so
+// wireError is one row of the server's error table: a sentinel, the
+// Connect code of every error that wraps it, and the exception hivemind's
+// server would raise for it (nil: none, the error goes to hivemind's
+// client as it is).
+type wireError struct {
+	err      error
+	code     connect.Code
+	hivemind error
+}
+
+// wireErrors is the one table from the sentinels of the server and its
+// rooms to both wires: Connect codes (errorCodes, handed to every service
+// the server serves: rpc.Options.Codes, ModuleService, CheckpointService,
+// DiscoveryService) and hivemind's exceptions (hivemindError). The first
+// row whose sentinel an error wraps decides. The server's own come first:
+// they say where an error happened, which decides over what it was (a
+// trap that replaces an instance is ErrNotRun). Context errors come next, so
 // that a guest killed at its deadline is DeadlineExceeded, not a trap. A
 // guest's fault (a trap, an error code, a module that breaks the ABI) is
 // the caller's or the module's, never Internal: Internal is left for
 // errors no entry matches, which are host bugs.
-var errorCodes = rpc.Codes{
-	{Err: ErrUnknownExpert, Code: connect.CodeNotFound},
-	{Err: ErrExpertServed, Code: connect.CodeAlreadyExists},
-	{Err: ErrBadTensors, Code: connect.CodeInvalidArgument},
-	{Err: ErrBadConfig, Code: connect.CodeInvalidArgument},
-	{Err: ErrQuarantined, Code: connect.CodeUnavailable},
-	{Err: ErrNotRun, Code: connect.CodeUnavailable},
-	{Err: ErrTooManyLimits, Code: connect.CodeResourceExhausted},
-	{Err: ErrCheckpointsOff, Code: connect.CodeFailedPrecondition},
-	{Err: ErrCheckpointUnreadable, Code: connect.CodeFailedPrecondition},
-	{Err: ErrCheckpointMismatch, Code: connect.CodeFailedPrecondition},
-	{Err: ErrNoTenants, Code: connect.CodePermissionDenied},
-	{Err: ErrNotYours, Code: connect.CodePermissionDenied},
+var wireErrors = []wireError{
+	{ErrUnknownExpert, connect.CodeNotFound, hivemind.ErrNotFound},
+	{ErrExpertServed, connect.CodeAlreadyExists, nil},
+	{ErrBadTensors, connect.CodeInvalidArgument, hivemind.ErrInvalid},
+	{ErrBadConfig, connect.CodeInvalidArgument, hivemind.ErrInvalid},
+	{ErrQuarantined, connect.CodeUnavailable, hivemind.ErrBusy},
+	{ErrNotRun, connect.CodeUnavailable, hivemind.ErrBusy},
+	{ErrTooManyLimits, connect.CodeResourceExhausted, hivemind.ErrBusy},
+	{ErrCheckpointsOff, connect.CodeFailedPrecondition, nil},
+	{ErrCheckpointUnreadable, connect.CodeFailedPrecondition, nil},
+	{ErrCheckpointMismatch, connect.CodeFailedPrecondition, nil},
+	{ErrNoTenants, connect.CodePermissionDenied, nil},
+	{ErrNotYours, connect.CodePermissionDenied, nil},
 
-	{Err: context.DeadlineExceeded, Code: connect.CodeDeadlineExceeded},
-	{Err: context.Canceled, Code: connect.CodeCanceled},
+	{context.DeadlineExceeded, connect.CodeDeadlineExceeded, nil},
+	{context.Canceled, connect.CodeCanceled, nil},
 	// A guest's error code that is a budget refusal (ErrBudget and
 	// ErrGuest both) is the resource, not the guest's fault.
-	{Err: sandbox.ErrBudget, Code: connect.CodeResourceExhausted},
-	{Err: gpuhost.ErrOutOfMemory, Code: connect.CodeResourceExhausted},
+	{sandbox.ErrBudget, connect.CodeResourceExhausted, hivemind.ErrBusy},
+	{gpuhost.ErrOutOfMemory, connect.CodeResourceExhausted, hivemind.ErrBusy},
 
-	{Err: sandbox.ErrInvalidModule, Code: connect.CodeInvalidArgument},
-	{Err: sandbox.ErrUnknownConfigKey, Code: connect.CodeInvalidArgument},
-	{Err: sandbox.ErrInvalidInput, Code: connect.CodeInvalidArgument},
-	{Err: sandbox.ErrGuest, Code: connect.CodeInvalidArgument},
-	{Err: sandbox.ErrTrap, Code: connect.CodeFailedPrecondition},
-	{Err: sandbox.ErrClosed, Code: connect.CodeUnavailable},
-	{Err: batch.ErrQueueFull, Code: connect.CodeResourceExhausted},
-	{Err: batch.ErrClosed, Code: connect.CodeUnavailable},
-	{Err: modules.ErrNotFound, Code: connect.CodeNotFound},
-	{Err: modules.ErrTooLarge, Code: connect.CodeResourceExhausted},
-	{Err: modules.ErrQuota, Code: connect.CodeResourceExhausted},
-	{Err: modules.ErrInUse, Code: connect.CodeFailedPrecondition},
-	{Err: tenant.ErrUnknownTenant, Code: connect.CodeUnauthenticated},
-	{Err: tenant.ErrNotOwner, Code: connect.CodePermissionDenied},
-	{Err: tenant.ErrOperatorOwned, Code: connect.CodePermissionDenied},
-	{Err: tenant.ErrInvalidPattern, Code: connect.CodeInvalidArgument},
-	{Err: tenant.ErrCapExceeded, Code: connect.CodeResourceExhausted},
-	{Err: checkpoint.ErrNotFound, Code: connect.CodeNotFound},
-	{Err: checkpoint.ErrCorrupt, Code: connect.CodeFailedPrecondition},
-	{Err: dht.ErrBadQuery, Code: connect.CodeInvalidArgument},
-	{Err: dht.ErrLookup, Code: connect.CodeUnavailable},
+	{sandbox.ErrInvalidModule, connect.CodeInvalidArgument, hivemind.ErrInvalid},
+	{sandbox.ErrUnknownConfigKey, connect.CodeInvalidArgument, hivemind.ErrInvalid},
+	{sandbox.ErrInvalidInput, connect.CodeInvalidArgument, hivemind.ErrInvalid},
+	{sandbox.ErrGuest, connect.CodeInvalidArgument, hivemind.ErrInvalid},
+	{sandbox.ErrTrap, connect.CodeFailedPrecondition, nil},
+	{sandbox.ErrClosed, connect.CodeUnavailable, hivemind.ErrBusy},
+	{batch.ErrQueueFull, connect.CodeResourceExhausted, hivemind.ErrBusy},
+	{batch.ErrClosed, connect.CodeUnavailable, hivemind.ErrBusy},
+	{modules.ErrNotFound, connect.CodeNotFound, hivemind.ErrNotFound},
+	{modules.ErrTooLarge, connect.CodeResourceExhausted, hivemind.ErrBusy},
+	{modules.ErrQuota, connect.CodeResourceExhausted, hivemind.ErrBusy},
+	{modules.ErrInUse, connect.CodeFailedPrecondition, nil},
+	{tenant.ErrUnknownTenant, connect.CodeUnauthenticated, nil},
+	{tenant.ErrNotOwner, connect.CodePermissionDenied, nil},
+	{tenant.ErrOperatorOwned, connect.CodePermissionDenied, nil},
+	{tenant.ErrInvalidPattern, connect.CodeInvalidArgument, hivemind.ErrInvalid},
+	{tenant.ErrCapExceeded, connect.CodeResourceExhausted, hivemind.ErrBusy},
+	{checkpoint.ErrNotFound, connect.CodeNotFound, hivemind.ErrNotFound},
+	{checkpoint.ErrCorrupt, connect.CodeFailedPrecondition, nil},
+	{dht.ErrBadQuery, connect.CodeInvalidArgument, hivemind.ErrInvalid},
+	{dht.ErrLookup, connect.CodeUnavailable, hivemind.ErrBusy},
 	// A full disk: the server is out of a resource, not the caller wrong.
-	{Err: syscall.ENOSPC, Code: connect.CodeResourceExhausted},
+	{syscall.ENOSPC, connect.CodeResourceExhausted, hivemind.ErrBusy},
+}
+
+// errorCodes is wireErrors' Connect column, as rpc codes errors.
+var errorCodes = func() rpc.Codes {
+	cs := make(rpc.Codes, len(wireErrors))
+	for i, w := range wireErrors {
+		cs[i] = rpc.Code{Err: w.err, Code: w.code}
+	}
+	return cs
+}()
+
+// hivemindError maps the server's errors to the exceptions hivemind's
+// server would raise, from the rooms' sentinels (wireErrors' hivemind
+// column), without going through a Connect code: the first row whose
+// sentinel err wraps decides, as for errorCodes. An error that no row
+// matches, or whose row names no exception, is returned as it is.
+func hivemindError(err error) error {
+	for _, w := range wireErrors {
+		if errors.Is(err, w.err) {
+			if w.hivemind == nil {
+				return err
+			}
+			return fmt.Errorf("%w: %w", w.hivemind, err)
+		}
+	}
+	return err
 }

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"slices"
 
-	"connectrpc.com/connect"
-
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/abi/half"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/hivemind"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/sdk/wire"
 )
 
@@ -114,7 +112,7 @@ func (h hivemindExperts) public(uid string) (*experts.Expert, error) {
 		return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
 	}
 	owner, fwd, bwd := e.Access()
-	if fwd.Check(rpc.Caller{}, owner, "") != nil || bwd.Check(rpc.Caller{}, owner, "") != nil {
+	if (rpc.Caller{}).Check(fwd, owner, "") != nil || (rpc.Caller{}).Check(bwd, owner, "") != nil {
 		return nil, fmt.Errorf("%w: no expert %q on this server", hivemind.ErrNotFound, uid)
 	}
 	return e, nil
@@ -261,20 +259,6 @@ func fromDevice(dev gpuhost.Device, ts []*gpuhost.Tensor) ([]hivemind.Tensor, er
 		out[i] = hivemind.Tensor{DType: t.DType(), Shape: append([]int(nil), t.Shape()...), Data: data}
 	}
 	return out, nil
-}
-
-// hivemindError maps the server's errors to the exceptions hivemind's
-// server would raise.
-func hivemindError(err error) error {
-	switch errorCodes.Of(err) {
-	case connect.CodeNotFound:
-		return fmt.Errorf("%w: %w", hivemind.ErrNotFound, err)
-	case connect.CodeInvalidArgument:
-		return fmt.Errorf("%w: %w", hivemind.ErrInvalid, err)
-	case connect.CodeResourceExhausted, connect.CodeUnavailable:
-		return fmt.Errorf("%w: %w", hivemind.ErrBusy, err)
-	}
-	return err
 }
 
 var _ hivemind.Experts = hivemindExperts{}

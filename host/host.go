@@ -4,18 +4,20 @@
 // in the background with [Server.Start], and stops it with
 // [Server.Shutdown]. `moehost serve` is one such program.
 //
-// The sub-packages are the rooms of the server: the public host/rpc
-// (Connect), host/checkpoint and host/tenant, and under host/internal the
-// expert lifecycle (experts: the loader, deploys, shared instances, pools,
-// deployments and checkpoints, around a Registry of concrete Experts), the
-// sandbox (wazero), the batch pools (batch), the device workers (sched),
-// the DHT (dht), hivemind's own wire and DHT (hivemind) and the dashboard
-// (ui). They do not import each other (experts builds on sandbox, batch
-// and sched), and this package wires them together through thin
-// adapters. Each room keeps its own sentinel errors; errorCodes, the
-// rpc.Codes table in errors.go, is the one map from them to Connect codes,
-// which every service of the server uses. A request's tensors are checked
-// against the expert's schema once, by sdk/wire's Fit, on every path.
+// The sub-packages are the rooms of the server: the public
+// host/checkpoint and host/tenant, and under host/internal the expert
+// lifecycle (experts: the loader, deploys, shared instances, pools,
+// deployments and checkpoints, around a Registry of concrete Experts),
+// the Connect handlers (rpc), the sandbox (wazero), the batch pools
+// (batch), the device workers (sched), the DHT (dht), hivemind's own wire
+// and DHT (hivemind) and the dashboard (ui). They do not import each
+// other (experts builds on sandbox, batch and sched), and this package
+// wires them together through thin adapters. Each room keeps its own
+// sentinel errors; wireErrors, the table in errors.go, is the one map
+// from them to the wires: to Connect codes (errorCodes, which every
+// service of the server uses) and to hivemind's exceptions. A request's
+// tensors enter an expert through one ingress (the experts room's), which
+// checks them against its schema once, by sdk/wire's Fit, on every path.
 package host
 
 import (
@@ -39,9 +41,9 @@ import (
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/hivemind"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/internal/ui"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/modules"
 )
@@ -251,13 +253,13 @@ func (s *Server) start(ctx context.Context) error {
 	// is waiting for its files to reach the disk. It is up, and its
 	// addresses are on disk, before Ready.
 	var (
-		services []rpc.Service
-		dhtErr   error
-		dhtDone  = make(chan struct{})
+		discovery rpc.Discovery
+		dhtErr    error
+		dhtDone   = make(chan struct{})
 	)
 	go func() {
 		defer close(dhtDone)
-		services, dhtErr = s.startDHT(ctx)
+		discovery, dhtErr = s.startDHT(ctx)
 	}()
 	specs := make([]ExpertConfig, len(s.cfg.experts))
 	for i, ec := range s.cfg.experts {
@@ -318,7 +320,7 @@ func (s *Server) start(ctx context.Context) error {
 		MaxRequestBytes: s.cfg.maxRequestBytes,
 		Server:          describer{s},
 		CORSOrigins:     s.cfg.corsOrigins,
-		Services:        services,
+		Discovery:       discovery,
 		Codes:           errorCodes,
 		Bodies:          s.bodyLimits(),
 	}

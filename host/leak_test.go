@@ -14,7 +14,7 @@ import (
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/tenant"
 	"github.com/moehost/moehost/internal/testing/racebuild"
 )

@@ -8,7 +8,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/moehost/moehost/internal/testing/grpcreflect"
 )
 
 // TestReflectionAndHealth does what `grpcurl -plaintext ADDR list` and a
@@ -21,25 +22,9 @@ func TestReflectionAndHealth(t *testing.T) {
 	}
 	defer conn.Close()
 
-	stream, err := reflectpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, s := range res.GetListServicesResponse().GetService() {
-		names = append(names, s.GetName())
-	}
-	if !slices.Contains(names, "moehost.v1.ExpertService") {
+	if names := grpcreflect.Services(t, testServer.Addr()); !slices.Contains(names, "moehost.v1.ExpertService") {
 		t.Errorf("reflection lists %v, want moehost.v1.ExpertService among them", names)
 	}
-	stream.CloseSend()
 
 	for _, svc := range []string{"", "moehost.v1.ExpertService"} {
 		hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 )
 
 // stampedVersion and stampedCommit are set by the Makefile's ldflags

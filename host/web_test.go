@@ -12,12 +12,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/internal/testing/grpcreflect"
 )
 
 // TestGetServerInfo calls ServerService over each protocol and checks
@@ -87,7 +85,7 @@ func TestGetServerInfo(t *testing.T) {
 // TestServerServiceReflected checks that grpcurl and buf curl can find
 // ServerService.
 func TestServerServiceReflected(t *testing.T) {
-	names := reflectedServices(t, testServer.Addr())
+	names := grpcreflect.Services(t, testServer.Addr())
 	if !slices.Contains(names, "moehost.v1.ServerService") {
 		t.Errorf("reflection lists %v, want moehost.v1.ServerService among them", names)
 	}
@@ -244,31 +242,4 @@ func TestDashboardServed(t *testing.T) {
 	if res.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /ui/: %s, want 405", res.Status)
 	}
-}
-
-// reflectedServices lists the services that gRPC reflection v1 reports.
-func reflectedServices(t *testing.T, addr string) []string {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := reflectpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.CloseSend()
-	if err := stream.Send(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, s := range res.GetListServicesResponse().GetService() {
-		names = append(names, s.GetName())
-	}
-	return names
 }

@@ -3,7 +3,7 @@ FileDescriptorSet, for the files Debian's protoc (3.6) cannot compile.
 
 protoc 3.6 rejects proto3 `optional` (checkpoint.proto's Restore step),
 but the Python protobuf runtime (3.12 and later) handles it. The server
-already embeds the compiled descriptors of every file (host/rpc/
+already embeds the compiled descriptors of every file (host/internal/rpc/
 descriptors.binpb, rebuilt by `make generate` and checked by
 `make checkgenerate`), so this script takes each named file's
 FileDescriptorProto from there and writes what a newer protoc would: a

@@ -28,9 +28,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/internal/sandbox", []string{"abi", "gpuhost", "modules"}},
 		// The expert lifecycle builds on the sandbox, the pools and the
 		// workers, and on no room of the wire (rpc, dht, hivemind, ui).
-		// host/rpc is its one exception until Access has a home of its own.
-		{"host/internal/experts", []string{"abi", "gpuhost", "gen/", "host/checkpoint", "host/internal/batch", "host/internal/sandbox", "host/internal/sched", "host/rpc", "modules", "sdk/swarm", "sdk/wire"}},
-		{"host/rpc", []string{"abi", "gpuhost", "gen/", "sdk/wire"}},
+		{"host/internal/experts", []string{"abi", "gpuhost", "gen/", "host/checkpoint", "host/internal/batch", "host/internal/sandbox", "host/internal/sched", "modules", "sdk/swarm", "sdk/wire"}},
+		{"host/internal/rpc", []string{"abi", "gpuhost", "gen/", "sdk/swarm", "sdk/wire"}},
 		{"host/checkpoint", []string{"internal/atomicfile"}},
 		{"host/internal/dht", []string{"gen/", "internal/atomicfile", "sdk/swarm"}},
 		{"host/internal/hivemind", []string{"abi", "gen/", "internal/atomicfile"}},

@@ -1,6 +1,6 @@
 // Package batching holds the limits that shape an expert's batches: one
 // type for the pools that enforce them (host/internal/batch), the server's
-// options (host.BatchLimits) and the wire (rpc.BatchLimits), which may not
+// options (host.BatchLimits) and the wire (wire.BatchLimits), which may not
 // import each other.
 package batching
 

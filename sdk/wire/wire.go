@@ -1,13 +1,17 @@
 // Package wire is the one codec between float32 values and the data of
 // moehost.v1.Tensor: little-endian, row-major, as float32, or narrowed to
-// float16 or bfloat16 on the wire. The server (host/rpc), the Go client
-// (sdk/client) and the load generator all use it, so that a change of the
-// wire format is made once.
+// float16 or bfloat16 on the wire. The server (host/internal/rpc), the Go
+// client (sdk/client) and the load generator all use it, so that a change
+// of the wire format is made once.
 //
 // It also holds the one check of a request's tensors against an expert's
 // declared schema ([Fit]), in the schema's own vocabulary
 // (moehost.v1.TensorSchema, which Info publishes): the server runs it
-// once per request on every path, Connect, hivemind and in-process.
+// once per request on every path, Connect, hivemind and in-process. And
+// the one wire-level check of a DeployExpertRequest
+// ([DeploymentFromProto]), with [Access], which the server and the CLI
+// share: its refusals are plain errors wrapping [ErrInvalidRequest], which
+// the server codes InvalidArgument.
 package wire
 
 import (

@@ -1,7 +1,8 @@
 // Package dht is the host's room for the DHT: it runs the server's libp2p
 // Kademlia node (package sdk/swarm), announces the hosted experts every
 // update period, counts what it does in the server's Prometheus registry,
-// and serves moehost.v1.DiscoveryService from the node.
+// and answers the lookups of moehost.v1.DiscoveryService (Find, Beam),
+// which package rpc serves.
 //
 // It knows the experts only through the small [Experts] interface, which
 // package host implements.
@@ -369,11 +370,6 @@ func (s *Service) find(ctx context.Context, names []string) (map[string][]swarm.
 	}
 	s.metrics.lookups.WithLabelValues(result).Add(float64(len(names)))
 	return out, err
-}
-
-// Find returns the live records of each name (uids or prefixes).
-func (s *Service) Find(ctx context.Context, names []string) (map[string][]swarm.Record, error) {
-	return s.find(ctx, names)
 }
 
 // metrics are the DHT's collectors in the server's registry.

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpcreflect"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
 	"github.com/moehost/moehost/host/internal/dht"
+	"github.com/moehost/moehost/host/internal/rpc"
+	"github.com/moehost/moehost/internal/testing/grpcreflect"
 	"github.com/moehost/moehost/sdk/swarm"
 )
 
@@ -125,17 +126,7 @@ func TestServerJoinsAnnouncesAndServesDiscovery(t *testing.T) {
 		t.Errorf("BeamSearch = %v", res.Msg)
 	}
 
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	h2c := &http.Client{Transport: &http.Transport{Protocols: protocols}}
-	defer h2c.CloseIdleConnections()
-	stream := grpcreflect.NewClient(h2c, url, connect.WithGRPC()).NewStream(ctx)
-	services, err := stream.ListServices()
-	stream.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(services, moehostv1connect.DiscoveryServiceName) {
+	if services := grpcreflect.Services(t, srv.Addr()); !slices.Contains(services, moehostv1connect.DiscoveryServiceName) {
 		t.Errorf("reflection lists %v, without DiscoveryService", services)
 	}
 
@@ -240,7 +231,7 @@ func TestDiscoveryRejectsBadRequests(t *testing.T) {
 			return err
 		}, "not a uid"},
 		{"too many names", func() error {
-			_, err := dc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{Names: make([]string, dht.MaxFindNames+1)}))
+			_, err := dc.FindExperts(ctx, connect.NewRequest(&moehostv1.FindExpertsRequest{Names: make([]string, rpc.MaxFindNames+1)}))
 			return err
 		}, "more than"},
 		{"k zero", func() error {

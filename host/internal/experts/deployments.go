@@ -14,20 +14,20 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/batch"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/host/rpc"
 	"github.com/moehost/moehost/internal/atomicfile"
 	"github.com/moehost/moehost/modules"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
-// Access says who may call one of an expert's methods (see rpc.Access).
+// Access says who may call one of an expert's methods (see wire.Access).
 // The zero Access means public.
-type Access = rpc.Access
+type Access = wire.Access
 
 // The accesses.
 const (
-	AccessPublic  = rpc.AccessPublic
-	AccessOwner   = rpc.AccessOwner
-	AccessTenants = rpc.AccessTenants
+	AccessPublic  = wire.AccessPublic
+	AccessOwner   = wire.AccessOwner
+	AccessTenants = wire.AccessTenants
 )
 
 // deploymentsFile holds the live deployments under the data dir, so that

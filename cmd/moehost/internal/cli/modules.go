@@ -18,7 +18,7 @@ import (
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // tokenEnv is the environment variable --token defaults to.
@@ -160,8 +160,8 @@ func deployCmd(stdout io.Writer) *cobra.Command {
 		experts, module   string
 		config            map[string]int64
 		opt               moehostv1.OptimizerConfig
-		batching          rpc.BatchLimits
-		limits            rpc.ExpertLimits
+		batching          wire.BatchLimits
+		limits            wire.ExpertLimits
 		forward, backward string
 	)
 	cmd := &cobra.Command{
@@ -188,13 +188,13 @@ left out take the server's settings, within the tenant's caps.`,
 					return fmt.Errorf("%s %d: want 0 to %d", n, v, math.MaxInt32)
 				}
 			}
-			if batching != (rpc.BatchLimits{}) {
+			if batching != (wire.BatchLimits{}) {
 				req.Batching = &moehostv1.BatchLimits{
 					MaxBatchSize: int32(batching.MaxBatchSize), MinBatchSize: int32(batching.MinBatchSize),
 					QueueSize: int32(batching.QueueSize), MaxWait: optDuration(batching.MaxWait),
 				}
 			}
-			if limits != (rpc.ExpertLimits{}) {
+			if limits != (wire.ExpertLimits{}) {
 				req.Limits = &moehostv1.ExpertLimits{
 					CallTimeout: optDuration(limits.CallTimeout), BytesPerCall: limits.BytesPerCall,
 					ParamBytes: limits.ParamBytes, MemoryPages: limits.MemoryPages,
@@ -207,16 +207,17 @@ left out take the server's settings, within the tenant's caps.`,
 				if a.v == "" {
 					continue
 				}
-				acc, err := rpc.ParseAccess(a.v)
+				acc, err := wire.ParseAccess(a.v)
 				if err != nil {
 					return fmt.Errorf("%s: %w", a.flag, err)
 				}
-				*a.dst = rpc.AccessProto(acc)
+				*a.dst = acc.Proto()
 			}
 			// The server checks all of it; these are the mistakes
-			// worth a flag's name.
-			if _, err := rpc.DeploymentFromProto(req); err != nil {
-				return fmt.Errorf("deploy: %w", err)
+			// worth a flag's name. They read as the server's answer
+			// would: invalid_argument.
+			if _, err := wire.DeploymentFromProto(req); err != nil {
+				return fmt.Errorf("deploy: %w", connect.NewError(connect.CodeInvalidArgument, err))
 			}
 			res, err := r.modules().DeployExpert(cmd.Context(), connect.NewRequest(req))
 			if err != nil {

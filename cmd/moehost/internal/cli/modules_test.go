@@ -5,124 +5,195 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
-	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
-	"github.com/moehost/moehost/host/rpc"
 )
 
-// tenantAuth knows one tenant, alice.
-type tenantAuth struct{}
+// aliceToken is the one token the fake server knows: alice's.
+const aliceToken = "alice-token"
 
-func (tenantAuth) Authenticate(token string) (rpc.Caller, bool) {
-	if token == "alice-token" {
-		return rpc.Caller{Tenant: "alice"}, true
+// authorize checks a request's Authorization header as the server does:
+// alice's token passes, no token passes where anonymous callers may
+// call, and anything else is Unauthenticated.
+func authorize(h http.Header, anonymous bool) error {
+	switch v := h.Get("Authorization"); {
+	case v == "Bearer "+aliceToken:
+		return nil
+	case v == "" && anonymous:
+		return nil
+	case v == "":
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("ModuleService needs a token"))
 	}
-	return rpc.Caller{}, false
+	return connect.NewError(connect.CodeUnauthenticated, errors.New("the bearer token is not valid on this server"))
 }
 
-// recordingModules is a Modules that hashes uploads and records requests.
-type recordingModules struct {
+// received is one upload as the fake server received it.
+type received struct {
+	name   string
+	size   int64 // the declared size_bytes, -1 for none
+	bytes  int64 // what the chunks held
+	chunks int
+}
+
+// fakeModules is a ModuleService built on the generated handler that
+// records the requests it receives. Where the CLI's test looks, it
+// answers as the server does: the upload cap and the wire's rules for
+// chunks, FailedPrecondition for a deployed module, PermissionDenied
+// outside alice's prefix.
+type fakeModules struct {
+	moehostv1connect.UnimplementedModuleServiceHandler
+	maxUpload int64
+
 	mu       sync.Mutex
-	uploads  []rpc.ModuleUpload
-	deployed []rpc.Deployment
+	uploads  []received
+	deployed []*moehostv1.DeployExpertRequest
 	undeploy []string
 	deleted  []string
-	mods     []rpc.ModuleInfo
+	mods     []*moehostv1.ModuleInfo
 }
 
-func (m *recordingModules) Upload(_ context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
-	h := sha256.New()
-	n, err := io.Copy(h, u.Body)
-	if err != nil {
-		return rpc.ModuleInfo{}, err
+// maxChunkBytes is the most one UploadModuleRequest's chunk may carry.
+const maxChunkBytes = 1 << 20
+
+func (m *fakeModules) UploadModule(_ context.Context, stream *connect.ClientStream[moehostv1.UploadModuleRequest]) (*connect.Response[moehostv1.UploadModuleResponse], error) {
+	if err := authorize(stream.RequestHeader(), false); err != nil {
+		return nil, err
 	}
-	info := rpc.ModuleInfo{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), Size: n, Name: u.Name}
+	overCap := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the module exceeds this server's upload cap of %d MiB", m.maxUpload>>20))
+	got := received{size: -1}
+	h := sha256.New()
+	for first := true; stream.Receive(); first = false {
+		msg := stream.Msg()
+		switch {
+		case first:
+			got.name = msg.GetName()
+			if msg.SizeBytes != nil {
+				got.size = msg.GetSizeBytes()
+			}
+			if got.size > m.maxUpload {
+				return nil, overCap
+			}
+		case msg.GetName() != "" || msg.SizeBytes != nil:
+			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("only the upload's first message may set name or size_bytes"))
+		}
+		if len(msg.GetChunk()) > maxChunkBytes {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("an upload chunk of %d bytes is larger than %d bytes", len(msg.GetChunk()), maxChunkBytes))
+		}
+		got.bytes += int64(len(msg.GetChunk()))
+		got.chunks++
+		if got.bytes > m.maxUpload {
+			return nil, overCap
+		}
+		h.Write(msg.GetChunk())
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	if got.size >= 0 && got.bytes != got.size {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the upload ended after %d of its declared %d bytes", got.bytes, got.size))
+	}
+	info := &moehostv1.ModuleInfo{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), SizeBytes: got.bytes, Name: got.name}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.uploads = append(m.uploads, rpc.ModuleUpload{Name: u.Name, Size: u.Size})
+	m.uploads = append(m.uploads, got)
 	m.mods = append(m.mods, info)
-	return info, nil
+	return connect.NewResponse(&moehostv1.UploadModuleResponse{Module: info}), nil
 }
 
-func (m *recordingModules) List(context.Context, rpc.Caller) ([]rpc.ModuleInfo, error) {
+func (m *fakeModules) ListModules(_ context.Context, req *connect.Request[moehostv1.ListModulesRequest]) (*connect.Response[moehostv1.ListModulesResponse], error) {
+	if err := authorize(req.Header(), false); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.mods, nil
+	return connect.NewResponse(&moehostv1.ListModulesResponse{Modules: m.mods}), nil
 }
 
-func (m *recordingModules) Delete(_ context.Context, _ rpc.Caller, digest string) error {
+func (m *fakeModules) DeleteModule(_ context.Context, req *connect.Request[moehostv1.DeleteModuleRequest]) (*connect.Response[moehostv1.DeleteModuleResponse], error) {
+	if err := authorize(req.Header(), false); err != nil {
+		return nil, err
+	}
+	digest := req.Msg.GetDigest()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, d := range m.deployed {
-		if d.Module == digest {
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("module %s runs %s", digest, d.Experts))
+		if d.GetModuleDigest() == digest {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("module %s runs %s", digest, d.GetExperts()))
 		}
 	}
 	m.deleted = append(m.deleted, digest)
-	return nil
+	return connect.NewResponse(&moehostv1.DeleteModuleResponse{}), nil
 }
 
-func (m *recordingModules) Deploy(_ context.Context, _ rpc.Caller, d rpc.Deployment) ([]string, error) {
+func (m *fakeModules) DeployExpert(_ context.Context, req *connect.Request[moehostv1.DeployExpertRequest]) (*connect.Response[moehostv1.DeployExpertResponse], error) {
+	if err := authorize(req.Header(), false); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.deployed = append(m.deployed, d)
-	return []string{"alice.ffn.0", "alice.ffn.1"}, nil
+	m.deployed = append(m.deployed, req.Msg)
+	return connect.NewResponse(&moehostv1.DeployExpertResponse{Uids: []string{"alice.ffn.0", "alice.ffn.1"}}), nil
 }
 
-func (m *recordingModules) Undeploy(_ context.Context, c rpc.Caller, experts string) ([]string, error) {
-	if !strings.HasPrefix(experts, c.Tenant+".") {
-		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%q is not under %s's prefixes", experts, c.Tenant))
+func (m *fakeModules) UndeployExpert(_ context.Context, req *connect.Request[moehostv1.UndeployExpertRequest]) (*connect.Response[moehostv1.UndeployExpertResponse], error) {
+	if err := authorize(req.Header(), false); err != nil {
+		return nil, err
+	}
+	experts := req.Msg.GetExperts()
+	if !strings.HasPrefix(experts, "alice.") {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%q is not under alice's prefixes", experts))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.undeploy = append(m.undeploy, experts)
-	return []string{experts}, nil
+	return connect.NewResponse(&moehostv1.UndeployExpertResponse{Uids: []string{experts}}), nil
 }
 
-// listedExpert is an expert that only describes itself.
-type listedExpert struct{ info *moehostv1.ExpertInfo }
-
-func (e listedExpert) Info() *moehostv1.ExpertInfo               { return e.info }
-func (listedExpert) Schema() (in, out []*moehostv1.TensorSchema) { return nil, nil }
-func (listedExpert) Device() gpuhost.Device                      { return nil }
-func (listedExpert) Forward(context.Context, []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	return nil, connect.NewError(connect.CodeUnavailable, nil)
-}
-func (listedExpert) Backward(context.Context, []*gpuhost.Tensor, []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	return nil, connect.NewError(connect.CodeUnavailable, nil)
+// fakeExperts is an ExpertService that only lists its experts, to
+// anonymous callers and alice.
+type fakeExperts struct {
+	moehostv1connect.UnimplementedExpertServiceHandler
+	experts []*moehostv1.ExpertInfo
 }
 
-type listedExperts []rpc.Expert
+func (e fakeExperts) ListExperts(_ context.Context, req *connect.Request[moehostv1.ListExpertsRequest]) (*connect.Response[moehostv1.ListExpertsResponse], error) {
+	if err := authorize(req.Header(), true); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&moehostv1.ListExpertsResponse{Experts: e.experts}), nil
+}
 
-func (l listedExperts) Expert(uid string) (rpc.Expert, bool) { return nil, false }
-func (l listedExperts) All() []rpc.Expert                    { return l }
-
-// moduleServer serves ModuleService with m on a real h2c server.
-func moduleServer(t *testing.T, m rpc.Modules, maxUpload int64) string {
+// moduleServer serves m and two listed experts on a real h2c server.
+func moduleServer(t *testing.T, m *fakeModules) string {
 	t.Helper()
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	experts := listedExperts{
-		listedExpert{&moehostv1.ExpertInfo{Uid: "alice.ffn.0", Owner: "alice", ModuleDigest: "sha256:ab", ParameterCount: 42, Healthy: true}},
-		listedExpert{&moehostv1.ExpertInfo{Uid: "ffn.0", ModuleDigest: "sha256:cd", ParameterCount: 7}},
-	}
-	srv := httptest.NewUnstartedServer(rpc.NewHandler(experts, rpc.Options{Auth: tenantAuth{}, Modules: m, MaxUploadBytes: maxUpload}))
+	experts := fakeExperts{experts: []*moehostv1.ExpertInfo{
+		{Uid: "alice.ffn.0", Owner: "alice", ModuleDigest: "sha256:ab", ParameterCount: 42, Healthy: true},
+		{Uid: "ffn.0", ModuleDigest: "sha256:cd", ParameterCount: 7},
+	}}
+	mux := http.NewServeMux()
+	mux.Handle(moehostv1connect.NewModuleServiceHandler(m))
+	mux.Handle(moehostv1connect.NewExpertServiceHandler(experts))
+	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.Protocols = p
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -136,10 +207,10 @@ func run(args ...string) (stdout, stderr string, code int) {
 }
 
 // TestModuleCommands drives upload, deploy, undeploy, modules and experts
-// against a server with a recording Modules.
+// against a fake server that records what they send.
 func TestModuleCommands(t *testing.T) {
-	m := &recordingModules{}
-	url := moduleServer(t, m, 2<<20)
+	m := &fakeModules{maxUpload: 2 << 20}
+	url := moduleServer(t, m)
 	dir := t.TempDir()
 	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00"), (3<<20)/16+5) // 1.5 MiB: two chunks
 	file := filepath.Join(dir, "ffn.wasm")
@@ -150,7 +221,7 @@ func TestModuleCommands(t *testing.T) {
 	digest := "sha256:" + hex.EncodeToString(sum[:])
 
 	// The token comes from the environment unless --token is given.
-	t.Setenv(tokenEnv, "alice-token")
+	t.Setenv(tokenEnv, aliceToken)
 	stdout, stderr, code := run("upload", "--server", url, file)
 	if code != 0 {
 		t.Fatalf("upload: exit %d: %s", code, stderr)
@@ -159,7 +230,7 @@ func TestModuleCommands(t *testing.T) {
 	if lines[len(lines)-1] != digest {
 		t.Errorf("upload printed %q, want the digest %s last", stdout, digest)
 	}
-	if want := (rpc.ModuleUpload{Name: "ffn.wasm", Size: int64(len(wasm))}); len(m.uploads) != 1 || m.uploads[0] != want {
+	if want := (received{name: "ffn.wasm", size: int64(len(wasm)), bytes: int64(len(wasm)), chunks: 2}); len(m.uploads) != 1 || m.uploads[0] != want {
 		t.Errorf("the server saw %+v, want %+v", m.uploads, want)
 	}
 	if _, stderr, code := run("upload", "--server", url, "--token", "wrong", file); code != 1 || !strings.Contains(stderr, "unauthenticated") {
@@ -186,22 +257,24 @@ func TestModuleCommands(t *testing.T) {
 	if stdout != "alice.ffn.0\nalice.ffn.1\n" {
 		t.Errorf("deploy printed %q", stdout)
 	}
-	want := rpc.Deployment{
-		Experts: "alice.ffn.[0:2]", Module: digest, Config: map[string]int64{"hidden_dim": 64, "layers": 2},
-		Optimizer: &rpc.OptimizerConfig{Name: "sgd", LR: 0.5, Momentum: 0.9},
-		Batching:  rpc.BatchLimits{MaxBatchSize: 32, MaxWait: 2 * time.Millisecond},
-		Limits:    rpc.ExpertLimits{CallTimeout: 5 * time.Second, MemoryPages: 64},
-		Forward:   rpc.AccessTenants, Backward: rpc.AccessPublic,
+	want := &moehostv1.DeployExpertRequest{
+		Experts: "alice.ffn.[0:2]", ModuleDigest: digest, Config: map[string]int64{"hidden_dim": 64, "layers": 2},
+		Optimizer:     &moehostv1.OptimizerConfig{Name: "sgd", Lr: 0.5, Momentum: 0.9},
+		Batching:      &moehostv1.BatchLimits{MaxBatchSize: 32, MaxWait: durationpb.New(2 * time.Millisecond)},
+		Limits:        &moehostv1.ExpertLimits{CallTimeout: durationpb.New(5 * time.Second), MemoryPages: 64},
+		ForwardAccess: moehostv1.Access_ACCESS_TENANTS, BackwardAccess: moehostv1.Access_ACCESS_PUBLIC,
 	}
-	if len(m.deployed) != 1 || !reflect.DeepEqual(m.deployed[0], want) {
-		t.Errorf("the server got %+v, want %+v", m.deployed, want)
+	if len(m.deployed) != 1 || !proto.Equal(m.deployed[0], want) {
+		t.Errorf("the server got %v, want %v", m.deployed, want)
 	}
-	// Without optimizer flags, no optimizer: the server's default.
+	// Without optimizer, batching, limits or access flags, none are sent:
+	// the server's defaults (public Forward, owner-only Backward) apply.
 	if _, stderr, code := run("deploy", "--server", url, "--module", digest, "--experts", "alice.x"); code != 0 {
 		t.Fatalf("deploy: exit %d: %s", code, stderr)
 	}
-	if d := m.deployed[1]; d.Optimizer != nil || d.Forward != rpc.AccessPublic || d.Backward != rpc.AccessOwner || d.Batching != (rpc.BatchLimits{}) {
-		t.Errorf("deploy with defaults sent %+v", d)
+	if d := m.deployed[1]; d.GetOptimizer() != nil || d.GetForwardAccess() != moehostv1.Access_ACCESS_UNSPECIFIED ||
+		d.GetBackwardAccess() != moehostv1.Access_ACCESS_UNSPECIFIED || d.GetBatching() != nil || d.GetLimits() != nil {
+		t.Errorf("deploy with defaults sent %v", d)
 	}
 	for _, tc := range []struct {
 		args []string

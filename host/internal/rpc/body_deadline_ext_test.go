@@ -15,7 +15,7 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 )
 
 // slowExpert is an expert with no inputs or outputs whose Forward takes

@@ -1,6 +1,7 @@
-// Package rpc serves moehost.v1.ExpertService over Connect, gRPC and
-// gRPC-Web on one http.Handler, with gRPC health checks and server
-// reflection.
+// Package rpc is the server's Connect edge: it serves every moehost.v1
+// service (ExpertService, ServerService, ModuleService,
+// CheckpointService, DiscoveryService) over Connect, gRPC and gRPC-Web on
+// one http.Handler, with gRPC health checks and server reflection.
 //
 // It checks wire tensors against the expert's declared schema with
 // wire.Fit, the server's one schema check of a request, before it admits
@@ -8,8 +9,9 @@
 // *connect.Errors; every other error is mapped to a Connect code in one
 // place, by the [Codes] table its caller hands it, so that the rooms
 // behind it keep their own sentinels and never import this package for
-// their errors. The experts themselves are behind the small [Experts]
-// interface, which package host implements.
+// their errors. The rooms themselves are behind small interfaces
+// ([Experts], [Modules], [Server], [Discovery] and the checkpoint
+// service's), which package host implements or hands on.
 package rpc
 
 import (
@@ -66,9 +68,9 @@ type Options struct {
 	// CORSOrigins are the origins whose browser pages may call the
 	// procedures; "*" allows any. Default none: same origin only.
 	CORSOrigins []string
-	// Services are more Connect services to serve beside ExpertService,
-	// listed in health checks and reflection.
-	Services []Service
+	// Discovery, when set, serves DiscoveryService from the server's DHT
+	// node, to anyone. Nil serves none.
+	Discovery Discovery
 
 	// Auth checks bearer tokens. With it, ExpertService and ServerService
 	// serve anonymous callers and callers with a valid token (CallerFrom
@@ -93,20 +95,11 @@ type Options struct {
 // name a thing or two (server info, health, reflection, checkpoints).
 const smallMessageBytes = 1 << 20
 
-// Service is a Connect service another room built, served on the same
-// handler.
-type Service struct {
-	// Name is the fully-qualified service name ("moehost.v1.DiscoveryService").
-	Name string
-	// Path and Handler are what its generated New…Handler returned.
-	Path    string
-	Handler http.Handler
-}
-
 // NewHandler returns an http.Handler that serves ExpertService,
 // ServerService (with opts.Server), gRPC health and gRPC reflection (v1
-// and v1alpha) for all three protocols, to the CORS origins allowed, and
-// ModuleService with opts.Modules. Serve it with HTTP/2 cleartext enabled
+// and v1alpha) for all three protocols, to the CORS origins allowed,
+// ModuleService with opts.Modules and DiscoveryService with
+// opts.Discovery. Serve it with HTTP/2 cleartext enabled
 // for gRPC clients. Modules without Auth is a wiring bug: it panics.
 func NewHandler(experts Experts, opts Options) http.Handler {
 	if opts.MaxRequestBytes <= 0 {
@@ -145,9 +138,9 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		mux.Handle(NewModuleHandler(opts.Modules, opts.Auth, up, opts.Codes))
 		names = append(names, moehostv1connect.ModuleServiceName)
 	}
-	for _, svc := range opts.Services {
-		mux.Handle(svc.Path, svc.Handler)
-		names = append(names, svc.Name)
+	if opts.Discovery != nil {
+		mux.Handle(discoveryHandler(opts.Discovery, opts.Codes))
+		names = append(names, moehostv1connect.DiscoveryServiceName)
 	}
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...), readLimit(smallMessageBytes)))
 	resolver, err := reflectionResolver()

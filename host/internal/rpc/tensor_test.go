@@ -9,7 +9,7 @@ import (
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/abi/half"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 )
 
 var schema = &moehostv1.TensorSchema{Name: "x", Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: []int64{-1, 3}}

@@ -83,7 +83,7 @@ func checkAccess(ctx context.Context, e Expert, backward bool, verb, uid string)
 	if verb != "" {
 		what = fmt.Sprintf("%s %q", verb, uid)
 	}
-	return a.Check(CallerFrom(ctx), owner, what)
+	return CallerFrom(ctx).Check(a, owner, what)
 }
 
 func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.ForwardRequest]) (*connect.Response[moehostv1.ForwardResponse], error) {

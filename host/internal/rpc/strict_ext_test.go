@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 )
 
 // TestJSONRequestMistakes posts what a curl user gets wrong and checks

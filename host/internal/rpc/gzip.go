@@ -28,11 +28,6 @@ func readLimit(max int) connect.HandlerOption {
 	)
 }
 
-// SmallRequests caps a handler's request messages as this package caps
-// its own small ones (1 MiB, before and after gzip), for services that
-// other rooms build and serve through Options.Services.
-func SmallRequests() connect.HandlerOption { return readLimit(smallMessageBytes) }
-
 // errInflateCap is what a cappedGzip returns past its cap.
 var errInflateCap = errors.New("the message inflates past the server's size limit")
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/internal/testing/gzipbomb"
 )
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // Caller is who made a request, as the token it presented says.
@@ -49,59 +51,28 @@ func CallerFrom(ctx context.Context) Caller {
 	return c
 }
 
-// Access says who may call one of an expert's procedures.
-type Access int
+// Access is sdk/wire's: who may call one of an expert's procedures. The
+// handler resolves the wire's ACCESS_UNSPECIFIED to the procedure's
+// default (DefaultForward, DefaultBackward) before a Modules
+// implementation sees it.
+type Access = wire.Access
 
-// The accesses. The zero Access is not valid: the handler resolves the
-// wire's ACCESS_UNSPECIFIED to the procedure's default (DefaultForward,
-// DefaultBackward) before a Modules implementation sees it.
+// The accesses, and the defaults for ACCESS_UNSPECIFIED.
 const (
-	// AccessPublic lets anyone call, with or without a token.
-	AccessPublic Access = iota + 1
-	// AccessOwner lets only the owner tenant (and the operator) call.
-	AccessOwner
-	// AccessTenants lets any caller with a valid token call.
-	AccessTenants
+	AccessPublic    = wire.AccessPublic
+	AccessOwner     = wire.AccessOwner
+	AccessTenants   = wire.AccessTenants
+	DefaultForward  = wire.DefaultForward
+	DefaultBackward = wire.DefaultBackward
 )
-
-// The defaults for ACCESS_UNSPECIFIED. Backward changes the expert's
-// parameters, so only its owner may call it unless the deployment says
-// otherwise (RATIONALE: "Why is Backward owner-only by default?").
-const (
-	DefaultForward  = AccessPublic
-	DefaultBackward = AccessOwner
-)
-
-// String returns the access as the CLI spells it: "public", "owner" or
-// "tenants".
-func (a Access) String() string {
-	switch a {
-	case AccessPublic:
-		return "public"
-	case AccessOwner:
-		return "owner"
-	case AccessTenants:
-		return "tenants"
-	}
-	return fmt.Sprintf("Access(%d)", int(a))
-}
-
-// ParseAccess parses String's output.
-func ParseAccess(s string) (Access, error) {
-	for _, a := range []Access{AccessPublic, AccessOwner, AccessTenants} {
-		if strings.EqualFold(s, a.String()) {
-			return a, nil
-		}
-	}
-	return 0, fmt.Errorf("access %q is not public, owner or tenants", s)
-}
 
 // Check returns nil when c may call a procedure with access a of an
 // expert owned by owner ("" for the operator's experts), and otherwise an
 // Unauthenticated *connect.Error (an anonymous caller, who could get in
 // with a token) or a PermissionDenied one. what names the call in the
-// message ("forward \"alice.ffn.0\"").
-func (a Access) Check(c Caller, owner, what string) error {
+// message ("forward \"alice.ffn.0\""). It is Caller's, not Access's,
+// because Access is the wire's and the check the server's.
+func (c Caller) Check(a Access, owner, what string) error {
 	switch {
 	case a == AccessPublic:
 		return nil

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -30,7 +29,8 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
-	"github.com/moehost/moehost/host/rpc"
+	"github.com/moehost/moehost/host/internal/rpc"
+	"github.com/moehost/moehost/internal/testing/grpcreflect"
 )
 
 // Tokens of the fake tenants.
@@ -657,43 +657,21 @@ func TestModuleServiceReflection(t *testing.T) {
 			opts.Modules = &fakeModules{}
 		}
 		url := server(t, noExperts{}, opts)
-		conn, err := grpc.NewClient(strings.TrimPrefix(url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		stream, err := reflectpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := stream.Send(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_ListServices{}}); err != nil {
-			t.Fatal(err)
-		}
-		res, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, s := range res.GetListServicesResponse().GetService() {
-			names = append(names, s.GetName())
-		}
-		if slices.Contains(names, moehostv1connect.ModuleServiceName) != served {
+		addr := strings.TrimPrefix(url, "http://")
+		if names := grpcreflect.Services(t, addr); slices.Contains(names, moehostv1connect.ModuleServiceName) != served {
 			t.Errorf("served %v: reflection lists %v", served, names)
 		}
 		// The descriptor comes with its comments, for grpcurl describe.
 		if served {
-			if err := stream.Send(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: moehostv1connect.ModuleServiceName}}); err != nil {
-				t.Fatal(err)
+			files := grpcreflect.FileContainingSymbol(t, addr, moehostv1connect.ModuleServiceName)
+			if len(files) == 0 {
+				t.Fatal("reflection has no file of ModuleService")
 			}
-			res, err := stream.Recv()
-			if err != nil || len(res.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
-				t.Fatalf("file of ModuleService: %v, %v", res, err)
-			}
-			if !bytes.Contains(res.GetFileDescriptorResponse().GetFileDescriptorProto()[0], []byte("ACCESS_OWNER lets only")) {
+			if !bytes.Contains(files[0], []byte("ACCESS_OWNER lets only")) {
 				t.Error("the served descriptor has no comments")
 			}
 		}
-		_, err = moduleClient(url, "Bearer "+aliceToken).ListModules(context.Background(), connect.NewRequest(&moehostv1.ListModulesRequest{}))
+		_, err := moduleClient(url, "Bearer "+aliceToken).ListModules(context.Background(), connect.NewRequest(&moehostv1.ListModulesRequest{}))
 		if served != (err == nil) || !served && connect.CodeOf(err) != connect.CodeUnimplemented {
 			t.Errorf("served %v: ListModules: %v", served, err)
 		}
@@ -787,7 +765,7 @@ func TestExpertAccess(t *testing.T) {
 	}
 }
 
-// TestAccessCheck is Access.Check's table.
+// TestAccessCheck is Caller.Check's table.
 func TestAccessCheck(t *testing.T) {
 	t.Parallel()
 	anon, alice, bob, op := rpc.Caller{}, rpc.Caller{Tenant: "alice"}, rpc.Caller{Tenant: "bob"}, rpc.Caller{Operator: true}
@@ -809,19 +787,10 @@ func TestAccessCheck(t *testing.T) {
 		{rpc.Access(0), alice, "alice", connect.CodeInternal},
 	}
 	for _, tc := range cases {
-		err := tc.a.Check(tc.c, tc.owner, "forward \"x\"")
+		err := tc.c.Check(tc.a, tc.owner, "forward \"x\"")
 		if tc.want == 0 && err != nil || tc.want != 0 && connect.CodeOf(err) != tc.want {
 			t.Errorf("%v for %+v on %q's: got %v, want %v", tc.a, tc.c, tc.owner, err, tc.want)
 		}
-	}
-	for _, s := range []string{"public", "OWNER", "tenants"} {
-		a, err := rpc.ParseAccess(s)
-		if err != nil || !strings.EqualFold(a.String(), s) {
-			t.Errorf("ParseAccess(%q) = %v, %v", s, a, err)
-		}
-	}
-	if _, err := rpc.ParseAccess("anyone"); err == nil {
-		t.Error("ParseAccess accepted anyone")
 	}
 }
 

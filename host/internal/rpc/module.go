@@ -15,13 +15,13 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/internal/batching"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // Modules is the module registry and the live expert set as ModuleService
@@ -78,10 +78,11 @@ type ModuleInfo struct {
 	Experts []string
 }
 
-// Deployment is a DeployExpert request, checked for wire-level sanity
-// (non-negative limits, a well-formed digest, known accesses, finite
-// numbers): the implementation checks the rest (patterns, prefixes, caps,
-// optimizer names).
+// Deployment is a DeployExpert request, checked for wire-level sanity by
+// sdk/wire's DeploymentFromProto (non-negative limits, a well-formed
+// digest, known accesses, finite numbers): the implementation checks the
+// rest (patterns, prefixes, caps, optimizer names). It is wire.Deployment
+// with the optimizer as the kernels configure it.
 type Deployment struct {
 	// Experts is one uid or a uid pattern ("alice.ffn.[0:4]").
 	Experts string
@@ -107,14 +108,9 @@ type OptimizerConfig = gpuhost.OptimizerConfig
 // pools, the server and the wire.
 type BatchLimits = batching.Limits
 
-// ExpertLimits bound one expert's calls; zero fields take the tenant's
-// caps. They are the per-expert subset of sandbox.Limits.
-type ExpertLimits struct {
-	CallTimeout  time.Duration
-	BytesPerCall int64
-	ParamBytes   int64
-	MemoryPages  uint32
-}
+// ExpertLimits is sdk/wire's: they bound one expert's calls; zero fields
+// take the tenant's caps.
+type ExpertLimits = wire.ExpertLimits
 
 // Limits of ModuleService's wire.
 const (
@@ -126,11 +122,8 @@ const (
 	// maxModuleMessageBytes caps every ModuleService request message: a
 	// full chunk and its framing, or a deploy request's config.
 	maxModuleMessageBytes = maxChunkBytes + 64<<10
-	// maxNameBytes caps a module's name; maxExpertsBytes a uid pattern.
-	maxNameBytes    = 256
-	maxExpertsBytes = 1024
-	// maxConfigKeys caps a deployment's config entries.
-	maxConfigKeys = 256
+	// maxNameBytes caps a module's name, as it does a config key.
+	maxNameBytes = wire.MaxNameBytes
 )
 
 // UploadLimits bound each module upload. Zero fields take the defaults.
@@ -481,138 +474,40 @@ func (s *moduleService) UndeployExpert(ctx context.Context, req *connect.Request
 }
 
 // CheckDigest returns an InvalidArgument *connect.Error unless digest
-// is "sha256:" and 64 lower-case hex digits.
-func CheckDigest(digest string) error {
-	hex, ok := strings.CutPrefix(digest, "sha256:")
-	if !ok || len(hex) != 64 || strings.ContainsFunc(hex, func(r rune) bool { return !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') }) {
-		return errorf(connect.CodeInvalidArgument, "module digest %q is not \"sha256:\" and 64 lower-case hex digits", digest)
+// is "sha256:" and 64 lower-case hex digits (wire.CheckDigest).
+func CheckDigest(digest string) error { return invalidRequest(wire.CheckDigest(digest)) }
+
+func checkExperts(experts string) error { return invalidRequest(wire.CheckExperts(experts)) }
+
+// invalidRequest codes one of sdk/wire's refusals of a request as
+// InvalidArgument, with its message; nil stays nil.
+func invalidRequest(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return connect.NewError(connect.CodeInvalidArgument, err)
 }
 
-func checkExperts(experts string) error {
-	switch {
-	case experts == "":
-		return errorf(connect.CodeInvalidArgument, "experts (a uid or uid pattern) is empty")
-	case len(experts) > maxExpertsBytes:
-		return errorf(connect.CodeInvalidArgument, "experts is longer than %d bytes", maxExpertsBytes)
-	case !utf8.ValidString(experts):
-		return errorf(connect.CodeInvalidArgument, "experts is not UTF-8")
-	}
-	return nil
-}
-
-// DeploymentFromProto converts and checks a DeployExpertRequest, resolving
-// ACCESS_UNSPECIFIED to DefaultForward and DefaultBackward. Its errors
-// are InvalidArgument *connect.Errors.
+// DeploymentFromProto converts and checks a DeployExpertRequest with
+// wire.DeploymentFromProto, resolving ACCESS_UNSPECIFIED to DefaultForward
+// and DefaultBackward. Its errors are InvalidArgument *connect.Errors.
 func DeploymentFromProto(req *moehostv1.DeployExpertRequest) (Deployment, error) {
-	bad := func(format string, args ...any) (Deployment, error) {
-		return Deployment{}, errorf(connect.CodeInvalidArgument, format, args...)
+	w, err := wire.DeploymentFromProto(req)
+	if err != nil {
+		return Deployment{}, invalidRequest(err)
 	}
-	d := Deployment{Experts: req.GetExperts(), Module: req.GetModuleDigest(), Config: map[string]int64{}}
-	if err := checkExperts(d.Experts); err != nil {
-		return Deployment{}, err
+	d := Deployment{
+		Experts: w.Experts, Module: w.Module, Config: w.Config,
+		Batching: w.Batching, Limits: w.Limits, Forward: w.Forward, Backward: w.Backward,
 	}
-	if err := CheckDigest(d.Module); err != nil {
-		return Deployment{}, err
-	}
-	if len(req.GetConfig()) > maxConfigKeys {
-		return bad("config has %d keys, more than %d", len(req.GetConfig()), maxConfigKeys)
-	}
-	for k, v := range req.GetConfig() {
-		if k == "" || len(k) > maxNameBytes || !utf8.ValidString(k) {
-			return bad("config key %q is empty, too long or not UTF-8", k)
-		}
-		d.Config[k] = v
-	}
-	if o := req.GetOptimizer(); o != nil {
-		for _, f := range []struct {
-			name string
-			v    float64
-		}{{"lr", o.GetLr()}, {"momentum", o.GetMomentum()}, {"weight_decay", o.GetWeightDecay()}, {"clip_grad_norm", o.GetClipGradNorm()}} {
-			if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
-				return bad("optimizer %s %v is not a finite non-negative number", f.name, f.v)
-			}
-		}
-		if o.GetNumWarmupSteps() < 0 || o.GetNumTrainingSteps() < 0 {
-			return bad("optimizer steps must not be negative")
-		}
+	if o := w.Optimizer; o != nil {
 		d.Optimizer = &OptimizerConfig{
 			Name: o.GetName(), LR: o.GetLr(), Momentum: o.GetMomentum(), WeightDecay: o.GetWeightDecay(),
 			ClipGradNorm: o.GetClipGradNorm(), Scheduler: o.GetScheduler(),
 			NumWarmupSteps: o.GetNumWarmupSteps(), NumTrainingSteps: o.GetNumTrainingSteps(),
 		}
 	}
-	if b := req.GetBatching(); b != nil {
-		if b.GetMaxBatchSize() < 0 || b.GetMinBatchSize() < 0 || b.GetQueueSize() < 0 {
-			return bad("batching sizes must not be negative")
-		}
-		wait, err := duration("batching max_wait", b.GetMaxWait())
-		if err != nil {
-			return Deployment{}, err
-		}
-		d.Batching = BatchLimits{MaxBatchSize: int(b.GetMaxBatchSize()), MinBatchSize: int(b.GetMinBatchSize()), MaxWait: wait, QueueSize: int(b.GetQueueSize())}
-	}
-	if l := req.GetLimits(); l != nil {
-		if l.GetBytesPerCall() < 0 || l.GetParamBytes() < 0 {
-			return bad("limits must not be negative")
-		}
-		timeout, err := duration("limits call_timeout", l.GetCallTimeout())
-		if err != nil {
-			return Deployment{}, err
-		}
-		d.Limits = ExpertLimits{CallTimeout: timeout, BytesPerCall: l.GetBytesPerCall(), ParamBytes: l.GetParamBytes(), MemoryPages: l.GetMemoryPages()}
-	}
-	var err error
-	if d.Forward, err = access("forward_access", req.GetForwardAccess(), DefaultForward); err != nil {
-		return Deployment{}, err
-	}
-	if d.Backward, err = access("backward_access", req.GetBackwardAccess(), DefaultBackward); err != nil {
-		return Deployment{}, err
-	}
 	return d, nil
-}
-
-// duration converts an optional non-negative duration; nil is 0.
-func duration(what string, pb *durationpb.Duration) (time.Duration, error) {
-	if pb == nil {
-		return 0, nil
-	}
-	if err := pb.CheckValid(); err != nil {
-		return 0, errorf(connect.CodeInvalidArgument, "%s: %w", what, err)
-	}
-	if d := pb.AsDuration(); d >= 0 {
-		return d, nil
-	}
-	return 0, errorf(connect.CodeInvalidArgument, "%s %v is negative", what, pb.AsDuration())
-}
-
-// access converts a wire Access, resolving ACCESS_UNSPECIFIED to def.
-func access(what string, a moehostv1.Access, def Access) (Access, error) {
-	switch a {
-	case moehostv1.Access_ACCESS_UNSPECIFIED:
-		return def, nil
-	case moehostv1.Access_ACCESS_PUBLIC:
-		return AccessPublic, nil
-	case moehostv1.Access_ACCESS_OWNER:
-		return AccessOwner, nil
-	case moehostv1.Access_ACCESS_TENANTS:
-		return AccessTenants, nil
-	}
-	return 0, errorf(connect.CodeInvalidArgument, "%s %d is not a known access", what, a)
-}
-
-// AccessProto is a's wire form.
-func AccessProto(a Access) moehostv1.Access {
-	switch a {
-	case AccessPublic:
-		return moehostv1.Access_ACCESS_PUBLIC
-	case AccessOwner:
-		return moehostv1.Access_ACCESS_OWNER
-	case AccessTenants:
-		return moehostv1.Access_ACCESS_TENANTS
-	}
-	return moehostv1.Access_ACCESS_UNSPECIFIED
 }
 
 var _ moehostv1connect.ModuleServiceHandler = (*moduleService)(nil)
