@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/moehost/moehost/abi"
-	"github.com/moehost/moehost/abi/half"
-	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/hivemind"
 	"github.com/moehost/moehost/host/internal/rpc"
@@ -165,100 +162,49 @@ func (h hivemindExperts) HivemindBackward(ctx context.Context, uid string, input
 	return h.call(ctx, uid, inputs, gradOutputs, true)
 }
 
-// call checks a hivemind request against the expert's schema (its one
-// check) before anything reaches the device, then runs it in the expert's
-// pools, which take the tensors: no copy is needed.
+// call hands a hivemind request to the expert's one ingress (the schema
+// check, admission, conversion), whose pools take the tensors, and its
+// results back to hivemind's wire as float32, as hivemind's server sends
+// them.
 func (h hivemindExperts) call(ctx context.Context, uid string, inputs, gradOutputs []hivemind.Tensor, backward bool) ([]hivemind.Tensor, error) {
 	e, err := h.public(uid)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.CheckSchema(hivemindMetas(inputs), hivemindMetas(gradOutputs), backward); err != nil {
-		return nil, hivemindError(fmt.Errorf("expert %q: %w", uid, err))
-	}
-	dev := e.Device()
-	in, err := toDevice(dev, slices.Concat(inputs, gradOutputs))
-	if err != nil {
-		return nil, err
-	}
-	var out []*gpuhost.Tensor
+	var out []wire.Raw
 	if backward {
-		out, err = e.Backward(ctx, in[:len(inputs):len(inputs)], in[len(inputs):])
+		out, err = e.BackwardWire(ctx, hivemindRaws(inputs), hivemindRaws(gradOutputs), abi.DTypeFloat32)
 	} else {
-		out, err = e.Forward(ctx, in)
+		out, err = e.ForwardWire(ctx, hivemindRaws(inputs), abi.DTypeFloat32)
+	}
+	if errors.Is(err, ErrBadTensors) {
+		err = fmt.Errorf("expert %q: %w", uid, err)
 	}
 	if err != nil {
 		return nil, hivemindError(err)
 	}
-	defer dev.Release(out...)
-	return fromDevice(dev, out)
+	res := make([]hivemind.Tensor, len(out))
+	for i, r := range out {
+		shape := make([]int, len(r.Shape))
+		for j, d := range r.Shape {
+			shape[j] = int(d)
+		}
+		res[i] = hivemind.Tensor{DType: r.DType, Shape: shape, Data: r.Data}
+	}
+	return res, nil
 }
 
-// hivemindMetas is what the schema check reads of hivemind's tensors.
-func hivemindMetas(ts []hivemind.Tensor) []wire.Meta {
-	out := make([]wire.Meta, len(ts))
+// hivemindRaws is hivemind's tensors as wire tensors; it copies no data.
+func hivemindRaws(ts []hivemind.Tensor) []wire.Raw {
+	out := make([]wire.Raw, len(ts))
 	for i, t := range ts {
 		shape := make([]int64, len(t.Shape))
 		for j, d := range t.Shape {
 			shape[j] = int64(d)
 		}
-		out[i] = wire.Meta{DType: t.DType, Shape: shape}
+		out[i] = wire.Raw{DType: t.DType, Shape: shape, Data: t.Data}
 	}
 	return out
-}
-
-// toDevice admits the tensors' bytes against the memory limit, then moves
-// them to dev, widening float16 and bfloat16 to float32 as the Connect
-// path does.
-func toDevice(dev gpuhost.Device, ts []hivemind.Tensor) ([]*gpuhost.Tensor, error) {
-	var total int64
-	for _, t := range ts {
-		n := int64(len(t.Data))
-		if half.Is(t.DType) {
-			n *= 2
-		}
-		total += n
-	}
-	if err := dev.Admit(total); err != nil {
-		return nil, fmt.Errorf("%w: %w", hivemind.ErrBusy, err)
-	}
-	out := make([]*gpuhost.Tensor, 0, len(ts))
-	for i, t := range ts {
-		var (
-			g   *gpuhost.Tensor
-			err error
-		)
-		if half.Is(t.DType) {
-			f := make([]float32, len(t.Data)/2)
-			if err = half.Decode(t.DType, f, t.Data); err == nil {
-				g, err = dev.FromFloat32(t.Shape, f)
-			}
-		} else {
-			g, err = dev.FromBytes(t.DType, t.Shape, t.Data)
-		}
-		if err != nil {
-			dev.Release(out...)
-			if errors.Is(err, gpuhost.ErrOutOfMemory) {
-				return nil, fmt.Errorf("%w: tensor %d: %w", hivemind.ErrBusy, i, err)
-			}
-			return nil, fmt.Errorf("%w: tensor %d: %w", hivemind.ErrInvalid, i, err)
-		}
-		out = append(out, g)
-	}
-	return out, nil
-}
-
-// fromDevice copies results off the device.
-func fromDevice(dev gpuhost.Device, ts []*gpuhost.Tensor) ([]hivemind.Tensor, error) {
-	out := make([]hivemind.Tensor, len(ts))
-	for i, t := range ts {
-		data := make([]byte, t.ByteSize())
-		if err := dev.ReadBytes(t, data); err != nil {
-			return nil, fmt.Errorf("reading result %d: %w", i, err)
-		}
-		out[i] = hivemind.Tensor{DType: t.DType(), Shape: append([]int(nil), t.Shape()...), Data: data}
-	}
-	return out, nil
 }
 
 var _ hivemind.Experts = hivemindExperts{}

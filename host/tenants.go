@@ -417,8 +417,12 @@ func (m moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) (
 	}
 	var opt *OptimizerConfig
 	if d.Optimizer != nil {
-		o := OptimizerConfig(*d.Optimizer)
-		opt = &o
+		o := d.Optimizer
+		opt = &OptimizerConfig{
+			Name: o.GetName(), LR: o.GetLr(), Momentum: o.GetMomentum(), WeightDecay: o.GetWeightDecay(),
+			ClipGradNorm: o.GetClipGradNorm(), Scheduler: o.GetScheduler(),
+			NumWarmupSteps: o.GetNumWarmupSteps(), NumTrainingSteps: o.GetNumTrainingSteps(),
+		}
 	}
 	var done []string
 	// undo takes back what this call deployed: a deploy is all or nothing.

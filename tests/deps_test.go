@@ -29,7 +29,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		// The expert lifecycle builds on the sandbox, the pools and the
 		// workers, and on no room of the wire (rpc, dht, hivemind, ui).
 		{"host/internal/experts", []string{"abi", "gpuhost", "gen/", "host/checkpoint", "host/internal/batch", "host/internal/sandbox", "host/internal/sched", "modules", "sdk/swarm", "sdk/wire"}},
-		{"host/internal/rpc", []string{"abi", "gpuhost", "gen/", "sdk/swarm", "sdk/wire"}},
+		{"host/internal/rpc", []string{"abi", "gen/", "sdk/swarm", "sdk/wire"}},
 		{"host/checkpoint", []string{"internal/atomicfile"}},
 		{"host/internal/dht", []string{"gen/", "internal/atomicfile", "sdk/swarm"}},
 		{"host/internal/hivemind", []string{"abi", "gen/", "internal/atomicfile"}},

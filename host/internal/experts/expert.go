@@ -71,10 +71,10 @@ func (e *Expert) checkQuarantine() error {
 	return e.q.check(e.uid, e.tenancy.owner, e.guest.callTimeout)
 }
 
-// Forward queues a forward request in the expert's pool and waits for it.
+// submitForward queues a forward request in the expert's pool and waits for it.
 // It takes the inputs (see rpc.Expert): the pool or a refusal here
 // releases them.
-func (e *Expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (e *Expert) submitForward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	if err := e.checkQuarantine(); err != nil {
 		e.Device().Release(inputs...)
 		return nil, err
@@ -83,9 +83,9 @@ func (e *Expert) Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 	return outs, poolError(e.uid, err)
 }
 
-// Backward queues a backward request in the expert's pool and waits for
+// submitBackward queues a backward request in the expert's pool and waits for
 // it. It takes the inputs and output gradients, as Forward does.
-func (e *Expert) Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (e *Expert) submitBackward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
 	if err := e.checkQuarantine(); err != nil {
 		e.Device().Release(slices.Concat(inputs, gradOutputs)...)
 		return nil, err

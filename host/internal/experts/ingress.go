@@ -20,28 +20,16 @@ import (
 // released. The pools take what it returns. Results leave through
 // wireOut, its inverse.
 
-// Wire is a tensor as a wire carries it: its dtype as sent (float16 or
-// bfloat16 may stand for a float32 input, and are widened on the way in),
-// its shape, whose first dimension is the batch, and its little-endian
-// bytes, whose length the wire's decoder has checked against the shape.
-type Wire struct {
-	DType abi.DType
-	Shape []int
-	Data  []byte
-}
-
-// meta is what the schema check reads of a wire tensor.
-func (w Wire) meta() wire.Meta {
-	shape := make([]int64, len(w.Shape))
-	for i, d := range w.Shape {
-		shape[i] = int64(d)
-	}
-	return wire.Meta{DType: w.DType, Shape: shape}
-}
+// Wire is a tensor as a wire carries it (sdk/wire's Raw): its dtype as
+// sent (float16 or bfloat16 may stand for a float32 input, and are
+// widened on the way in), its shape, whose first dimension is the batch,
+// and its little-endian bytes, checked here against the schema and the
+// shape.
+type Wire = wire.Raw
 
 // deviceBytes is what w takes on the device: a float16 or bfloat16 one
 // twice its wire bytes, once widened to float32.
-func (w Wire) deviceBytes() int64 {
+func deviceBytes(w Wire) int64 {
 	n := int64(len(w.Data))
 	if half.Is(w.DType) {
 		n *= 2
@@ -49,16 +37,17 @@ func (w Wire) deviceBytes() int64 {
 	return n
 }
 
-// toDevice makes w on dev, widening a float16 or bfloat16 one.
-func (w Wire) toDevice(dev gpuhost.Device) (*gpuhost.Tensor, error) {
+// toDevice makes w, of the given shape, on dev, widening a float16 or
+// bfloat16 one.
+func toDevice(dev gpuhost.Device, w Wire, shape []int) (*gpuhost.Tensor, error) {
 	if !half.Is(w.DType) {
-		return dev.FromBytes(w.DType, w.Shape, w.Data)
+		return dev.FromBytes(w.DType, shape, w.Data)
 	}
 	f, err := wire.Decode(w.DType, w.Data)
 	if err != nil {
 		return nil, err
 	}
-	return dev.FromFloat32(w.Shape, f)
+	return dev.FromFloat32(shape, f)
 }
 
 // badTensors marks an error as the caller's tensors' fault
@@ -107,18 +96,28 @@ func (e *Expert) admitTensors(inputs, gradOutputs []wire.Meta, backward bool, by
 	return out, nil
 }
 
-// wireIn admits wire tensors.
+// wireIn admits wire tensors: once they fit the schema, each one's bytes
+// must match its shape.
 func (e *Expert) wireIn(inputs, gradOutputs []Wire, backward bool) ([]*gpuhost.Tensor, error) {
 	all := slices.Concat(inputs, gradOutputs)
 	metas := make([]wire.Meta, len(all))
 	var bytes int64
 	for i, w := range all {
-		metas[i] = w.meta()
-		bytes += w.deviceBytes()
+		metas[i] = w.Meta()
+		bytes += deviceBytes(w)
 	}
 	dev := e.Device()
 	return e.admitTensors(metas[:len(inputs)], metas[len(inputs):], backward, bytes, func(i int) (*gpuhost.Tensor, error) {
-		return all[i].toDevice(dev)
+		sch := e.schema.inputs
+		j := i
+		if i >= len(inputs) {
+			sch, j = e.schema.outputs, i-len(inputs)
+		}
+		shape, err := all[i].Dims(sch[j])
+		if err != nil {
+			return nil, err
+		}
+		return toDevice(dev, all[i], shape)
 	})
 }
 
@@ -130,7 +129,11 @@ func (e *Expert) wireOut(ts []*gpuhost.Tensor, dt abi.DType) ([]Wire, error) {
 	defer dev.Release(ts...)
 	out := make([]Wire, len(ts))
 	for i, t := range ts {
-		w := Wire{DType: t.DType(), Shape: slices.Clone(t.Shape())}
+		shape := make([]int64, len(t.Shape()))
+		for j, d := range t.Shape() {
+			shape[j] = int64(d)
+		}
+		w := Wire{DType: t.DType(), Shape: shape}
 		if t.DType() == abi.DTypeFloat32 && half.Is(dt) {
 			f, err := dev.Float32s(t)
 			if err != nil {
@@ -156,7 +159,7 @@ func (e *Expert) ForwardWire(ctx context.Context, inputs []Wire, outDType abi.DT
 	if err != nil {
 		return nil, err
 	}
-	outs, err := e.Forward(ctx, in)
+	outs, err := e.submitForward(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +173,7 @@ func (e *Expert) BackwardWire(ctx context.Context, inputs, gradOutputs []Wire, g
 	if err != nil {
 		return nil, err
 	}
-	grads, err := e.Backward(ctx, in[:len(inputs):len(inputs)], in[len(inputs):])
+	grads, err := e.submitBackward(ctx, in[:len(inputs):len(inputs)], in[len(inputs):])
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +190,7 @@ func (e *Expert) ForwardDevice(ctx context.Context, inputs []*gpuhost.Tensor) ([
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", e.uid, err)
 	}
-	return e.Forward(ctx, in)
+	return e.submitForward(ctx, in)
 }
 
 // BackwardDevice is ForwardDevice for a backward request.
@@ -196,7 +199,7 @@ func (e *Expert) BackwardDevice(ctx context.Context, inputs, gradOutputs []*gpuh
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", e.uid, err)
 	}
-	return e.Backward(ctx, in[:len(inputs):len(inputs)], in[len(inputs):])
+	return e.submitBackward(ctx, in[:len(inputs):len(inputs)], in[len(inputs):])
 }
 
 // deviceIn admits copies of an in-process call's tensors, which must be

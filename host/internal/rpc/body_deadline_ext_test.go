@@ -12,16 +12,16 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/rpc"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // slowExpert is an expert with no inputs or outputs whose Forward takes
 // run, or fails with its context's error if the call is cancelled first.
 type slowExpert struct {
-	dev gpuhost.Device
 	run time.Duration
 }
 
@@ -29,8 +29,7 @@ func (s slowExpert) Info() *moehostv1.ExpertInfo { return &moehostv1.ExpertInfo{
 func (s slowExpert) Schema() (in, out []*moehostv1.TensorSchema) {
 	return nil, nil
 }
-func (s slowExpert) Device() gpuhost.Device { return s.dev }
-func (s slowExpert) Forward(ctx context.Context, _ []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (s slowExpert) ForwardWire(ctx context.Context, _ []wire.Raw, _ abi.DType) ([]wire.Raw, error) {
 	select {
 	case <-time.After(s.run):
 		return nil, nil
@@ -38,8 +37,8 @@ func (s slowExpert) Forward(ctx context.Context, _ []*gpuhost.Tensor) ([]*gpuhos
 		return nil, context.Cause(ctx)
 	}
 }
-func (s slowExpert) Backward(ctx context.Context, in, _ []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	return s.Forward(ctx, in)
+func (s slowExpert) BackwardWire(ctx context.Context, in, _ []wire.Raw, dt abi.DType) ([]wire.Raw, error) {
+	return s.ForwardWire(ctx, in, dt)
 }
 
 // rawForward starts a Forward whose request body the test writes byte by
@@ -89,7 +88,7 @@ func TestBodyDeadlines(t *testing.T) {
 	// starved for a third of idle under -race on a loaded 2-core machine,
 	// and the trickle was cut as idle.
 	const idle, total = time.Second, 3 * time.Second
-	experts := noExperts{slowExpert{dev: gpuhost.NewCPU(1)}}
+	experts := noExperts{slowExpert{}}
 	base := server(t, experts, rpc.Options{Bodies: rpc.BodyLimits{IdleTimeout: idle, Timeout: total}})
 	for _, tt := range []struct {
 		name    string
@@ -157,7 +156,7 @@ func TestBodyDeadlines(t *testing.T) {
 func TestBodyDeadlinesEndWithTheBody(t *testing.T) {
 	t.Parallel()
 	const idle, total = 200 * time.Millisecond, 400 * time.Millisecond
-	experts := noExperts{slowExpert{dev: gpuhost.NewCPU(1), run: 3 * total}}
+	experts := noExperts{slowExpert{run: 3 * total}}
 	base := server(t, experts, rpc.Options{Bodies: rpc.BodyLimits{IdleTimeout: idle, Timeout: total}})
 	for _, tt := range []struct {
 		name   string

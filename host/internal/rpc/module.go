@@ -19,7 +19,6 @@ import (
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/internal/batching"
 	"github.com/moehost/moehost/sdk/wire"
 )
@@ -78,31 +77,11 @@ type ModuleInfo struct {
 	Experts []string
 }
 
-// Deployment is a DeployExpert request, checked for wire-level sanity by
+// Deployment is a DeployExpert request checked for wire-level sanity by
 // sdk/wire's DeploymentFromProto (non-negative limits, a well-formed
 // digest, known accesses, finite numbers): the implementation checks the
-// rest (patterns, prefixes, caps, optimizer names). It is wire.Deployment
-// with the optimizer as the kernels configure it.
-type Deployment struct {
-	// Experts is one uid or a uid pattern ("alice.ffn.[0:4]").
-	Experts string
-	// Module is the module's digest.
-	Module string
-	// Config holds the module's integer settings; never nil.
-	Config map[string]int64
-	// Optimizer is nil for the server's default optimizer.
-	Optimizer *OptimizerConfig
-	// Batching's zero fields take the server's batch limits.
-	Batching BatchLimits
-	// Limits' zero fields take the tenant's caps.
-	Limits ExpertLimits
-	// Forward and Backward say who may call each; never zero.
-	Forward, Backward Access
-}
-
-// OptimizerConfig is gpuhost's, the one optimizer config of the kernels,
-// the server and the wire.
-type OptimizerConfig = gpuhost.OptimizerConfig
+// rest (patterns, prefixes, caps, optimizer names).
+type Deployment = wire.Deployment
 
 // BatchLimits is internal/batching's, the one set of batch limits of the
 // pools, the server and the wire.
@@ -492,20 +471,9 @@ func invalidRequest(err error) error {
 // wire.DeploymentFromProto, resolving ACCESS_UNSPECIFIED to DefaultForward
 // and DefaultBackward. Its errors are InvalidArgument *connect.Errors.
 func DeploymentFromProto(req *moehostv1.DeployExpertRequest) (Deployment, error) {
-	w, err := wire.DeploymentFromProto(req)
+	d, err := wire.DeploymentFromProto(req)
 	if err != nil {
 		return Deployment{}, invalidRequest(err)
-	}
-	d := Deployment{
-		Experts: w.Experts, Module: w.Module, Config: w.Config,
-		Batching: w.Batching, Limits: w.Limits, Forward: w.Forward, Backward: w.Backward,
-	}
-	if o := w.Optimizer; o != nil {
-		d.Optimizer = &OptimizerConfig{
-			Name: o.GetName(), LR: o.GetLr(), Momentum: o.GetMomentum(), WeightDecay: o.GetWeightDecay(),
-			ClipGradNorm: o.GetClipGradNorm(), Scheduler: o.GetScheduler(),
-			NumWarmupSteps: o.GetNumWarmupSteps(), NumTrainingSteps: o.GetNumTrainingSteps(),
-		}
 	}
 	return d, nil
 }

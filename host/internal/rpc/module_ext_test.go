@@ -26,11 +26,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/internal/testing/grpcreflect"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // Tokens of the fake tenants.
@@ -571,13 +572,18 @@ func TestDeployExpert(t *testing.T) {
 	}
 	want := rpc.Deployment{
 		Experts: "alice.ffn.[0:2]", Module: digest, Config: map[string]int64{"hidden_dim": 64},
-		Optimizer: &rpc.OptimizerConfig{Name: "adamw", LR: 1e-4, Momentum: 0.5, WeightDecay: 0.1, ClipGradNorm: 1, Scheduler: "linear", NumWarmupSteps: 10, NumTrainingSteps: 100},
-		Batching:  rpc.BatchLimits{MaxBatchSize: 64, MinBatchSize: 2, MaxWait: 5 * time.Millisecond, QueueSize: 16},
-		Limits:    rpc.ExpertLimits{CallTimeout: 3 * time.Second, BytesPerCall: 1 << 20, ParamBytes: 2 << 20, MemoryPages: 32},
-		Forward:   rpc.AccessPublic, Backward: rpc.AccessTenants,
+		Batching: rpc.BatchLimits{MaxBatchSize: 64, MinBatchSize: 2, MaxWait: 5 * time.Millisecond, QueueSize: 16},
+		Limits:   rpc.ExpertLimits{CallTimeout: 3 * time.Second, BytesPerCall: 1 << 20, ParamBytes: 2 << 20, MemoryPages: 32},
+		Forward:  rpc.AccessPublic, Backward: rpc.AccessTenants,
 	}
-	if got := fake.deployed[0]; !reflect.DeepEqual(got, want) {
-		t.Errorf("Modules got\n%+v %+v\nwant\n%+v %+v", got, *got.Optimizer, want, *want.Optimizer)
+	wantOpt := &moehostv1.OptimizerConfig{Name: "adamw", Lr: 1e-4, Momentum: 0.5, WeightDecay: 0.1, ClipGradNorm: 1, Scheduler: "linear", NumWarmupSteps: 10, NumTrainingSteps: 100}
+	got := fake.deployed[0]
+	if !proto.Equal(got.Optimizer, wantOpt) {
+		t.Errorf("Modules got optimizer %v, want %v", got.Optimizer, wantOpt)
+	}
+	got.Optimizer = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Modules got\n%+v\nwant\n%+v", got, want)
 	}
 	un, err := c.UndeployExpert(context.Background(), connect.NewRequest(&moehostv1.UndeployExpertRequest{Experts: "alice.ffn.0"}))
 	if err != nil || !slices.Equal(un.Msg.GetUids(), []string{"alice.ffn.0"}) {
@@ -682,7 +688,6 @@ func TestModuleServiceReflection(t *testing.T) {
 type guarded struct {
 	uid, owner        string
 	forward, backward rpc.Access
-	dev               gpuhost.Device
 	calls             *int
 }
 
@@ -690,12 +695,11 @@ func (g guarded) Info() *moehostv1.ExpertInfo { return &moehostv1.ExpertInfo{Uid
 func (g guarded) Schema() (in, out []*moehostv1.TensorSchema) {
 	return nil, nil
 }
-func (g guarded) Device() gpuhost.Device { return g.dev }
-func (g guarded) Forward(context.Context, []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (g guarded) ForwardWire(context.Context, []wire.Raw, abi.DType) ([]wire.Raw, error) {
 	*g.calls++
 	return nil, nil
 }
-func (g guarded) Backward(context.Context, []*gpuhost.Tensor, []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
+func (g guarded) BackwardWire(context.Context, []wire.Raw, []wire.Raw, abi.DType) ([]wire.Raw, error) {
 	*g.calls++
 	return nil, nil
 }
@@ -705,12 +709,11 @@ func (g guarded) Access() (string, rpc.Access, rpc.Access) { return g.owner, g.f
 // per-expert access rules of Guarded experts, before any compute.
 func TestExpertAccess(t *testing.T) {
 	t.Parallel()
-	dev := gpuhost.NewCPU(1)
 	calls := 0
 	experts := noExperts{
-		guarded{uid: "alice.pub", owner: "alice", forward: rpc.AccessPublic, backward: rpc.AccessOwner, dev: dev, calls: &calls},
-		guarded{uid: "alice.tenants", owner: "alice", forward: rpc.AccessTenants, backward: rpc.AccessTenants, dev: dev, calls: &calls},
-		guarded{uid: "op.owner", owner: "", forward: rpc.AccessOwner, backward: rpc.AccessOwner, dev: dev, calls: &calls},
+		guarded{uid: "alice.pub", owner: "alice", forward: rpc.AccessPublic, backward: rpc.AccessOwner, calls: &calls},
+		guarded{uid: "alice.tenants", owner: "alice", forward: rpc.AccessTenants, backward: rpc.AccessTenants, calls: &calls},
+		guarded{uid: "op.owner", owner: "", forward: rpc.AccessOwner, backward: rpc.AccessOwner, calls: &calls},
 	}
 	url := server(t, experts, rpc.Options{Auth: fakeAuth{}})
 	type call struct {
@@ -839,8 +842,8 @@ func FuzzDeploymentFromProto(f *testing.F) {
 			d.Limits.CallTimeout < 0 || d.Limits.BytesPerCall < 0 || d.Limits.ParamBytes < 0 {
 			t.Fatalf("accepted %+v", d)
 		}
-		if o := d.Optimizer; o != nil && (!(o.LR >= 0) || !(o.Momentum >= 0) || !(o.WeightDecay >= 0) || !(o.ClipGradNorm >= 0) || o.NumWarmupSteps < 0 || o.NumTrainingSteps < 0) {
-			t.Fatalf("accepted optimizer %+v", *o)
+		if o := d.Optimizer; o != nil && (!(o.GetLr() >= 0) || !(o.GetMomentum() >= 0) || !(o.GetWeightDecay() >= 0) || !(o.GetClipGradNorm() >= 0) || o.GetNumWarmupSteps() < 0 || o.GetNumTrainingSteps() < 0) {
+			t.Fatalf("accepted optimizer %v", o)
 		}
 	})
 }

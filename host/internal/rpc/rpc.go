@@ -23,26 +23,26 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
-// Expert is one hosted expert as the RPC layer sees it.
+// Expert is one hosted expert as the RPC layer sees it: it deals in wire
+// tensors, which the expert's one ingress checks against its schema and
+// admits, so that this layer holds no device tensor.
 type Expert interface {
 	// Info returns the expert's description and counters.
 	Info() *moehostv1.ExpertInfo
 	// Schema returns the declared inputs and outputs.
 	Schema() (inputs, outputs []*moehostv1.TensorSchema)
-	// Device is where the expert's tensors live.
-	Device() gpuhost.Device
-	// Forward computes outputs for a batch. It takes the inputs, whatever
-	// it returns, and frees them when it is done with them; the outputs
-	// are the caller's to release.
-	Forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error)
-	// Backward computes input gradients for a batch and trains. It takes
-	// the inputs and output gradients as Forward takes its inputs.
-	Backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error)
+	// ForwardWire computes outputs for a batch of wire inputs, float32
+	// ones sent as outDType (float32, float16 or bfloat16).
+	ForwardWire(ctx context.Context, inputs []wire.Raw, outDType abi.DType) ([]wire.Raw, error)
+	// BackwardWire computes input gradients for a batch and trains;
+	// float32 gradients are sent as gradDType.
+	BackwardWire(ctx context.Context, inputs, gradOutputs []wire.Raw, gradDType abi.DType) ([]wire.Raw, error)
 }
 
 // Experts looks experts up by uid.

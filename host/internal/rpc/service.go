@@ -2,18 +2,14 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
 
-	"github.com/moehost/moehost/abi"
-	"github.com/moehost/moehost/abi/half"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
-	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/sdk/wire"
 )
 
@@ -99,22 +95,15 @@ func (s *service) Forward(ctx context.Context, req *connect.Request[moehostv1.Fo
 	if err != nil {
 		return nil, errorf(connect.CodeInvalidArgument, "forward %q: output_dtype: %w", uid, err)
 	}
-	inSchema, _ := e.Schema()
-	inputs, _, err := decodeAll(e.Device(), req.Msg.GetInputs(), inSchema, "input", -1)
+	inputs, err := rawAll(req.Msg.GetInputs(), "input")
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", uid, err)
 	}
-	// Forward takes the inputs; the outputs are ours, and the response
-	// holds copies.
-	outputs, err := e.Forward(ctx, inputs)
+	outputs, err := e.ForwardWire(ctx, inputs, outDType)
 	if err != nil {
 		return nil, fmt.Errorf("forward %q: %w", uid, err)
 	}
-	defer e.Device().Release(outputs...)
-	pb, err := encodeAll(e.Device(), outputs, outDType)
-	if err != nil {
-		return nil, fmt.Errorf("forward %q: %w", uid, err)
-	}
+	pb := protoAll(outputs)
 	return connect.NewResponse(&moehostv1.ForwardResponse{Outputs: pb}), nil
 }
 
@@ -131,26 +120,19 @@ func (s *service) Backward(ctx context.Context, req *connect.Request[moehostv1.B
 	if err != nil {
 		return nil, errorf(connect.CodeInvalidArgument, "backward %q: grad_input_dtype: %w", uid, err)
 	}
-	inSchema, outSchema := e.Schema()
-	inputs, batch, err := decodeAll(e.Device(), req.Msg.GetInputs(), inSchema, "input", -1)
+	inputs, err := rawAll(req.Msg.GetInputs(), "input")
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
-	grads, _, err := decodeAll(e.Device(), req.Msg.GetGradOutputs(), outSchema, "grad_output", batch)
-	if err != nil {
-		e.Device().Release(inputs...)
-		return nil, fmt.Errorf("backward %q: %w", uid, err)
-	}
-	// Backward takes inputs and grads; the gradients are ours.
-	gradInputs, err := e.Backward(ctx, inputs, grads)
+	grads, err := rawAll(req.Msg.GetGradOutputs(), "grad_output")
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
-	defer e.Device().Release(gradInputs...)
-	pb, err := encodeAll(e.Device(), gradInputs, gradDType)
+	gradInputs, err := e.BackwardWire(ctx, inputs, grads, gradDType)
 	if err != nil {
 		return nil, fmt.Errorf("backward %q: %w", uid, err)
 	}
+	pb := protoAll(gradInputs)
 	return connect.NewResponse(&moehostv1.BackwardResponse{GradInputs: pb}), nil
 }
 
@@ -181,94 +163,26 @@ func (s *service) ListExperts(ctx context.Context, _ *connect.Request[moehostv1.
 	return connect.NewResponse(res), nil
 }
 
-// decodeAll checks tensors against a schema with wire.Fit, the one
-// schema check of a request, requiring one batch size (batch, when >= 0)
-// across them, and moves them to dev.
-func decodeAll(dev gpuhost.Device, pbs []*moehostv1.Tensor, schema []*moehostv1.TensorSchema, what string, batch int) ([]*gpuhost.Tensor, int, error) {
-	var inline [4]wire.Meta // most experts take a tensor or two
-	metas := inline[:0]
+// rawAll parses a request's tensors' framing: the expert's ingress
+// checks them against its schema and their shapes. It copies nothing.
+func rawAll(pbs []*moehostv1.Tensor, what string) ([]wire.Raw, error) {
+	out := make([]wire.Raw, len(pbs))
 	for i, pb := range pbs {
 		if pb == nil {
-			return nil, 0, errorf(connect.CodeInvalidArgument, "%s %d: tensor is missing", what, i)
+			return nil, errorf(connect.CodeInvalidArgument, "%s %d: tensor is missing", what, i)
 		}
-		metas = append(metas, metaOf(pb))
-	}
-	batch, err := wire.Fit(schema, what, metas, batch)
-	if err != nil {
-		return nil, 0, errorf(connect.CodeInvalidArgument, "%w", err)
-	}
-	// Admission: a request whose tensors would leave too little of the
-	// memory limit for the work already running is refused whole,
-	// before anything is decoded.
-	// A float16 or bfloat16 tensor takes twice its wire bytes on the
-	// device, once widened to float32.
-	var total int64
-	for _, pb := range pbs {
-		n := int64(len(pb.GetData()))
-		if half.Is(abi.DType(pb.GetDtype())) {
-			n *= 2
-		}
-		total += n
-	}
-	if err := dev.Admit(total); err != nil {
-		return nil, 0, errorf(connect.CodeResourceExhausted, "%ss: %w", what, err)
-	}
-	ts := make([]*gpuhost.Tensor, len(pbs))
-	for i, pb := range pbs {
-		w, err := decodeFitted(pb, schema[i])
-		if err == nil {
-			ts[i], err = fromWire(dev, w)
-		}
-		if err != nil {
-			dev.Release(ts[:i]...)
-			if errors.Is(err, gpuhost.ErrOutOfMemory) {
-				return nil, 0, errorf(connect.CodeResourceExhausted, "%s %d: %w", what, i, err)
-			}
-			return nil, 0, errorf(connect.CodeInvalidArgument, "%s %d: %w", what, i, err)
-		}
-	}
-	return ts, batch, nil
-}
-
-// fromWire moves a decoded wire tensor to dev, widening a float16 or
-// bfloat16 one to float32. DecodeTensor has checked its data against its
-// shape, so the float32 copy is exactly twice the wire bytes, which the
-// request size limit bounds.
-func fromWire(dev gpuhost.Device, w WireTensor) (*gpuhost.Tensor, error) {
-	if !half.Is(w.DType) {
-		return dev.FromBytes(w.DType, w.Shape, w.Data)
-	}
-	f, err := wire.Decode(w.DType, w.Data)
-	if err != nil {
-		return nil, err
-	}
-	return dev.FromFloat32(w.Shape, f)
-}
-
-// encodeAll copies tensors into wire tensors, narrowing float32 ones to
-// dt (float16 or bfloat16) unless it is float32.
-func encodeAll(dev gpuhost.Device, ts []*gpuhost.Tensor, dt abi.DType) ([]*moehostv1.Tensor, error) {
-	out := make([]*moehostv1.Tensor, len(ts))
-	for i, t := range ts {
-		shape := make([]int64, len(t.Shape()))
-		for j, d := range t.Shape() {
-			shape[j] = int64(d)
-		}
-		if t.DType() == abi.DTypeFloat32 && half.Is(dt) {
-			f, err := dev.Float32s(t)
-			if err != nil {
-				return nil, errorf(connect.CodeInternal, "reading output %d: %w", i, err)
-			}
-			out[i] = wire.Tensor(shape, f, dt)
-			continue
-		}
-		data := make([]byte, t.ByteSize())
-		if err := dev.ReadBytes(t, data); err != nil {
-			return nil, errorf(connect.CodeInternal, "reading output %d: %w", i, err)
-		}
-		out[i] = &moehostv1.Tensor{Dtype: moehostv1.DType(t.DType()), Shape: shape, Data: data}
+		out[i] = wire.RawOf(pb)
 	}
 	return out, nil
+}
+
+// protoAll turns results into wire messages; it copies nothing.
+func protoAll(ts []wire.Raw) []*moehostv1.Tensor {
+	out := make([]*moehostv1.Tensor, len(ts))
+	for i, t := range ts {
+		out[i] = t.Proto()
+	}
+	return out
 }
 
 var _ moehostv1connect.ExpertServiceHandler = (*service)(nil)

@@ -18,47 +18,24 @@ type WireTensor struct {
 	Data  []byte
 }
 
-// maxElements bounds a decoded tensor; the message size limit bounds it
-// first in practice.
-const maxElements = 1 << 34
-
-// DecodeTensor validates a wire tensor against a schema: wire.FitOne's
-// check (dtype, with float16 and bfloat16 standing in for float32; rank;
-// every dim but the batch dim; a positive batch size, equal to batch when
-// batch >= 0), then a data length that matches the shape exactly. It
-// copies nothing.
+// DecodeTensor validates a wire tensor against a schema as the server's
+// ingress does: wire.FitOne's check (dtype, with float16 and bfloat16
+// standing in for float32; rank; every dim but the batch dim; a positive
+// batch size, equal to batch when batch >= 0), then a data length that
+// matches the shape exactly (wire.Raw.Dims). It copies nothing.
 func DecodeTensor(pb *moehostv1.Tensor, schema *moehostv1.TensorSchema, batch int) (WireTensor, error) {
 	if pb == nil {
 		return WireTensor{}, fmt.Errorf("tensor is missing, want %s", wire.SpecString(schema))
 	}
-	if err := wire.FitOne(schema, metaOf(pb), batch); err != nil {
+	r := wire.RawOf(pb)
+	if err := wire.FitOne(schema, r.Meta(), batch); err != nil {
 		return WireTensor{}, err
 	}
-	return decodeFitted(pb, schema)
-}
-
-// metaOf is what the schema check reads of a wire tensor.
-func metaOf(pb *moehostv1.Tensor) wire.Meta {
-	return wire.Meta{DType: abi.DType(pb.GetDtype()), Shape: pb.GetShape()}
-}
-
-// decodeFitted checks the size and data of a wire tensor that fits
-// schema (wire.Fit said so), which names it in messages.
-func decodeFitted(pb *moehostv1.Tensor, schema *moehostv1.TensorSchema) (WireTensor, error) {
-	dt, dims := abi.DType(pb.GetDtype()), pb.GetShape()
-	shape := make([]int, len(dims))
-	n := int64(1)
-	for i, d := range dims {
-		if d > maxElements/n {
-			return WireTensor{}, fmt.Errorf("shape %v is too large, want %s", dims, wire.SpecString(schema))
-		}
-		n *= d
-		shape[i] = int(d)
+	shape, err := r.Dims(schema)
+	if err != nil {
+		return WireTensor{}, err
 	}
-	if int64(len(pb.GetData())) != n*int64(dt.Size()) {
-		return WireTensor{}, fmt.Errorf("%d data bytes for shape %v of %v, want %d bytes (%s)", len(pb.GetData()), dims, dt, n*int64(dt.Size()), wire.SpecString(schema))
-	}
-	return WireTensor{DType: dt, Shape: shape, Data: pb.GetData()}, nil
+	return WireTensor{DType: r.DType, Shape: shape, Data: r.Data}, nil
 }
 
 // CheckWireDType validates the dtype a caller asks float32 results in:
