@@ -175,7 +175,7 @@ test-fairness: ## Tenant A floods 8 experts with 32 clients while tenant B calls
 	MOEHOST_FAIRNESS=1 $(GO) test -count=1 -run '^TestTenantsShareTheDeviceFairly$$' -v ./host/
 
 .PHONY: bench-memory
-bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, size-class pool vs the old exact-length pool (about 7 minutes)
+bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, against the analytic floor (about 4 minutes)
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	$(BIN)/moehost bench-memory --clients 16 --min-rows 1 --max-rows 64 --duration 90s --data-dir $(CURDIR)/.tmp/bench-memory
 

@@ -2,13 +2,11 @@ package gpuhost
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/moehost/moehost/abi"
-	"github.com/moehost/moehost/internal/benchenv"
 	"github.com/moehost/moehost/internal/lefloat"
 )
 
@@ -23,9 +21,9 @@ type cpuDevice struct {
 	// elementwise kernels of the same width (gemmPath.asm,
 	// gemmPath.wide); read it with kpath.
 	path gemmPath
-	// pathOf, when set, gives the path instead (NewCPU's defaultPath):
-	// the AVX-512 kernel's check then runs beside the server's start,
-	// and only the device's first kernel waits for it.
+	// pathOf, when set, gives the path instead (NewCPU's, once): the
+	// AVX-512 kernel's check then runs beside the server's start, and
+	// only the device's first kernel waits for it.
 	pathOf func() gemmPath
 	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
 	sgemm  func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
@@ -36,22 +34,26 @@ type cpuDevice struct {
 
 // NewCPU returns the pure-Go CPU device. Kernels split large work across up
 // to threads goroutines; threads <= 0 means runtime.GOMAXPROCS(0).
+// Options: [WithCeiling], [WithGEMMPath], [WithLogger].
 func NewCPU(threads int, opts ...DeviceOption) Device {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	var cfg deviceConfig
-	for _, o := range opts {
-		o.applyDevice(&cfg)
-	}
-	// The check of the best path (verifiedAVX512) takes 10–20 ms of
+	cfg := newDeviceConfig(opts)
+	d := cpuOnPath(threads, pathGo)
+	log := cfg.log()
+	d.pathOf = sync.OnceValue(func() gemmPath {
+		p, err := pathNamed(cfg.gemm)
+		if err != nil {
+			log.Warn("gpuhost: CPU device: GEMM path", "err", err, "using", p.String())
+		}
+		return p
+	})
+	// The check of the best path (verifyAVX512) takes 10–20 ms of
 	// first-touch faults on a VM, while the server compiles its modules
 	// and reads its checkpoints: it runs meanwhile, on another core.
-	go defaultPath()
-	d := cpuOnPath(threads, pathGo)
-	d.pathOf = defaultPath
+	go d.pathOf()
 	d.mem.ceiling = cfg.ceiling
-	d.mem.exact = cfg.exactPool || os.Getenv(benchenv.ExactPool) == "1"
 	return d
 }
 

@@ -1,5 +1,19 @@
 package gpuhost
 
+import (
+	"os"
+
+	"github.com/moehost/moehost/internal/benchenv"
+)
+
+// init gives every device of this test binary, the external tests'
+// included, the GEMM path that MOEHOST_GEMM names and the cuBLAS that
+// the environment points to: the library reads no environment, but
+// `MOEHOST_GEMM=go go test ./gpuhost/` runs the whole suite on one path.
+func init() {
+	testOptions = []DeviceOption{WithGEMMPath(os.Getenv(benchenv.GEMM)), WithCUBLAS(benchenv.CUBLASPaths()...)}
+}
+
 // GEMMPaths returns the names of the GEMM paths this CPU and build run,
 // best first, for the external tests' device tables.
 func GEMMPaths() []string {

@@ -15,7 +15,7 @@ func fmaPeak16x12(n int)
 // with 512-bit FMA units a YMM loop measures half of what the AVX-512
 // kernel can reach.
 func init() {
-	switch defaultPath() {
+	switch testPath() {
 	case pathAVX512:
 		fmaLoop, fmaLoopFlop = fmaPeak16x12, 2*16*12
 	case pathAVX2:

@@ -72,7 +72,7 @@ func TestGemmAB(t *testing.T) {
 	}
 	// With -abcaches the variants are blockings of the default path's
 	// kernel, all at the first gemmAB value.
-	kn := pathKernel(defaultPath())
+	kn := pathKernel(testPath())
 	if kn == nil {
 		t.Skip("the Go path has no assembly kernel to A/B")
 	}

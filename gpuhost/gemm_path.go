@@ -1,17 +1,14 @@
 package gpuhost
 
 import (
+	"errors"
 	"fmt"
-	"log"
-	"os"
 	"strings"
 	"sync"
-
-	"github.com/moehost/moehost/internal/benchenv"
 )
 
 // gemmPath is one implementation of the CPU GEMM. The device runs the best
-// one the CPU supports; benchenv.GEMM names another for tests and
+// one the CPU supports; [WithGEMMPath] names another for tests and
 // benchmarks.
 type gemmPath uint8
 
@@ -21,19 +18,19 @@ const (
 	// pathAVX2 is the 6×16 AVX2/FMA kernel (amd64 builds without purego).
 	pathAVX2
 	// pathAVX512 is the 14×32 AVX-512F kernel (the same builds). It is
-	// checked against pathGo before its first use (verifiedAVX512).
+	// checked against pathGo before its first use (verifyAVX512).
 	pathAVX512
 )
 
 // asm reports whether p's device runs the AVX2 elementwise kernels
 // (gelu, layer_norm, softmax, Adam, the residual add): on every path but
-// the portable one, which MOEHOST_GEMM=go asks for.
+// the portable one, which WithGEMMPath("go") asks for.
 func (p gemmPath) asm() bool { return gemmHaveAsm && p != pathGo }
 
 // wide reports whether it runs their AVX-512 versions first (asm too).
 func (p gemmPath) wide() bool { return gemmHaveAsm && p == pathAVX512 }
 
-// String returns the name MOEHOST_GEMM takes.
+// String returns the name WithGEMMPath takes.
 func (p gemmPath) String() string {
 	switch p {
 	case pathAVX2:
@@ -57,23 +54,37 @@ func gemmPaths() []gemmPath {
 	return append(ps, pathGo)
 }
 
-// defaultPath is the path new CPU devices take: MOEHOST_GEMM's when it is
-// set (tests and benchmarks only), else the best one. An AVX-512 kernel
-// that fails its check falls back to AVX2.
-var defaultPath = sync.OnceValue(func() gemmPath {
-	p, err := pathFromEnv(os.Getenv(benchenv.GEMM))
-	if err != nil {
-		log.Printf("gpuhost: %v; using %v", err, p)
+// bestPath is the best path this build runs on this CPU, checked once
+// per process: an AVX-512 kernel that fails verifyAVX512 gives AVX2, and
+// the check's error for the devices' loggers.
+var bestPath = sync.OnceValues(func() (gemmPath, error) {
+	p := gemmPaths()[0]
+	if p != pathAVX512 {
+		return p, nil
 	}
-	if p == pathAVX512 && !verifiedAVX512() {
-		p = pathAVX2
+	if err := verifyAVX512(); err != nil {
+		return pathAVX2, err
 	}
-	return p
+	return p, nil
 })
 
-// pathFromEnv parses MOEHOST_GEMM: empty means the best path; a path the
-// CPU or build lacks is an error, with the best path it has.
-func pathFromEnv(v string) (gemmPath, error) {
+// pathNamed returns the path a device of WithGEMMPath(name) runs: name's
+// ("" is the best one), or the best path when the CPU or build lacks it,
+// and AVX2 for an AVX-512 kernel that failed its check; the error says
+// why it is not the path named.
+func pathNamed(name string) (gemmPath, error) {
+	p, err := parsePath(name)
+	if p == pathAVX512 {
+		if best, cerr := bestPath(); best != pathAVX512 {
+			return best, errors.Join(err, cerr)
+		}
+	}
+	return p, err
+}
+
+// parsePath parses a GEMM path's name: empty means the best path; a path
+// the CPU or build lacks is an error, with the best path it has.
+func parsePath(v string) (gemmPath, error) {
 	best := gemmPaths()[0]
 	if v == "" {
 		return best, nil
@@ -83,24 +94,23 @@ func pathFromEnv(v string) (gemmPath, error) {
 			return p, nil
 		}
 	}
-	return best, fmt.Errorf("%s=%q: not a GEMM path this CPU and build run (have %v)", benchenv.GEMM, v, gemmPaths())
+	return best, fmt.Errorf("GEMM path %q: not one this CPU and build run (have %v)", v, gemmPaths())
 }
 
-// verifiedAVX512 runs small GEMMs of each transpose on the AVX-512 path
-// against a float64 reference, once, and reports whether every one agrees.
-// The kernel is generated code that some sessions' machines cannot
-// execute; a wrong result must cost a log line and the AVX2 path, never a
-// wrong answer to a caller.
-var verifiedAVX512 = sync.OnceValue(func() bool {
+// verifyAVX512 runs small GEMMs of each transpose on the AVX-512 path
+// against a float64 reference and returns the first disagreement. The
+// kernel is generated code that some sessions' machines cannot execute; a
+// wrong result must cost a warning and the AVX2 path, never a wrong
+// answer to a caller.
+func verifyAVX512() error {
 	if !gemmHaveAVX512 {
-		return false
+		return errors.New("no AVX-512 GEMM in this CPU and build")
 	}
 	if err := checkGemm(cpuOnPath(1, pathAVX512)); err != nil {
-		log.Printf("gpuhost: the AVX-512 GEMM disagrees with a float64 reference (%v); using AVX2", err)
-		return false
+		return fmt.Errorf("the AVX-512 GEMM disagrees with a float64 reference (%w); using AVX2", err)
 	}
-	return true
-})
+	return nil
+}
 
 // checkGemm compares dev's GEMM with a float64 reference on small products
 // that cover full and edge tiles, more than one k block, both transposes,

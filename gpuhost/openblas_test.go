@@ -80,7 +80,7 @@ func TestKernelTable(t *testing.T) {
 	core, config := openBLASConfig()
 	caches := machineCaches()
 	fmt.Fprintf(&out, "ours: the %v GEMM (caches L1d %d KiB, L2 %d KiB, L3 share %d KiB; blocking %+v); OpenBLAS: %s kernel (%s)\n",
-		defaultPath(), caches.l1>>10, caches.l2>>10, caches.l3>>10, pathBlocking(defaultPath()), core, config)
+		testPath(), caches.l1>>10, caches.l2>>10, caches.l3>>10, pathBlocking(testPath()), core, config)
 	// One case per shape and thread count, each with its own operands:
 	// tensors of the device, as a server's weights and activations are
 	// (backed by transparent huge pages where the kernel allows); both
