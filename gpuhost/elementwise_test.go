@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // elementwiseSizes cover whole runs of 16 and 8 lanes, an 8-lane run after
@@ -248,7 +250,7 @@ func TestLayerNormKernels(t *testing.T) {
 						// (about 1e-5 of x̂) shows in gx and gw.
 						{"gx", gx.f32(), wgx, 1e-4}, {"gw", gw.f32(), wgw, 1e-4}, {"gb", gb.f32(), wgb, 1e-5},
 					} {
-						if e := relErr(c.got, c.want); e > c.tol {
+						if e := ref.RelErr(c.got, c.want); e > c.tol {
 							t.Errorf("%s: relative error %.3g > %g", c.name, e, c.tol)
 						}
 					}
@@ -320,23 +322,23 @@ func TestSoftmaxKernels(t *testing.T) {
 						for _, v := range row {
 							s += math.Exp(float64(v) - m)
 						}
-						ref := make([]float64, dim)
+						exact := make([]float64, dim)
 						for i, v := range row {
 							if log {
-								ref[i] = float64(v) - m - math.Log(s)
+								exact[i] = float64(v) - m - math.Log(s)
 							} else {
-								ref[i] = math.Exp(float64(v)-m) / s
+								exact[i] = math.Exp(float64(v)-m) / s
 							}
 						}
 						got := y.f32()[r*dim : (r+1)*dim]
 						if log {
-							for i, v := range ref {
+							for i, v := range exact {
 								if math.IsInf(v, -1) && math.IsInf(float64(got[i]), -1) {
-									ref[i], got[i] = 0, 0 // masked: both −Inf
+									exact[i], got[i] = 0, 0 // masked: both −Inf
 								}
 							}
 						}
-						if e := relErr(got, ref); e > 1e-6 {
+						if e := ref.RelErr(got, exact); e > 1e-6 {
 							t.Errorf("row %d: relative error %.3g", r, e)
 						}
 					}
@@ -356,17 +358,17 @@ func TestSoftmaxKernels(t *testing.T) {
 								s += float64(gr[i]) * float64(v)
 							}
 						}
-						ref := make([]float64, dim)
+						exact := make([]float64, dim)
 						var sa, ny, nr float64
 						for i, v := range yr {
 							if log {
-								ref[i] = float64(gr[i]) - math.Exp(float64(v))*s
+								exact[i] = float64(gr[i]) - math.Exp(float64(v))*s
 							} else {
-								ref[i] = float64(v) * (float64(gr[i]) - s)
+								exact[i] = float64(v) * (float64(gr[i]) - s)
 							}
 							sa += math.Abs(float64(gr[i]) * float64(v))
 							ny += float64(v) * float64(v)
-							nr += ref[i] * ref[i]
+							nr += exact[i] * exact[i]
 						}
 						// softmax's gx = y·(gy − s) cancels where y is nearly
 						// one-hot (row 1's spread of hundreds on short rows):
@@ -377,7 +379,7 @@ func TestSoftmaxKernels(t *testing.T) {
 						if !log && nr > 0 {
 							tol += float64(dim) * 0x1p-52 * sa * math.Sqrt(ny/nr)
 						}
-						if e := relErr(gx.f32()[r*dim:(r+1)*dim], ref); e > tol {
+						if e := ref.RelErr(gx.f32()[r*dim:(r+1)*dim], exact); e > tol {
 							t.Errorf("backward row %d: relative error %.3g > %.3g", r, e, tol)
 						}
 					}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/moehost/moehost/internal/benchenv"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // testPath is the path new devices of this test binary run: the best
@@ -124,7 +125,7 @@ func TestGemmBias(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ m, n, k int }{{1, 1, 1}, {5, 17, 3}, {6, 16, 40}, {29, 47, 300}, {9, 29, 31}, {15, 200, 600}, {130, 70, 64}, {300, 40, 40}} {
 		a, b, bias := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.n)
-		want := naiveGemm(false, true, s.m, s.n, s.k, a, b)
+		want := ref.MatMul(false, true, s.m, s.n, s.k, a, b)
 		for i := range want {
 			want[i] += float64(bias[i%s.n])
 		}
@@ -137,7 +138,7 @@ func TestGemmBias(t *testing.T) {
 			if err := d.linear(s.m, s.n, s.k, x, w, bt, y); err != nil {
 				t.Fatal(err)
 			}
-			if e := relErr(y.f32(), want); e > 1e-5 {
+			if e := ref.RelErr(y.f32(), want); e > 1e-5 {
 				t.Errorf("%s: m=%d n=%d k=%d: relative error %.3g", v.name, s.m, s.n, s.k, e)
 			}
 		}
@@ -273,7 +274,7 @@ func TestGemmGeluEpilogue(t *testing.T) {
 	ran := map[gemmPath]bool{}
 	for _, s := range []struct{ m, n, k int }{{1, 1, 1}, {5, 17, 3}, {30, 70, 40}, {61, 47, 300}, {15, 200, 600}, {130, 70, 64}, {300, 40, 40}, {50, 24, 30}, {60, 31, 20}, {9, 47, 40}} {
 		a, b, bias := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.n)
-		z := naiveGemm(false, true, s.m, s.n, s.k, a, b)
+		z := ref.MatMul(false, true, s.m, s.n, s.k, a, b)
 		want := make([]float64, len(z))
 		for i := range z {
 			z[i] += float64(bias[i%s.n])
@@ -295,11 +296,11 @@ func TestGemmGeluEpilogue(t *testing.T) {
 				if err := d.linearGelu(s.m, s.n, s.k, x, w, bt, y, pre); err != nil {
 					t.Fatal(err)
 				}
-				if e := relErr(y.f32(), want); e > 1e-5 {
+				if e := ref.RelErr(y.f32(), want); e > 1e-5 {
 					t.Errorf("%s: m=%d n=%d k=%d keep=%t: y relative error %.3g", v.name, s.m, s.n, s.k, keep, e)
 				}
 				if keep {
-					if e := relErr(pre.f32(), z); e > 1e-5 {
+					if e := ref.RelErr(pre.f32(), z); e > 1e-5 {
 						t.Errorf("%s: m=%d n=%d k=%d: pre-activation relative error %.3g", v.name, s.m, s.n, s.k, e)
 					}
 				}

@@ -2,34 +2,12 @@ package gpuhost
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"testing"
-)
 
-// naiveGemm is the triple loop in float64 that the blocked GEMM must match.
-func naiveGemm(ta, tb bool, m, n, k int, a, b []float32) []float64 {
-	c := make([]float64, m*n)
-	for i := range m {
-		for j := range n {
-			var s float64
-			for p := range k {
-				av := a[i*k+p]
-				if ta {
-					av = a[p*m+i]
-				}
-				bv := b[p*n+j]
-				if tb {
-					bv = b[j*k+p]
-				}
-				s += float64(av) * float64(bv)
-			}
-			c[i*n+j] = s
-		}
-	}
-	return c
-}
+	"github.com/moehost/moehost/internal/testing/ref"
+)
 
 func randSlice(rng *rand.Rand, n int) []float32 {
 	s := make([]float32, n)
@@ -37,25 +15,6 @@ func randSlice(rng *rand.Rand, n int) []float32 {
 		s[i] = float32(rng.Float64()*2 - 1)
 	}
 	return s
-}
-
-// relErr returns ‖got − want‖ / ‖want‖.
-func relErr(got []float32, want []float64) float64 {
-	var d, w float64
-	for i, v := range want {
-		e := float64(got[i]) - v
-		d += e * e
-		w += v * v
-	}
-	if math.IsNaN(d) {
-		// A NaN output (one never written, say) must fail every
-		// "e > tol" check, which NaN would pass.
-		return math.Inf(1)
-	}
-	if w == 0 {
-		return math.Sqrt(d)
-	}
-	return math.Sqrt(d / w)
 }
 
 // gemmVariant is one way the CPU device can run a GEMM.
@@ -155,7 +114,7 @@ func TestGemmMatchesNaive(t *testing.T) {
 				a := randSlice(rng, s.m*s.k)
 				b := randSlice(rng, s.k*s.n)
 				c0 := randSlice(rng, s.m*s.n)
-				want := naiveGemm(ta, tb, s.m, s.n, s.k, a, b)
+				want := ref.MatMul(ta, tb, s.m, s.n, s.k, a, b)
 				wantAcc := make([]float64, len(want))
 				for i, v := range c0 {
 					wantAcc[i] = want[i] + float64(v)
@@ -175,7 +134,7 @@ func TestGemmMatchesNaive(t *testing.T) {
 						if acc {
 							w = wantAcc
 						}
-						if e := relErr(c, w); e > 1e-5 {
+						if e := ref.RelErr(c, w); e > 1e-5 {
 							t.Errorf("%s: m=%d n=%d k=%d acc=%t: relative error %.3g", v.name, s.m, s.n, s.k, acc, e)
 						}
 						for i := range guard {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"text/tabwriter"
 	"time"
+
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 var kernelTable = flag.Bool("kerneltable", false, "print our GEMM against OpenBLAS (make bench-kernels)")
@@ -23,14 +25,14 @@ func TestOpenBLASMatchesNaive(t *testing.T) {
 		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 			for _, acc := range []bool{false, true} {
 				a, b, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.m*s.n)
-				want := naiveGemm(tr[0], tr[1], s.m, s.n, s.k, a, b)
+				want := ref.MatMul(tr[0], tr[1], s.m, s.n, s.k, a, b)
 				if acc {
 					for i, v := range c {
 						want[i] += float64(v)
 					}
 				}
 				NewOpenBLAS(2).(*cpuDevice).gemmF32(tr[0], tr[1], s.m, s.n, s.k, a, b, c, acc)
-				if e := relErr(c, want); e > 1e-5 {
+				if e := ref.RelErr(c, want); e > 1e-5 {
 					t.Errorf("m=%d n=%d k=%d ta=%t tb=%t acc=%t: relative error %.3g", s.m, s.n, s.k, tr[0], tr[1], acc, e)
 				}
 			}
