@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 	"github.com/moehost/moehost/internal/testing/ref"
 )
 
@@ -20,7 +21,7 @@ var elementwiseSizes = []int{1, 7, 8, 9, 16, 24, 31, 40, 47, 64, 1000, 4099, 3 *
 // (x ≫ 0).
 func TestGeluKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{}
+	ran := map[cpu.Path]bool{}
 	for _, p := range rowWidths() {
 		ran[p] = true
 		for _, threads := range []int{1, 2} {
@@ -48,9 +49,9 @@ func TestGeluKernels(t *testing.T) {
 					}
 					for i, v := range xs {
 						xv := float64(v)
-						th := math.Tanh(geluC * (xv + geluA*xv*xv*xv))
+						th := math.Tanh(cpu.GeluC * (xv + cpu.GeluA*xv*xv*xv))
 						wy := 0.5 * xv * (1 + th)
-						wg := float64(gs[i]) * (0.5*(1+th) + 0.5*xv*(1-th*th)*geluC*(1+3*geluA*xv*xv))
+						wg := float64(gs[i]) * (0.5*(1+th) + 0.5*xv*(1-th*th)*cpu.GeluC*(1+3*cpu.GeluA*xv*xv))
 						if e := math.Abs(float64(y.f32()[i]) - wy); e > 2e-6*math.Max(1, math.Abs(wy)) {
 							t.Fatalf("gelu(%g) = %g, want %g", v, y.f32()[i], wy)
 						}
@@ -81,9 +82,9 @@ func TestGeluKernels(t *testing.T) {
 // that m and v grow from zero.
 func TestAdamKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{pathGo: true} // the reference, in every case
+	ran := map[cpu.Path]bool{cpu.PathGo: true} // the reference, in every case
 	for _, p := range rowWidths() {
-		if p == pathGo {
+		if p == cpu.PathGo {
 			continue
 		}
 		ran[p] = true
@@ -99,14 +100,14 @@ func TestAdamKernels(t *testing.T) {
 		}
 	}
 	requireWidthRan(t, ran)
-	if !gemmHaveAsm {
+	if !cpu.PathAVX2.Asm() {
 		t.Skip("no AVX2: only the scalar Adam runs here")
 	}
 }
 
 // testAdamWidth runs three Adam steps on path p's kernels and on the
 // scalar loop from the same state and compares p, g, m and v bit for bit.
-func testAdamWidth(t *testing.T, p gemmPath, c adamCoeffs, n int) {
+func testAdamWidth(t *testing.T, p cpu.Path, c adamCoeffs, n int) {
 	rng := rand.New(rand.NewPCG(uint64(n), 9))
 	var state [2][4]*Tensor // [scalar, vector][p, g, m, v]
 	vals := make([][]float32, 4)
@@ -116,7 +117,7 @@ func testAdamWidth(t *testing.T, p gemmPath, c adamCoeffs, n int) {
 			vals[i][j] = float32(rng.NormFloat64())
 		}
 	}
-	devs := [2]*cpuDevice{widthDevice(2, pathGo), widthDevice(2, p)}
+	devs := [2]*cpuDevice{widthDevice(2, cpu.PathGo), widthDevice(2, p)}
 	for a, d := range devs {
 		for i := range 4 {
 			v := vals[i]
@@ -155,7 +156,7 @@ func testAdamWidth(t *testing.T, p gemmPath, c adamCoeffs, n int) {
 // statistics are for).
 func TestLayerNormKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{}
+	ran := map[cpu.Path]bool{}
 	for _, p := range rowWidths() {
 		for _, threads := range []int{1, 2} {
 			for _, h := range []int{1, 7, 8, 9, 16, 24, 31, 40, 47, 64, 1000, 1027} {
@@ -271,7 +272,7 @@ func TestLayerNormKernels(t *testing.T) {
 // the Go arithmetic gives.
 func TestSoftmaxKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{}
+	ran := map[cpu.Path]bool{}
 	for _, dim := range []int{1, 7, 8, 9, 16, 24, 33, 40, 47, 1000, 1029} {
 		rng := rand.New(rand.NewPCG(uint64(dim), 11))
 		const rows = 7
@@ -302,7 +303,7 @@ func TestSoftmaxKernels(t *testing.T) {
 		}
 		for _, log := range []bool{false, true} {
 			var want [][]float32 // the portable width's rows 4–6
-			// pathGo, the last width, first.
+			// cpu.PathGo, the last width, first.
 			for ws, i := rowWidths(), len(rowWidths())-1; i >= 0; i-- {
 				p := ws[i]
 				t.Run(fmt.Sprintf("dim=%d/log=%t/%v", dim, log, p), func(t *testing.T) {
@@ -389,7 +390,7 @@ func TestSoftmaxKernels(t *testing.T) {
 						rs = append(rs, append([]float32(nil), gx.f32()[r*dim:(r+1)*dim]...))
 					}
 					ran[p] = true
-					if p == pathGo {
+					if p == cpu.PathGo {
 						want = rs
 						return
 					}

@@ -3,6 +3,7 @@ package gpuhost
 import (
 	"os"
 
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 	"github.com/moehost/moehost/internal/benchenv"
 )
 
@@ -18,7 +19,7 @@ func init() {
 // best first, for the external tests' device tables.
 func GEMMPaths() []string {
 	var names []string
-	for _, p := range gemmPaths() {
+	for _, p := range cpu.Paths() {
 		names = append(names, p.String())
 	}
 	return names
@@ -28,11 +29,11 @@ func GEMMPaths() []string {
 // elementwise kernels), splitting even small products across threads.
 func NewCPUOnPath(threads int, path string) Device {
 	d := NewCPU(threads).(*cpuDevice)
-	for _, p := range gemmPaths() {
+	for _, p := range cpu.Paths() {
 		if p.String() == path {
 			d.path, d.pathOf = p, nil
 		}
 	}
-	d.minWork = 1
+	d.mm.MinWork = 1
 	return d
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 )
 
 // ErrOutOfMemory reports an allocation (or a [Device.Reserve]) refused
@@ -247,7 +249,7 @@ func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 	// so the oldest spare buffers go to the collector.
 	m.evict(m.bound())
 	b := make([]float32, n, c)
-	adviseHuge(b)
+	cpu.AdviseHuge(b)
 	return b, nil
 }
 
