@@ -49,14 +49,9 @@ func (d *cpuDevice) linearGelu(m, n, k int, x, w, bias, y, pre *Tensor) error {
 	return nil
 }
 
-// gemmF32 computes c (+)= op(a)·op(b) on slices, splitting the larger of m
-// and n across the device's threads.
-func (d *cpuDevice) gemmF32(ta, tb bool, m, n, k int, a, b, c []float32, acc bool) {
-	d.mm.F32(d.kpath(), ta, tb, m, n, k, a, b, c, acc)
-}
-
-// gemmStop is gemmF32 that leaves c half-written once stop is closed, and
-// adds bias (n values, or nil) to every row of c.
+// gemmStop computes c (+)= op(a)·op(b) on slices, splitting the larger
+// of m and n across the device's threads; it leaves c half-written once
+// stop is closed, and adds bias (n values, or nil) to every row of c.
 func (d *cpuDevice) gemmStop(stop <-chan struct{}, ta, tb bool, m, n, k int, a, b, c []float32, acc bool, bias []float32) {
 	d.mm.Run(d.kpath(), stop, ta, tb, m, n, k, a, b, c, acc, cpu.Epilogue{Bias: bias})
 }
