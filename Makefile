@@ -152,7 +152,7 @@ bench: examples ## Serving load test (batching vs none, float32 vs float16 vs bf
 	  exes=$(BIN)/moehost-before,$$exes; \
 	fi; \
 	set -x; $(BIN)/moehost bench --child --server-exe $$exes --clients 32 --min-rows 1 --max-rows 1 --duration 10s --data-dir $(CURDIR)/.tmp/bench-1row
-	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./host/
+	$(GO) test -run '^$$' -bench . -benchtime 5x ./gpuhost/ ./gpuhost/internal/cpu/ ./host/
 	$(GO) test -run '^TestDensity$$' -v -timeout 30m ./host/ -args -density
 	$(GO) test -run '^$$' -bench DHT -benchtime 3x ./host/internal/dht/
 
@@ -175,7 +175,7 @@ test-fairness: ## Tenant A floods 8 experts with 32 clients while tenant B calls
 	MOEHOST_FAIRNESS=1 $(GO) test -count=1 -run '^TestTenantsShareTheDeviceFairly$$' -v ./host/
 
 .PHONY: bench-memory
-bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, size-class pool vs the old exact-length pool (about 7 minutes)
+bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, against the analytic floor (about 4 minutes)
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	$(BIN)/moehost bench-memory --clients 16 --min-rows 1 --max-rows 64 --duration 90s --data-dir $(CURDIR)/.tmp/bench-memory
 
@@ -209,8 +209,8 @@ OPENBLAS_BENCH_ENV ?= env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 .PHONY: bench-kernels
 bench-kernels: ## Our GEMM against OpenBLAS at 1 and 2 threads, one table (installs libopenblas-dev if missing)
 	@dpkg -s libopenblas-dev >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libopenblas-dev; }
-	$(GO) test -c -tags openblas -o $(BIN)/gpuhost-openblas.test ./gpuhost/
-	$(OPENBLAS_BENCH_ENV) $(BIN)/gpuhost-openblas.test -test.run '^TestKernelTable$$' -kerneltable
+	$(GO) test -c -tags openblas -o $(BIN)/cpu-openblas.test ./gpuhost/internal/cpu/
+	$(OPENBLAS_BENCH_ENV) $(BIN)/cpu-openblas.test -test.run '^TestKernelTable$$' -kerneltable
 
 # Debian's python3-torch: its interpreter, not a virtualenv's or pyenv's.
 TORCH_PYTHON ?= /usr/bin/python3
@@ -290,7 +290,7 @@ check: lint test checkgenerate ## Everything CI could ask for
 	CGO_ENABLED=0 $(GO) build ./...
 	GOARCH=arm64 $(GO) vet ./gpuhost/...
 	$(GO) vet -tags purego ./gpuhost/...
-	@cd gpuhost && $(GO) run internal/asmgen/main.go | diff -q - gemm_amd64.s >/dev/null || { echo "gpuhost/gemm_amd64.s is stale: cd gpuhost && go run internal/asmgen/main.go > gemm_amd64.s"; exit 1; }
+	@cd gpuhost/internal/cpu && $(GO) run ../asmgen/main.go | diff -q - gemm_amd64.s >/dev/null || { echo "gpuhost/internal/cpu/gemm_amd64.s is stale: go generate ./gpuhost/internal/cpu/"; exit 1; }
 	@if command -v $(NVCC) >/dev/null; then $(MAKE) --no-print-directory check-cuda; else echo "check-cuda: skipped (no CUDA toolkit; make check-cuda installs it)"; fi
 
 # The web parts: the TypeScript client (sdk/ts), the dashboard

@@ -31,7 +31,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 	}
 	// bmmInto computes a gradient for arg i, which holds ni matrices,
 	// with one batch GEMM.
-	bmmInto := func(i, ni int, ta, tb bool, m, n, k int, x *Tensor, nx int, y *Tensor, ny int) error {
+	bmmInto := func(i, ni, batch int, ta, tb bool, m, n, k int, x *Tensor, nx int, y *Tensor, ny int) error {
 		if !needs[a[i]] {
 			return nil
 		}
@@ -39,7 +39,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if err != nil {
 			return err
 		}
-		if err := dev.bmm(ta, tb, r.batch, m, n, k, x, nx, y, ny, g, ni, false); err != nil {
+		if err := dev.bmm(ta, tb, batch, m, n, k, x, nx, y, ny, g, ni, false); err != nil {
 			return err
 		}
 		return gs.add(a[i], g, true)
@@ -74,7 +74,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if err != nil {
 			return err
 		}
-		if err := dev.unaryBackward(fn, r.p, g, a[0], r.outs[0], gy); err != nil {
+		if err := dev.unaryBackward(fn, r.attrs.(*scalarAttrs).p, g, a[0], r.outs[0], gy); err != nil {
 			return err
 		}
 		return gs.add(a[0], g, true)
@@ -90,7 +90,8 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if err != nil {
 			return err
 		}
-		if err := dev.reduceAxisBackward(fn, g, gy, r.saved, r.outer, r.dim, r.inner); err != nil {
+		at := r.attrs.(*axisAttrs)
+		if err := dev.reduceAxisBackward(fn, g, gy, at.arg, at.outer, at.dim, at.inner); err != nil {
 			return err
 		}
 		return gs.add(a[0], g, true)
@@ -99,38 +100,41 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 	case abi.OpMatMul:
 		// C = op(A)·op(B): dop(A) = gC·op(B)ᵀ and dop(B) = op(A)ᵀ·gC,
 		// transposed back when the arg was stored transposed.
-		m, n, k := r.m, r.n, r.k
+		at := r.attrs.(*matAttrs)
+		m, n, k := at.m, at.n, at.k
 		var err error
-		if !r.ta {
-			err = gemmInto(0, false, !r.tb, m, k, n, gy, a[1])
+		if !at.ta {
+			err = gemmInto(0, false, !at.tb, m, k, n, gy, a[1])
 		} else {
-			err = gemmInto(0, r.tb, true, k, m, n, a[1], gy)
+			err = gemmInto(0, at.tb, true, k, m, n, a[1], gy)
 		}
 		if err != nil {
 			return err
 		}
-		if !r.tb {
-			return gemmInto(1, !r.ta, false, k, n, m, a[0], gy)
+		if !at.tb {
+			return gemmInto(1, !at.ta, false, k, n, m, a[0], gy)
 		}
-		return gemmInto(1, true, r.ta, n, k, m, gy, a[0])
+		return gemmInto(1, true, at.ta, n, k, m, gy, a[0])
 	case abi.OpBatchMatMul:
 		// As matmul, per batch; a gradient of a broadcast arg sums over
 		// the batches that reused it.
-		m, n, k, bt := r.m, r.n, r.k, r.batch
+		at := r.attrs.(*bmmAttrs)
+		m, n, k, bt := at.m, at.n, at.k, at.batch
 		var err error
-		if !r.ta {
-			err = bmmInto(0, r.na, false, !r.tb, m, k, n, gy, bt, a[1], r.nb)
+		if !at.ta {
+			err = bmmInto(0, at.na, bt, false, !at.tb, m, k, n, gy, bt, a[1], at.nb)
 		} else {
-			err = bmmInto(0, r.na, r.tb, true, k, m, n, a[1], r.nb, gy, bt)
+			err = bmmInto(0, at.na, bt, at.tb, true, k, m, n, a[1], at.nb, gy, bt)
 		}
 		if err != nil {
 			return err
 		}
-		if !r.tb {
-			return bmmInto(1, r.nb, !r.ta, false, k, n, m, a[0], r.na, gy, bt)
+		if !at.tb {
+			return bmmInto(1, at.nb, bt, !at.ta, false, k, n, m, a[0], at.na, gy, bt)
 		}
-		return bmmInto(1, r.nb, true, r.ta, n, k, m, gy, bt, a[0], r.na)
+		return bmmInto(1, at.nb, bt, true, at.ta, n, k, m, gy, bt, a[0], at.na)
 	case abi.OpLinear, abi.OpLinearGeluTanh:
+		at := r.attrs.(*matAttrs)
 		if r.op == abi.OpLinearGeluTanh {
 			if !needs[a[0]] && !needs[a[1]] && (len(a) < 3 || !needs[a[2]]) {
 				return nil
@@ -142,13 +146,13 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 				return err
 			}
 			gs.orphans = append(gs.orphans, gz)
-			if err := dev.geluBackward(gz, r.pre, gy); err != nil {
+			if err := dev.geluBackward(gz, at.pre, gy); err != nil {
 				return err
 			}
 			gy = gz
 		}
 		// y = x·Wᵀ + b: dx = gy·W, dW = gyᵀ·x, db = Σ_rows gy.
-		m, n, k := r.m, r.n, r.k
+		m, n, k := at.m, at.n, at.k
 		if err := gemmInto(0, false, false, m, k, n, gy, a[1]); err != nil {
 			return err
 		}
@@ -162,15 +166,16 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 	case abi.OpAddLayerNorm:
 		// The layer_norm's gradients with the kept sum as its x; the sum's
 		// gradient then flows to x and r as through add.
+		at := r.attrs.(*normAttrs)
 		big, small := a[0], a[1]
-		if r.swapped {
+		if at.swapped {
 			big, small = small, big
 		}
 		gt := make([]*Tensor, 4)
 		var gsum *Tensor
 		if needs[big] || needs[small] {
 			var err error
-			if gsum, err = gs.zeros(r.pre.shape); err != nil {
+			if gsum, err = gs.zeros(at.pre.shape); err != nil {
 				return err
 			}
 			gs.orphans = append(gs.orphans, gsum)
@@ -186,7 +191,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if gsum == nil && gt[2] == nil && gt[3] == nil {
 			return nil
 		}
-		if err := dev.layerNormBackward(gsum, gt[2], gt[3], r.pre, a[2], r.mean, r.rstd, gy); err != nil {
+		if err := dev.layerNormBackward(gsum, gt[2], gt[3], at.pre, a[2], at.mean, at.rstd, gy); err != nil {
 			return err
 		}
 		if err := addAll(gs, a, gt); err != nil {
@@ -195,7 +200,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		return addBackward(dev, gs, needs, big, small, gsum)
 	case abi.OpAdd:
 		big, small := a[0], a[1]
-		if r.swapped {
+		if r.attrs.(*binaryAttrs).swapped {
 			big, small = small, big
 		}
 		return addBackward(dev, gs, needs, big, small, gy)
@@ -216,7 +221,8 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if gt == nil || err != nil {
 			return err
 		}
-		if err := dev.layerNormBackward(gt[0], gt[1], gt[2], a[0], a[1], r.mean, r.rstd, gy); err != nil {
+		at := r.attrs.(*normAttrs)
+		if err := dev.layerNormBackward(gt[0], gt[1], gt[2], a[0], a[1], at.mean, at.rstd, gy); err != nil {
 			return err
 		}
 		return addAll(gs, a, gt)
@@ -225,7 +231,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if gt == nil || err != nil {
 			return err
 		}
-		if err := dev.rmsNormBackward(gt[0], gt[1], a[0], a[1], r.rstd, gy); err != nil {
+		if err := dev.rmsNormBackward(gt[0], gt[1], a[0], a[1], r.attrs.(*normAttrs).rstd, gy); err != nil {
 			return err
 		}
 		return addAll(gs, a, gt)
@@ -237,7 +243,8 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if err != nil {
 			return err
 		}
-		if err := dev.softmaxBackward(g, r.outs[0], gy, r.outer, r.dim, r.inner, r.op == abi.OpLogSoftmax); err != nil {
+		at := r.attrs.(*axisAttrs)
+		if err := dev.softmaxBackward(g, r.outs[0], gy, at.outer, at.dim, at.inner, r.op == abi.OpLogSoftmax); err != nil {
 			return err
 		}
 		return gs.add(a[0], g, true)
@@ -253,7 +260,7 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if err := dev.binary(binaryMul, g, gy, a[1]); err != nil {
 			return err
 		}
-		if err := dev.unary(unaryScale, 1/r.p, g, g); err != nil {
+		if err := dev.unary(unaryScale, 1/r.attrs.(*scalarAttrs).p, g, g); err != nil {
 			return err
 		}
 		return gs.add(a[0], g, true)
@@ -276,7 +283,8 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if gt == nil || err != nil {
 			return err
 		}
-		if err := dev.attentionBackward(gt[0], gt[1], gt[2], a[0], a[1], a[2], r.saved, gy, r.attn); err != nil {
+		at := r.attrs.(*attentionAttrs)
+		if err := dev.attentionBackward(gt[0], gt[1], gt[2], a[0], a[1], a[2], at.probs, gy, at.dims); err != nil {
 			return err
 		}
 		return addAll(gs, a, gt)
@@ -291,8 +299,9 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if !needs[a[0]] {
 			return nil
 		}
-		inv := make([]int, len(r.perm))
-		for i, p := range r.perm {
+		perm := r.attrs.(*permAttrs).perm
+		inv := make([]int, len(perm))
+		for i, p := range perm {
 			inv[p] = i
 		}
 		g, err := newGrad(0)
@@ -304,15 +313,16 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		}
 		return gs.add(a[0], g, true)
 	case abi.OpConcat:
+		at := r.attrs.(*sectionAttrs)
 		off := 0
 		for i, t := range a {
-			w := r.sizes[i] * r.inner
+			w := at.sizes[i] * at.inner
 			if needs[t] {
 				g, err := newGrad(i)
 				if err != nil {
 					return err
 				}
-				if err := dev.copy2D(g, 0, w, gy, off, r.dim*r.inner, r.outer, w); err != nil {
+				if err := dev.copy2D(g, 0, w, gy, off, at.dim*at.inner, at.outer, w); err != nil {
 					return err
 				}
 				if err := gs.add(t, g, true); err != nil {
@@ -330,11 +340,12 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 		if err != nil {
 			return err
 		}
-		off := r.start * r.inner
+		at := r.attrs.(*sectionAttrs)
+		off := at.start * at.inner
 		for i, gi := range gys {
-			w := r.sizes[i] * r.inner
+			w := at.sizes[i] * at.inner
 			if gi != nil {
-				if err := dev.copy2D(g, off, r.dim*r.inner, gi, 0, w, r.outer, w); err != nil {
+				if err := dev.copy2D(g, off, at.dim*at.inner, gi, 0, w, at.outer, w); err != nil {
 					return err
 				}
 			}
@@ -429,8 +440,9 @@ func crossEntropyBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *re
 	if !needs[logits] {
 		return nil
 	}
+	at := r.attrs.(*crossEntropyAttrs)
 	rows := gy
-	if r.reduction != 0 {
+	if at.reduction != 0 {
 		var err error
 		if rows, err = gs.zeros([]int{logits.shape[0]}); err != nil {
 			return err
@@ -438,8 +450,8 @@ func crossEntropyBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *re
 		if err := dev.addRepeat(rows, rows, gy); err != nil {
 			return err
 		}
-		if r.reduction == 1 && r.count > 0 {
-			if err := dev.unary(unaryScale, 1/float64(r.count), rows, rows); err != nil {
+		if at.reduction == 1 && at.count > 0 {
+			if err := dev.unary(unaryScale, 1/float64(at.count), rows, rows); err != nil {
 				return err
 			}
 		}
@@ -448,7 +460,7 @@ func crossEntropyBackward(dev Device, gs *gradSet, needs map[*Tensor]bool, r *re
 	if err != nil {
 		return err
 	}
-	if err := dev.crossEntropyBackward(g, logits, r.saved, r.args[1], rows, r.ignore); err != nil {
+	if err := dev.crossEntropyBackward(g, logits, at.lse, r.args[1], rows, at.ignore); err != nil {
 		return err
 	}
 	return gs.add(logits, g, true)

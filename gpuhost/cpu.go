@@ -2,61 +2,62 @@ package gpuhost
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/moehost/moehost/abi"
-	"github.com/moehost/moehost/internal/benchenv"
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 	"github.com/moehost/moehost/internal/lefloat"
 )
 
-// cpuDevice is the pure-Go device. Its only shared state is a pool of GEMM
-// packing buffers, so it is safe for concurrent use.
+// cpuDevice is the pure-Go device, on the kernels of internal/cpu. Its
+// only shared state is the GEMM's pool of packing buffers, so it is safe
+// for concurrent use.
 type cpuDevice struct {
 	threads int
-	// minWork is the GEMM size (m·n·k) per extra goroutine; tests lower
-	// it to exercise the split paths on small matrices.
-	minWork int
+	// mm is the GEMM: its threads, the size per extra goroutine (tests
+	// lower it to exercise the split paths on small matrices), and
+	// OpenBLAS's sgemm for NewOpenBLAS.
+	mm *cpu.GEMM
 	// path is the GEMM kernel (tests set each one), and picks the
-	// elementwise kernels of the same width (gemmPath.asm,
-	// gemmPath.wide); read it with kpath.
-	path gemmPath
-	// pathOf, when set, gives the path instead (NewCPU's defaultPath):
-	// the AVX-512 kernel's check then runs beside the server's start,
-	// and only the device's first kernel waits for it.
-	pathOf func() gemmPath
-	// sgemm, when set, replaces the GEMM kernels (NewOpenBLAS).
-	sgemm  func(threads int, ta, tb bool, m, n, k int, a, b, c []float32, acc bool)
-	packMu sync.Mutex
-	packs  []*gemmBufs // idle GEMM packing buffers, kept across GCs
-	mem    memory      // live-byte accounting and released float32 storage
+	// elementwise kernels of the same width (cpu.Path.Asm,
+	// cpu.Path.Wide); read it with kpath.
+	path cpu.Path
+	// pathOf, when set, gives the path instead (NewCPU's, once): the
+	// AVX-512 kernel's check then runs beside the server's start, and
+	// only the device's first kernel waits for it.
+	pathOf func() cpu.Path
+	mem    memory // live-byte accounting and released float32 storage
 }
 
 // NewCPU returns the pure-Go CPU device. Kernels split large work across up
 // to threads goroutines; threads <= 0 means runtime.GOMAXPROCS(0).
+// Options: [WithCeiling], [WithGEMMPath], [WithLogger].
 func NewCPU(threads int, opts ...DeviceOption) Device {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	var cfg deviceConfig
-	for _, o := range opts {
-		o.applyDevice(&cfg)
-	}
-	// The check of the best path (verifiedAVX512) takes 10–20 ms of
+	cfg := newDeviceConfig(opts)
+	d := cpuOnPath(threads, cpu.PathGo)
+	log := cfg.log()
+	d.pathOf = sync.OnceValue(func() cpu.Path {
+		p, err := cpu.Named(cfg.gemm)
+		if err != nil {
+			log.Warn("gpuhost: CPU device: GEMM path", "err", err, "using", p.String())
+		}
+		return p
+	})
+	// The check of the best path (cpu.Named's) takes 10–20 ms of
 	// first-touch faults on a VM, while the server compiles its modules
 	// and reads its checkpoints: it runs meanwhile, on another core.
-	go defaultPath()
-	d := cpuOnPath(threads, pathGo)
-	d.pathOf = defaultPath
+	go d.pathOf()
 	d.mem.ceiling = cfg.ceiling
-	d.mem.exact = cfg.exactPool || os.Getenv(benchenv.ExactPool) == "1"
 	return d
 }
 
 // kpath returns the device's GEMM path.
-func (d *cpuDevice) kpath() gemmPath {
+func (d *cpuDevice) kpath() cpu.Path {
 	if d.pathOf != nil {
 		return d.pathOf()
 	}
@@ -64,13 +65,13 @@ func (d *cpuDevice) kpath() gemmPath {
 }
 
 // cpuOnPath returns a bare device of threads goroutines on path p.
-func cpuOnPath(threads int, p gemmPath) *cpuDevice {
-	return &cpuDevice{threads: threads, minWork: gemmMinWork, path: p}
+func cpuOnPath(threads int, p cpu.Path) *cpuDevice {
+	return &cpuDevice{threads: threads, mm: &cpu.GEMM{Threads: threads}, path: p}
 }
 
 // Name returns "cpu", or "cpu-openblas" for [NewOpenBLAS]'s device.
 func (d *cpuDevice) Name() string {
-	if d.sgemm != nil {
+	if d.mm.Sgemm != nil {
 		return "cpu-openblas"
 	}
 	return "cpu"

@@ -2,6 +2,8 @@ package gpuhost
 
 import (
 	"math"
+
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 )
 
 // parallelFor runs fn over [0, n) in up to d.threads contiguous chunks of at
@@ -25,7 +27,7 @@ func (d *cpuDevice) parallelFor(stop <-chan struct{}, n, grain int, fn func(lo, 
 	if workers <= 1 {
 		run(0, n)
 	} else {
-		var wg join
+		var wg cpu.Join
 		for w := range workers - 1 {
 			lo, hi := n*w/workers, n*(w+1)/workers
 			wg.Go(func() { run(lo, hi) })
@@ -63,17 +65,7 @@ func (d *cpuDevice) addRepeat(dst, src, small *Tensor) error {
 		for lo < hi {
 			off := lo % ns
 			end := min(hi, lo-off+ns)
-			oo, xx, ss := o[lo:end], x[lo:end], s[off:off+end-lo]
-			n16, n8 := rowRuns(len(ss), d.kpath())
-			if n16 > 0 {
-				addF32AVX512(&oo[0], &xx[0], &ss[0], n16)
-			}
-			if n8 > n16 {
-				addF32AVX2(&oo[n16], &xx[n16], &ss[n16], n8-n16)
-			}
-			for i := n8; i < len(ss); i++ {
-				oo[i] = xx[i] + ss[i]
-			}
+			cpu.AddRow(o[lo:end], x[lo:end], s[off:off+end-lo], d.kpath())
 			lo = end
 		}
 	})
@@ -103,20 +95,13 @@ func (d *cpuDevice) copy(dst, src *Tensor) error {
 	return nil
 }
 
-// GELU constants: √(2/π) and the cubic coefficient.
-const (
-	geluC = 0.7978845608028654
-	geluA = 0.044715
-)
-
-// geluForward implements kernels.geluForward in float32, with tanh32's
-// approximation; the vector kernels take whole runs of 16 (AVX-512) and 8.
+// geluForward implements kernels.geluForward in float32, with
+// cpu.GeluForward's tanh approximation; the vector kernels take whole
+// runs of 16 (AVX-512) and 8.
 func (d *cpuDevice) geluForward(y, x *Tensor) error {
 	o, in := y.f32(), x.f32()
 	return d.parallelFor(y.stop, len(in), grainTanh, func(lo, hi int) {
-		oo, xx := o[lo:hi], in[lo:hi]
-		done := geluForwardVec(oo, xx, d.kpath())
-		geluForward32(oo[done:], xx[done:])
+		cpu.GeluForward(o[lo:hi], in[lo:hi], d.kpath())
 	})
 }
 
@@ -125,66 +110,8 @@ func (d *cpuDevice) geluForward(y, x *Tensor) error {
 func (d *cpuDevice) geluBackward(gx, x, gy *Tensor) error {
 	o, in, g := gx.f32(), x.f32(), gy.f32()
 	return d.parallelFor(gx.stop, len(in), grainTanh, func(lo, hi int) {
-		oo, xx, gg := o[lo:hi], in[lo:hi], g[lo:hi]
-		done := geluBackwardVec(oo, xx, gg, d.kpath())
-		geluBackward32(oo[done:], xx[done:], gg[done:])
+		cpu.GeluBackward(o[lo:hi], in[lo:hi], g[lo:hi], d.kpath())
 	})
-}
-
-// geluForward32 sets y = gelu_tanh(x) elementwise.
-func geluForward32(y, x []float32) {
-	y = y[:len(x)]
-	for i, v := range x {
-		t := tanh32(geluC * (v + geluA*v*v*v))
-		y[i] = 0.5 * v * (1 + t)
-	}
-}
-
-// geluBackward32 sets gx = gy·gelu_tanh'(x) elementwise.
-func geluBackward32(gx, x, gy []float32) {
-	gx, gy = gx[:len(x)], gy[:len(x)]
-	for i, v := range x {
-		v2 := v * v
-		t := tanh32(geluC * (v + geluA*v2*v))
-		dy := 0.5*(1+t) + 0.5*v*(1-t*t)*geluC*(1+3*geluA*v2)
-		gx[i] = gy[i] * dy
-	}
-}
-
-// tanh32 is tanh in float32: Eigen's rational approximation (a degree-13
-// odd polynomial over a degree-6 even one), within a few float32 ulps like
-// torch's vectorised tanh. x is clamped to ±9.75, where the approximation
-// exceeds 1, and the result to ±1, so that tanh saturates to exactly ±1
-// as float32 tanh does past about 9: gelu' is then exactly 0 there instead
-// of a rounding error of 1−t² times a cubic in x.
-func tanh32(x float32) float32 {
-	const (
-		clamp = 9.75
-		a1    = 4.89352455891786e-03
-		a3    = 6.37261928875436e-04
-		a5    = 1.48572235717979e-05
-		a7    = 5.12229709037114e-08
-		a9    = -8.60467152213735e-11
-		a11   = 2.00018790482477e-13
-		a13   = -2.76076847742355e-16
-		b0    = 4.89352518554385e-03
-		b2    = 2.26843463243900e-03
-		b4    = 1.18534705686654e-04
-		b6    = 1.19825839466702e-06
-	)
-	x = max(-clamp, min(clamp, x))
-	x2 := x * x
-	p := x2*a13 + a11
-	p = p*x2 + a9
-	p = p*x2 + a7
-	p = p*x2 + a5
-	p = p*x2 + a3
-	p = p*x2 + a1
-	p *= x
-	q := x2*b6 + b4
-	q = q*x2 + b2
-	q = q*x2 + b0
-	return max(-1, min(1, p/q))
 }
 
 // layerNormForward implements kernels.layerNormForward. Row statistics are
@@ -224,7 +151,7 @@ func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps f
 			}
 			off := r * h % len(rr)
 			xr, rsd := in[r*h:(r+1)*h], rr[off:off+h]
-			m, inv := normRow(or, sr, ww, bb, eps, addRowSum(sr, xr, rsd, d.kpath()), d.kpath())
+			m, inv := cpu.NormRow(or, sr, ww, bb, eps, cpu.AddRowSum(sr, xr, rsd, d.kpath()), d.kpath())
 			mu[r], rs[r] = float32(m), float32(inv)
 		}
 	})
@@ -233,7 +160,7 @@ func (d *cpuDevice) addLayerNorm(y, sum, mean, rstd, x, res, w, b *Tensor, eps f
 // layerNormRow normalises one row, y = (x − mean)·rstd·w + b, and returns
 // its mean and rstd. y may be x.
 func (d *cpuDevice) layerNormRow(y, x, w, b []float32, eps float64) (mean, rstd float64) {
-	return normRow(y, x, w, b, eps, rowSum(x, d.kpath()), d.kpath())
+	return cpu.NormRow(y, x, w, b, eps, cpu.RowSum(x, d.kpath()), d.kpath())
 }
 
 // layerNormBackward implements kernels.layerNormBackward:
@@ -248,7 +175,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		o := gx.f32()
 		if err := d.parallelFor(gx.stop, rows, max(1, grainCheap/h), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				normRowGrad(o[r*h:(r+1)*h], in[r*h:(r+1)*h], g[r*h:(r+1)*h], ww, float64(mu[r]), float64(rs[r]), d.kpath())
+				cpu.NormRowGrad(o[r*h:(r+1)*h], in[r*h:(r+1)*h], g[r*h:(r+1)*h], ww, float64(mu[r]), float64(rs[r]), d.kpath())
 			}
 		}); err != nil {
 			return err
@@ -262,7 +189,7 @@ func (d *cpuDevice) layerNormBackward(gx, gw, gb, x, w, mean, rstd, gy *Tensor) 
 		sw := make([]float64, hi-lo)
 		sb := make([]float64, hi-lo)
 		for r := range rows {
-			normColsGrad(sw, sb, in[r*h+lo:r*h+hi], g[r*h+lo:r*h+hi], float64(mu[r]), float64(rs[r]), d.kpath())
+			cpu.NormColsGrad(sw, sb, in[r*h+lo:r*h+hi], g[r*h+lo:r*h+hi], float64(mu[r]), float64(rs[r]), d.kpath())
 		}
 		if gw != nil {
 			o := gw.f32()[lo:hi]
@@ -329,9 +256,9 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 	step := float32(c.lr / c.bc1)
 	bc2s := float32(math.Sqrt(c.bc2))
 	eps := float32(c.eps)
-	var lanes *adamLanes
-	if d.kpath().asm() && !c.decoupled {
-		lanes = new(adamLanes)
+	var lanes *cpu.AdamLanes
+	if d.kpath().Asm() && !c.decoupled {
+		lanes = new(cpu.AdamLanes)
 		for i, v := range []float32{scale, wd, w1, b2, w2, step, bc2s, eps} {
 			lanes[i] = [8]float32{v, v, v, v, v, v, v, v}
 		}
@@ -340,7 +267,7 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 		ps, gs, ms, vs := pp[lo:hi], gg[lo:hi], mm[lo:hi], vv[lo:hi]
 		gs, ms, vs = gs[:len(ps)], ms[:len(ps)], vs[:len(ps)]
 		if lanes != nil {
-			done := adamVec(ps, gs, ms, vs, lanes, wd != 0, d.kpath())
+			done := cpu.AdamVec(ps, gs, ms, vs, lanes, wd != 0, d.kpath())
 			ps, gs, ms, vs = ps[done:], gs[done:], ms[done:], vs[done:]
 		}
 		for i, pv := range ps {
@@ -363,11 +290,6 @@ func (d *cpuDevice) adamStep(p, g, m, v *Tensor, c adamCoeffs) error {
 		}
 	})
 }
-
-// adamLanes are adamStep's float32 coefficients, each in 8 lanes for the
-// AVX2 kernel (the AVX-512 one broadcasts the first): scale, wd, 1−β1, β2,
-// 1−β2, lr/bc1, √bc2, eps.
-type adamLanes [8][8]float32
 
 // sumSquares implements kernels.sumSquares.
 func (d *cpuDevice) sumSquares(x *Tensor) (float64, error) {

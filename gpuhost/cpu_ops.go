@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 )
 
 // unary implements kernels.unary. Transcendental functions run in float64.
@@ -170,14 +171,14 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 			}
 			// The vector exponentials take contiguous rows whose max is
 			// finite (NaN and ±Inf keep the Go arithmetic's results).
-			vec := d.kpath().asm() && inner == 1 && !math.IsInf(m, 0) && !math.IsNaN(m)
+			vec := d.kpath().Asm() && inner == 1 && !math.IsInf(m, 0) && !math.IsNaN(m)
 			var s float64
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(y.stop) {
 					return
 				}
 				if vec {
-					s += expSum(in[base+j0:base+min(dim, j0+rowStep)], m, d.kpath())
+					s += cpu.ExpSum(in[base+j0:base+min(dim, j0+rowStep)], m, d.kpath())
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -202,7 +203,7 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					expScale(o[base+j0:j1], in[base+j0:j1], m, s, d.kpath())
+					cpu.ExpScale(o[base+j0:j1], in[base+j0:j1], m, s, d.kpath())
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -211,70 +212,6 @@ func (d *cpuDevice) softmax(y, x *Tensor, outer, dim, inner int, log bool) error
 			}
 		}
 	})
-}
-
-// expSum returns Σ e^(x−m) for m finite and at least every x, with path
-// p's vector kernels over the runs rowRuns gives them.
-func expSum(x []float32, m float64, p gemmPath) float64 {
-	var s float64
-	n16, n8 := rowRuns(len(x), p)
-	if n16 > 0 {
-		s = expSumAVX512(&x[0], n16, m)
-	}
-	if n8 > n16 {
-		s += expSumAVX2(&x[n16], n8-n16, m)
-	}
-	for _, v := range x[n8:] {
-		s += math.Exp(float64(v) - m)
-	}
-	return s
-}
-
-// expScale sets y = e^(x−m)/s, as expSum.
-func expScale(y, x []float32, m, s float64, p gemmPath) {
-	y = y[:len(x)]
-	n16, n8 := rowRuns(len(x), p)
-	if n16 > 0 {
-		expScaleAVX512(&y[0], &x[0], n16, m, 1/s)
-	}
-	if n8 > n16 {
-		expScaleAVX2(&y[n16], &x[n16], n8-n16, m, 1/s)
-	}
-	for i := n8; i < len(x); i++ {
-		y[i] = float32(math.Exp(float64(x[i])-m) / s)
-	}
-}
-
-// dotF64 returns Σ x·y in float64, with the vector kernels as expSum.
-func dotF64(x, y []float32, p gemmPath) float64 {
-	y = y[:len(x)]
-	var s float64
-	n16, n8 := rowRuns(len(x), p)
-	if n16 > 0 {
-		s = dotF64AVX512(&x[0], &y[0], n16)
-	}
-	if n8 > n16 {
-		s += dotF64AVX2(&x[n16], &y[n16], n8-n16)
-	}
-	for i := n8; i < len(x); i++ {
-		s += float64(x[i]) * float64(y[i])
-	}
-	return s
-}
-
-// softmaxGrad sets gx = y·(gy − s), as dotF64.
-func softmaxGrad(gx, y, gy []float32, s float64, p gemmPath) {
-	gx, gy = gx[:len(y)], gy[:len(y)]
-	n16, n8 := rowRuns(len(y), p)
-	if n16 > 0 {
-		softmaxGradAVX512(&gx[0], &y[0], &gy[0], n16, s)
-	}
-	if n8 > n16 {
-		softmaxGradAVX2(&gx[n16], &y[n16], &gy[n16], n8-n16, s)
-	}
-	for i := n8; i < len(y); i++ {
-		gx[i] = float32(float64(y[i]) * (float64(gy[i]) - s))
-	}
 }
 
 // softmaxBackward implements kernels.softmaxBackward: softmax gives
@@ -286,7 +223,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 			base := (r/inner)*dim*inner + r%inner
 			// Contiguous softmax rows take the vector kernels (log-softmax's
 			// e^y stays in Go).
-			vec := d.kpath().asm() && inner == 1 && !log
+			vec := d.kpath().Asm() && inner == 1 && !log
 			var s float64
 			for j0 := 0; j0 < dim; j0 += rowStep {
 				if j0 > 0 && stopped(gx.stop) {
@@ -294,7 +231,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					s += dotF64(g[base+j0:j1], out[base+j0:j1], d.kpath())
+					s += cpu.DotF64(g[base+j0:j1], out[base+j0:j1], d.kpath())
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -312,7 +249,7 @@ func (d *cpuDevice) softmaxBackward(gx, y, gy *Tensor, outer, dim, inner int, lo
 				}
 				if vec {
 					j1 := base + min(dim, j0+rowStep)
-					softmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s, d.kpath())
+					cpu.SoftmaxGrad(o[base+j0:j1], out[base+j0:j1], g[base+j0:j1], s, d.kpath())
 					continue
 				}
 				for j := j0; j < min(dim, j0+rowStep); j++ {
@@ -626,7 +563,7 @@ func (d *cpuDevice) crossEntropyBackward(gx, logits, lse, targets, gy *Tensor, i
 func (d *cpuDevice) bmm(ta, tb bool, batch, m, n, k int, a *Tensor, na int, b *Tensor, nb int, c *Tensor, nc int, acc bool) error {
 	x, y, z := a.f32(), b.f32(), c.f32()
 	sa, sb, sc := m*k, k*n, m*n
-	return d.parallelFor(c.stop, nc, max(1, gemmMinWork/max(1, sa*n*(batch/nc))), func(lo, hi int) {
+	return d.parallelFor(c.stop, nc, max(1, cpu.MinWork/max(1, sa*n*(batch/nc))), func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			cj := z[j*sc : (j+1)*sc]
 			first := !acc
@@ -649,7 +586,7 @@ func (d *cpuDevice) attention(out, probs, q, k, v, mask *Tensor, a attnDims) err
 	}
 	sq, sk, sv, sp, so := a.tq*a.d, a.tk*a.d, a.tk*a.dv, a.tq*a.tk, a.tq*a.dv
 	work := a.tq * a.tk * (a.d + a.dv)
-	return d.parallelFor(out.stop, a.b*a.h, max(1, gemmMinWork/max(1, work)), func(lo, hi int) {
+	return d.parallelFor(out.stop, a.b*a.h, max(1, cpu.MinWork/max(1, work)), func(lo, hi int) {
 		for bh := lo; bh < hi && !stopped(out.stop); bh++ {
 			p := pp[bh*sp : (bh+1)*sp]
 			d.gemmStop(out.stop, false, true, a.tq, a.tk, a.d, qq[bh*sq:(bh+1)*sq], kk[bh*sk:(bh+1)*sk], p, false, nil)
@@ -706,7 +643,7 @@ func (d *cpuDevice) attentionBackward(gq, gk, gv, q, k, v, probs, gout *Tensor, 
 	sq, sk, sv, sp, so := a.tq*a.d, a.tk*a.d, a.tk*a.dv, a.tq*a.tk, a.tq*a.dv
 	work := a.tq * a.tk * (a.d + a.dv)
 	stop := gradStop(gq, gk, gv)
-	return d.parallelFor(stop, a.b*a.h, max(1, gemmMinWork/max(1, 2*work)), func(lo, hi int) {
+	return d.parallelFor(stop, a.b*a.h, max(1, cpu.MinWork/max(1, 2*work)), func(lo, hi int) {
 		ds := make([]float32, sp)
 		for bh := lo; bh < hi && !stopped(stop); bh++ {
 			p, gb := pp[bh*sp:(bh+1)*sp], g[bh*so:(bh+1)*so]

@@ -53,17 +53,14 @@ type devPooled struct {
 
 // NewCUDA returns the CUDA device on GPU ordinal. Under the build tag
 // cudaemu it opens the CPU emulator instead (for tests on machines
-// without a GPU). Options are those of [NewCPU] (the benchmarks' exact-pool switch, a CPU
-// benchmark's switch, does not apply); WithCeiling bounds the
-// device's live tensor bytes as the CPU's, and the GPU's own memory
-// bounds them too: an allocation the GPU refuses returns
-// [ErrOutOfMemory] as well.
+// without a GPU). Options: [WithCeiling] bounds the device's live tensor
+// bytes as the CPU's, and the GPU's own memory bounds them too: an
+// allocation the GPU refuses returns [ErrOutOfMemory] as well;
+// [WithCUBLAS] says where cuBLAS is, and [WithEmulatedGPUs] sizes the
+// emulator. The CPU's options do not apply.
 func NewCUDA(ordinal int, opts ...DeviceOption) (Device, error) {
-	var cfg deviceConfig
-	for _, o := range opts {
-		o.applyDevice(&cfg)
-	}
-	ctx, err := cuda.Open(ordinal)
+	cfg := newDeviceConfig(opts)
+	ctx, err := cuda.Open(ordinal, cuda.Config{Cublas: cfg.cublas, EmuDevices: cfg.emuDevices, EmuMem: cfg.emuMem})
 	if err != nil {
 		return nil, fmt.Errorf("cuda:%d: %w", ordinal, err)
 	}

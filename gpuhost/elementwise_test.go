@@ -5,6 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // elementwiseSizes cover whole runs of 16 and 8 lanes, an 8-lane run after
@@ -18,7 +21,7 @@ var elementwiseSizes = []int{1, 7, 8, 9, 16, 24, 31, 40, 47, 64, 1000, 4099, 3 *
 // (x ≫ 0).
 func TestGeluKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{}
+	ran := map[cpu.Path]bool{}
 	for _, p := range rowWidths() {
 		ran[p] = true
 		for _, threads := range []int{1, 2} {
@@ -46,9 +49,9 @@ func TestGeluKernels(t *testing.T) {
 					}
 					for i, v := range xs {
 						xv := float64(v)
-						th := math.Tanh(geluC * (xv + geluA*xv*xv*xv))
+						th := math.Tanh(cpu.GeluC * (xv + cpu.GeluA*xv*xv*xv))
 						wy := 0.5 * xv * (1 + th)
-						wg := float64(gs[i]) * (0.5*(1+th) + 0.5*xv*(1-th*th)*geluC*(1+3*geluA*xv*xv))
+						wg := float64(gs[i]) * (0.5*(1+th) + 0.5*xv*(1-th*th)*cpu.GeluC*(1+3*cpu.GeluA*xv*xv))
 						if e := math.Abs(float64(y.f32()[i]) - wy); e > 2e-6*math.Max(1, math.Abs(wy)) {
 							t.Fatalf("gelu(%g) = %g, want %g", v, y.f32()[i], wy)
 						}
@@ -79,9 +82,9 @@ func TestGeluKernels(t *testing.T) {
 // that m and v grow from zero.
 func TestAdamKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{pathGo: true} // the reference, in every case
+	ran := map[cpu.Path]bool{cpu.PathGo: true} // the reference, in every case
 	for _, p := range rowWidths() {
-		if p == pathGo {
+		if p == cpu.PathGo {
 			continue
 		}
 		ran[p] = true
@@ -97,14 +100,14 @@ func TestAdamKernels(t *testing.T) {
 		}
 	}
 	requireWidthRan(t, ran)
-	if !gemmHaveAsm {
+	if !cpu.PathAVX2.Asm() {
 		t.Skip("no AVX2: only the scalar Adam runs here")
 	}
 }
 
 // testAdamWidth runs three Adam steps on path p's kernels and on the
 // scalar loop from the same state and compares p, g, m and v bit for bit.
-func testAdamWidth(t *testing.T, p gemmPath, c adamCoeffs, n int) {
+func testAdamWidth(t *testing.T, p cpu.Path, c adamCoeffs, n int) {
 	rng := rand.New(rand.NewPCG(uint64(n), 9))
 	var state [2][4]*Tensor // [scalar, vector][p, g, m, v]
 	vals := make([][]float32, 4)
@@ -114,7 +117,7 @@ func testAdamWidth(t *testing.T, p gemmPath, c adamCoeffs, n int) {
 			vals[i][j] = float32(rng.NormFloat64())
 		}
 	}
-	devs := [2]*cpuDevice{widthDevice(2, pathGo), widthDevice(2, p)}
+	devs := [2]*cpuDevice{widthDevice(2, cpu.PathGo), widthDevice(2, p)}
 	for a, d := range devs {
 		for i := range 4 {
 			v := vals[i]
@@ -153,7 +156,7 @@ func testAdamWidth(t *testing.T, p gemmPath, c adamCoeffs, n int) {
 // statistics are for).
 func TestLayerNormKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{}
+	ran := map[cpu.Path]bool{}
 	for _, p := range rowWidths() {
 		for _, threads := range []int{1, 2} {
 			for _, h := range []int{1, 7, 8, 9, 16, 24, 31, 40, 47, 64, 1000, 1027} {
@@ -248,7 +251,7 @@ func TestLayerNormKernels(t *testing.T) {
 						// (about 1e-5 of x̂) shows in gx and gw.
 						{"gx", gx.f32(), wgx, 1e-4}, {"gw", gw.f32(), wgw, 1e-4}, {"gb", gb.f32(), wgb, 1e-5},
 					} {
-						if e := relErr(c.got, c.want); e > c.tol {
+						if e := ref.RelErr(c.got, c.want); e > c.tol {
 							t.Errorf("%s: relative error %.3g > %g", c.name, e, c.tol)
 						}
 					}
@@ -269,7 +272,7 @@ func TestLayerNormKernels(t *testing.T) {
 // the Go arithmetic gives.
 func TestSoftmaxKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{}
+	ran := map[cpu.Path]bool{}
 	for _, dim := range []int{1, 7, 8, 9, 16, 24, 33, 40, 47, 1000, 1029} {
 		rng := rand.New(rand.NewPCG(uint64(dim), 11))
 		const rows = 7
@@ -300,7 +303,7 @@ func TestSoftmaxKernels(t *testing.T) {
 		}
 		for _, log := range []bool{false, true} {
 			var want [][]float32 // the portable width's rows 4–6
-			// pathGo, the last width, first.
+			// cpu.PathGo, the last width, first.
 			for ws, i := rowWidths(), len(rowWidths())-1; i >= 0; i-- {
 				p := ws[i]
 				t.Run(fmt.Sprintf("dim=%d/log=%t/%v", dim, log, p), func(t *testing.T) {
@@ -320,23 +323,23 @@ func TestSoftmaxKernels(t *testing.T) {
 						for _, v := range row {
 							s += math.Exp(float64(v) - m)
 						}
-						ref := make([]float64, dim)
+						exact := make([]float64, dim)
 						for i, v := range row {
 							if log {
-								ref[i] = float64(v) - m - math.Log(s)
+								exact[i] = float64(v) - m - math.Log(s)
 							} else {
-								ref[i] = math.Exp(float64(v)-m) / s
+								exact[i] = math.Exp(float64(v)-m) / s
 							}
 						}
 						got := y.f32()[r*dim : (r+1)*dim]
 						if log {
-							for i, v := range ref {
+							for i, v := range exact {
 								if math.IsInf(v, -1) && math.IsInf(float64(got[i]), -1) {
-									ref[i], got[i] = 0, 0 // masked: both −Inf
+									exact[i], got[i] = 0, 0 // masked: both −Inf
 								}
 							}
 						}
-						if e := relErr(got, ref); e > 1e-6 {
+						if e := ref.RelErr(got, exact); e > 1e-6 {
 							t.Errorf("row %d: relative error %.3g", r, e)
 						}
 					}
@@ -356,17 +359,17 @@ func TestSoftmaxKernels(t *testing.T) {
 								s += float64(gr[i]) * float64(v)
 							}
 						}
-						ref := make([]float64, dim)
+						exact := make([]float64, dim)
 						var sa, ny, nr float64
 						for i, v := range yr {
 							if log {
-								ref[i] = float64(gr[i]) - math.Exp(float64(v))*s
+								exact[i] = float64(gr[i]) - math.Exp(float64(v))*s
 							} else {
-								ref[i] = float64(v) * (float64(gr[i]) - s)
+								exact[i] = float64(v) * (float64(gr[i]) - s)
 							}
 							sa += math.Abs(float64(gr[i]) * float64(v))
 							ny += float64(v) * float64(v)
-							nr += ref[i] * ref[i]
+							nr += exact[i] * exact[i]
 						}
 						// softmax's gx = y·(gy − s) cancels where y is nearly
 						// one-hot (row 1's spread of hundreds on short rows):
@@ -377,7 +380,7 @@ func TestSoftmaxKernels(t *testing.T) {
 						if !log && nr > 0 {
 							tol += float64(dim) * 0x1p-52 * sa * math.Sqrt(ny/nr)
 						}
-						if e := relErr(gx.f32()[r*dim:(r+1)*dim], ref); e > tol {
+						if e := ref.RelErr(gx.f32()[r*dim:(r+1)*dim], exact); e > tol {
 							t.Errorf("backward row %d: relative error %.3g > %.3g", r, e, tol)
 						}
 					}
@@ -387,7 +390,7 @@ func TestSoftmaxKernels(t *testing.T) {
 						rs = append(rs, append([]float32(nil), gx.f32()[r*dim:(r+1)*dim]...))
 					}
 					ran[p] = true
-					if p == pathGo {
+					if p == cpu.PathGo {
 						want = rs
 						return
 					}

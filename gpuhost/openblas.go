@@ -19,10 +19,6 @@ func NewOpenBLAS(threads int) Device {
 		threads = runtime.GOMAXPROCS(0)
 	}
 	d := NewCPU(threads).(*cpuDevice)
-	d.sgemm = openblas.Sgemm
+	d.mm.Sgemm = openblas.Sgemm
 	return d
 }
-
-// openBLASConfig returns the kernel OpenBLAS chose for this CPU and its
-// build configuration, for the kernel table.
-func openBLASConfig() (core, config string) { return openblas.Config() }

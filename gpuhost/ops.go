@@ -112,44 +112,114 @@ var reduceOps = map[abi.Op]reduceFn{
 	abi.OpMax:  reduceMax,
 }
 
-// record is one op on a Tape, with the sizes and saved tensors its backward
-// needs.
+// record is one op on a Tape: its args and results, and its attrs, the
+// sizes and saved tensors its kernels and backward need.
 type record struct {
-	op   abi.Op
-	args []*Tensor
-	outs []*Tensor
-
-	ta, tb  bool // matmul, batch matmul
-	m, n, k int  // matmul, linear (m rows, n out, k in), batch matmul
-	swapped bool // add: args[1] is the larger operand
-	// layer norm: the forward's row statistics; rms norm: rstd only.
-	mean, rstd *Tensor
-	// pre is a fused op's intermediate: linear_gelu_tanh's pre-activation,
-	// add_layer_norm's sum. A device with the fused kernel (fusedOps)
-	// stores it only for the tape.
-	pre *Tensor
-
-	p                 float64 // scale, add_scalar, eps, keep_prob
-	outer, dim, inner int     // the [outer, dim, inner] view of an axis op
-	perm              []int   // permute, transpose
-	sizes             []int   // concat, split: the section sizes
-	start             int     // slice
-	// saved is a tensor the backward needs: max's arg-max indices,
-	// cross_entropy's log-sum-exp, attention's probabilities.
-	saved *Tensor
-	// loss is cross_entropy's per-row loss when it reduces.
-	loss *Tensor
-	// scratch lists the internal tensors above that alloc makes, sized by
-	// prepare so that a caller can charge them first.
+	op    abi.Op
+	args  []*Tensor
+	outs  []*Tensor
+	attrs attrs
+	// scratch lists the internal tensors of attrs that alloc makes,
+	// sized by prepare so that a caller can charge them first.
 	scratch   []scratchSpec
 	outShapes [][]int
+}
+
+// attrs are what prepare learns of an op beyond its args and results:
+// one small struct per op family, so that each op's kernels and backward
+// read only the fields it has.
+type attrs interface {
+	// internal returns the tensors the op made for its kernels and its
+	// backward (nil for those it did not make), which never leave it.
+	internal() []*Tensor
+}
+
+// noAttrs are those of gelu_tanh, embedding and reshape: nothing.
+type noAttrs struct{}
+
+// scalarAttrs are a unary op's parameter (scale, add_scalar) or
+// dropout's keep_prob.
+type scalarAttrs struct{ p float64 }
+
+// binaryAttrs are those of add, sub, mul and div.
+type binaryAttrs struct {
+	swapped bool // args[1] is the larger operand
+}
+
+// axisAttrs are those of softmax, log_softmax and the reductions: the
+// [outer, dim, inner] view of the axis, and max's arg-max indices.
+type axisAttrs struct {
+	outer, dim, inner int
+	arg               *Tensor
+}
+
+// matAttrs are those of matmul, linear and linear_gelu_tanh (m rows, n
+// out, k in).
+type matAttrs struct {
+	ta, tb  bool
+	m, n, k int
+	// pre is linear_gelu_tanh's pre-activation. A device with the fused
+	// kernel (fusedOps) stores it only for the tape.
+	pre *Tensor
+}
+
+// bmmAttrs are batch matmul's: the matmul sizes, the c matrices and
+// those of a and b.
+type bmmAttrs struct {
+	ta, tb        bool
+	m, n, k       int
+	batch, na, nb int
+}
+
+// normAttrs are those of layer_norm, rms_norm and add_layer_norm.
+type normAttrs struct {
+	eps float64
+	// swapped: add_layer_norm's args[1] is the larger operand.
+	swapped bool
+	// mean and rstd are the forward's row statistics (rms_norm: rstd
+	// only); pre is add_layer_norm's sum, stored as matAttrs.pre is.
+	mean, rstd, pre *Tensor
+}
+
+// crossEntropyAttrs are cross_entropy's.
+type crossEntropyAttrs struct {
 	reduction int
 	ignore    int64
-	count     int // cross_entropy: rows not ignored
-	batch     int // batch matmul: c matrices
-	na, nb    int // batch matmul: a and b matrices
-	attn      attnDims
+	count     int     // rows not ignored, set by the forward
+	lse       *Tensor // each row's log-sum-exp
+	loss      *Tensor // the per-row loss when it reduces
 }
+
+// attentionAttrs are attention's sizes and flags, and its probabilities.
+type attentionAttrs struct {
+	dims  attnDims
+	probs *Tensor
+}
+
+// permAttrs are those of permute and transpose: dst's dim i is src's
+// dim perm[i].
+type permAttrs struct{ perm []int }
+
+// sectionAttrs are those of concat, slice and split: the [outer, dim,
+// inner] view of the axis (of the result for concat), the section sizes
+// along it, and slice's start.
+type sectionAttrs struct {
+	outer, dim, inner int
+	sizes             []int
+	start             int
+}
+
+func (*noAttrs) internal() []*Tensor             { return nil }
+func (*scalarAttrs) internal() []*Tensor         { return nil }
+func (*binaryAttrs) internal() []*Tensor         { return nil }
+func (a *axisAttrs) internal() []*Tensor         { return []*Tensor{a.arg} }
+func (a *matAttrs) internal() []*Tensor          { return []*Tensor{a.pre} }
+func (*bmmAttrs) internal() []*Tensor            { return nil }
+func (a *normAttrs) internal() []*Tensor         { return []*Tensor{a.mean, a.rstd, a.pre} }
+func (a *crossEntropyAttrs) internal() []*Tensor { return []*Tensor{a.lse, a.loss} }
+func (a *attentionAttrs) internal() []*Tensor    { return []*Tensor{a.probs} }
+func (*permAttrs) internal() []*Tensor           { return nil }
+func (*sectionAttrs) internal() []*Tensor        { return nil }
 
 // Apply runs op on args with attrs and returns a new tensor. Every arg must
 // be a tensor on dev, float32 unless abi.Op documents another dtype (ids,
@@ -343,9 +413,7 @@ func (p *Plan) RunContext(ctx context.Context, dev Device, tape *Tape) ([]*Tenso
 
 // internal returns the tensors that r made for its backward, which never
 // leave it.
-func (r *record) internal() []*Tensor {
-	return []*Tensor{r.mean, r.rstd, r.saved, r.loss, r.pre}
-}
+func (r *record) internal() []*Tensor { return r.attrs.internal() }
 
 // alloc allocates rec's results and internal tensors, as prepare sized
 // them; those only a backward reads only when taped.
@@ -399,7 +467,7 @@ func prepare(dev Device, op abi.Op, args []*Tensor, attrs []float64) (*record, e
 			return nil, fmt.Errorf("%w: %s: arg %d: %w", ErrArgument, op, i, err)
 		}
 	}
-	rec := &record{op: op, args: append([]*Tensor(nil), args...)}
+	rec := &record{op: op, args: append([]*Tensor(nil), args...), attrs: &noAttrs{}}
 	shapes, err := prepareShapes(dev, rec, attrs)
 	if err != nil {
 		return nil, err
@@ -424,20 +492,22 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 	op, args := rec.op, rec.args
 	one := func(s []int) ([][]int, error) { return [][]int{s}, nil }
 	if fn, ok := unaryOps[op]; ok {
+		at := &scalarAttrs{}
+		rec.attrs = at
 		switch fn {
 		case unaryScale:
-			rec.p = attrOr(attrs, 0, 1)
+			at.p = attrOr(attrs, 0, 1)
 		case unaryAddScalar:
-			rec.p = attrOr(attrs, 0, 0)
+			at.p = attrOr(attrs, 0, 0)
 		}
-		if math.IsNaN(rec.p) || math.IsInf(rec.p, 0) {
-			return nil, fmt.Errorf("%w: %s: attr %v is not finite", ErrArgument, op, rec.p)
+		if math.IsNaN(at.p) || math.IsInf(at.p, 0) {
+			return nil, fmt.Errorf("%w: %s: attr %v is not finite", ErrArgument, op, at.p)
 		}
 		return one(args[0].shape)
 	}
 	if _, ok := binaryOps[op]; ok {
 		s, swapped, err := broadcast(op, args[0], args[1])
-		rec.swapped = swapped
+		rec.attrs = &binaryAttrs{swapped: swapped}
 		if err != nil {
 			return nil, err
 		}
@@ -449,21 +519,22 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 	switch op {
 	case abi.OpMatMul:
 		a, b := args[0], args[1]
+		at := &matAttrs{}
+		rec.attrs = at
 		var err error
-		if rec.ta, err = flagAttr(attrs, 0); err != nil {
+		if at.ta, err = flagAttr(attrs, 0); err != nil {
 			return nil, fmt.Errorf("%w: matmul: transpose_a: %w", ErrArgument, err)
 		}
-		if rec.tb, err = flagAttr(attrs, 1); err != nil {
+		if at.tb, err = flagAttr(attrs, 1); err != nil {
 			return nil, fmt.Errorf("%w: matmul: transpose_b: %w", ErrArgument, err)
 		}
 		if len(a.shape) != 2 || len(b.shape) != 2 {
 			return nil, fmt.Errorf("%w: matmul: A is %v and B is %v, both must be 2-D", ErrShape, a.shape, b.shape)
 		}
-		m, n, err := matDims(op, a.shape, b.shape, rec)
-		if err != nil {
+		if at.m, at.n, at.k, err = matDims(op, a.shape, b.shape, a.shape, b.shape, at.ta, at.tb); err != nil {
 			return nil, err
 		}
-		return one([]int{m, n})
+		return one([]int{at.m, at.n})
 	case abi.OpLinear, abi.OpLinearGeluTanh:
 		x, w := args[0], args[1]
 		if len(x.shape) < 1 {
@@ -480,15 +551,16 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 		if len(args) == 3 && (len(args[2].shape) != 1 || args[2].shape[0] != out) {
 			return nil, fmt.Errorf("%w: linear: b is %v, W %v wants [%d]", ErrShape, args[2].shape, w.shape, out)
 		}
-		rec.m, rec.n, rec.k = x.n/in, out, in
+		at := &matAttrs{m: x.n / in, n: out, k: in}
+		rec.attrs = at
 		shape := append(append([]int{}, x.shape[:len(x.shape)-1]...), out)
 		if op == abi.OpLinearGeluTanh {
-			rec.needPre(dev, shape)
+			rec.needPre(dev, &at.pre, shape)
 		}
 		return one(shape)
 	case abi.OpAdd:
 		s, swapped, err := broadcast(op, args[0], args[1])
-		rec.swapped = swapped
+		rec.attrs = &binaryAttrs{swapped: swapped}
 		if err != nil {
 			return nil, err
 		}
@@ -506,12 +578,14 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 		if len(w.shape) != 1 || w.shape[0] != h || len(b.shape) != 1 || b.shape[0] != h {
 			return nil, fmt.Errorf("%w: layer_norm: x %v wants w and b of [%d], got %v and %v", ErrShape, x.shape, h, w.shape, b.shape)
 		}
+		at := &normAttrs{}
+		rec.attrs = at
 		var err error
-		if rec.p, err = epsAttr(op, attrs, defaultLayerNormEps); err != nil {
+		if at.eps, err = epsAttr(op, attrs, defaultLayerNormEps); err != nil {
 			return nil, err
 		}
-		rec.need(&rec.mean, abi.DTypeFloat32, []int{x.n / h})
-		rec.need(&rec.rstd, abi.DTypeFloat32, []int{x.n / h})
+		rec.need(&at.mean, abi.DTypeFloat32, []int{x.n / h})
+		rec.need(&at.rstd, abi.DTypeFloat32, []int{x.n / h})
 		return one(x.shape)
 	case abi.OpRMSNorm:
 		x, w := args[0], args[1]
@@ -522,11 +596,13 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 		if len(w.shape) != 1 || w.shape[0] != h {
 			return nil, fmt.Errorf("%w: rms_norm: x %v wants w of [%d], got %v", ErrShape, x.shape, h, w.shape)
 		}
+		at := &normAttrs{}
+		rec.attrs = at
 		var err error
-		if rec.p, err = epsAttr(op, attrs, defaultRMSNormEps); err != nil {
+		if at.eps, err = epsAttr(op, attrs, defaultRMSNormEps); err != nil {
 			return nil, err
 		}
-		rec.need(&rec.rstd, abi.DTypeFloat32, []int{x.n / h})
+		rec.need(&at.rstd, abi.DTypeFloat32, []int{x.n / h})
 		return one(x.shape)
 	case abi.OpSoftmax, abi.OpLogSoftmax:
 		x := args[0]
@@ -534,16 +610,19 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		rec.outer, rec.dim, rec.inner = view3(x.shape, axis)
+		at := &axisAttrs{}
+		at.outer, at.dim, at.inner = view3(x.shape, axis)
+		rec.attrs = at
 		return one(x.shape)
 	case abi.OpDropout:
 		x, mask := args[0], args[1]
 		if !isSuffix(mask.shape, x.shape) {
 			return nil, fmt.Errorf("%w: dropout: mask %v must have x's shape %v or a suffix of it", ErrShape, mask.shape, x.shape)
 		}
-		rec.p = attrOr(attrs, 0, 1)
-		if !(rec.p > 0 && rec.p <= 1) {
-			return nil, fmt.Errorf("%w: dropout: keep_prob %v is not in (0, 1]", ErrArgument, rec.p)
+		at := &scalarAttrs{p: attrOr(attrs, 0, 1)}
+		rec.attrs = at
+		if !(at.p > 0 && at.p <= 1) {
+			return nil, fmt.Errorf("%w: dropout: keep_prob %v is not in (0, 1]", ErrArgument, at.p)
 		}
 		return one(x.shape)
 	case abi.OpEmbedding:
@@ -561,22 +640,21 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 }
 
 // matDims checks op(A)·op(B) for the 2-D shapes as and bs (the last two
-// dims of a batch) and sets rec's m, n and k.
-func matDims(op abi.Op, as, bs []int, rec *record) (m, n int, err error) {
+// dims of A and B, whose shapes are a and b) and returns m, n and k.
+func matDims(op abi.Op, a, b, as, bs []int, ta, tb bool) (m, n, k int, err error) {
 	m, ka := as[0], as[1]
-	if rec.ta {
+	if ta {
 		m, ka = ka, m
 	}
 	kb, n := bs[0], bs[1]
-	if rec.tb {
+	if tb {
 		kb, n = n, kb
 	}
 	if ka != kb {
-		return 0, 0, fmt.Errorf("%w: %s: A %v (transpose_a=%t) and B %v (transpose_b=%t) disagree on k: %d vs %d",
-			ErrShape, op, rec.args[0].shape, rec.ta, rec.args[1].shape, rec.tb, ka, kb)
+		return 0, 0, 0, fmt.Errorf("%w: %s: A %v (transpose_a=%t) and B %v (transpose_b=%t) disagree on k: %d vs %d",
+			ErrShape, op, a, ta, b, tb, ka, kb)
 	}
-	rec.m, rec.n, rec.k = m, n, ka
-	return m, n, nil
+	return m, n, ka, nil
 }
 
 // broadcast checks that one of a and b is a suffix of the other, and
@@ -614,14 +692,16 @@ func prepareReduce(rec *record, attrs []float64) ([][]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: keepdim: %w", ErrArgument, rec.op, err)
 	}
-	rec.outer, rec.dim, rec.inner = view3(x.shape, axis)
+	at := &axisAttrs{}
+	at.outer, at.dim, at.inner = view3(x.shape, axis)
+	rec.attrs = at
 	shape := append([]int{}, x.shape[:axis]...)
 	if keep {
 		shape = append(shape, 1)
 	}
 	shape = append(shape, x.shape[axis+1:]...)
 	if rec.op == abi.OpMax {
-		rec.need(&rec.saved, abi.DTypeInt32, shape) // arg-max indices
+		rec.need(&at.arg, abi.DTypeInt32, shape) // arg-max indices
 	}
 	return [][]int{shape}, nil
 }
@@ -629,12 +709,12 @@ func prepareReduce(rec *record, attrs []float64) ([][]int, error) {
 // needPre asks for a fused op's intermediate: only for the tape on a
 // device with the fused kernel, always on one that composes the op from
 // its parts (and needs the intermediate as their buffer).
-func (r *record) needPre(dev Device, shape []int) {
+func (r *record) needPre(dev Device, pre **Tensor, shape []int) {
 	if _, ok := dev.(fusedOps); ok {
-		r.needTaped(&r.pre, abi.DTypeFloat32, shape)
+		r.needTaped(pre, abi.DTypeFloat32, shape)
 		return
 	}
-	r.need(&r.pre, abi.DTypeFloat32, shape)
+	r.need(pre, abi.DTypeFloat32, shape)
 }
 
 // prepareAddLayerNorm checks x and r as add does and w, b and eps as
@@ -645,7 +725,8 @@ func prepareAddLayerNorm(dev Device, rec *record, attrs []float64) ([][]int, err
 	if err != nil {
 		return nil, err
 	}
-	rec.swapped = swapped
+	at := &normAttrs{swapped: swapped}
+	rec.attrs = at
 	if len(s) < 1 {
 		return nil, fmt.Errorf("%w: add_layer_norm: x and r are scalars", ErrShape)
 	}
@@ -661,13 +742,13 @@ func prepareAddLayerNorm(dev Device, rec *record, attrs []float64) ([][]int, err
 	if len(w.shape) != 1 || w.shape[0] != h || len(b.shape) != 1 || b.shape[0] != h {
 		return nil, fmt.Errorf("%w: add_layer_norm: x + r of %v wants w and b of [%d], got %v and %v", ErrShape, s, h, w.shape, b.shape)
 	}
-	if rec.p, err = epsAttr(op, attrs, defaultLayerNormEps); err != nil {
+	if at.eps, err = epsAttr(op, attrs, defaultLayerNormEps); err != nil {
 		return nil, err
 	}
 	rows := numel(s) / h
-	rec.need(&rec.mean, abi.DTypeFloat32, []int{rows})
-	rec.need(&rec.rstd, abi.DTypeFloat32, []int{rows})
-	rec.needPre(dev, s)
+	rec.need(&at.mean, abi.DTypeFloat32, []int{rows})
+	rec.need(&at.rstd, abi.DTypeFloat32, []int{rows})
+	rec.needPre(dev, &at.pre, s)
 	return [][]int{s}, nil
 }
 
@@ -707,24 +788,27 @@ func prepareCrossEntropy(dev Device, rec *record, attrs []float64) ([][]int, err
 	if err != nil {
 		return nil, err
 	}
-	rec.reduction, rec.ignore = red, int64(ign)
+	at := &crossEntropyAttrs{reduction: red, ignore: int64(ign)}
+	rec.attrs = at
 	n := logits.shape[0]
-	rec.need(&rec.saved, abi.DTypeFloat32, []int{n})
+	rec.need(&at.lse, abi.DTypeFloat32, []int{n})
 	if red == 0 {
 		return [][]int{{n}}, nil
 	}
-	rec.need(&rec.loss, abi.DTypeFloat32, []int{n})
+	rec.need(&at.loss, abi.DTypeFloat32, []int{n})
 	return [][]int{{1}}, nil
 }
 
 // prepareBatchMatMul checks a batch matmul's shapes and flags.
 func prepareBatchMatMul(rec *record, attrs []float64) ([][]int, error) {
 	a, b := rec.args[0], rec.args[1]
+	at := &bmmAttrs{}
+	rec.attrs = at
 	var err error
-	if rec.ta, err = flagAttr(attrs, 0); err != nil {
+	if at.ta, err = flagAttr(attrs, 0); err != nil {
 		return nil, fmt.Errorf("%w: batch_matmul: transpose_a: %w", ErrArgument, err)
 	}
-	if rec.tb, err = flagAttr(attrs, 1); err != nil {
+	if at.tb, err = flagAttr(attrs, 1); err != nil {
 		return nil, fmt.Errorf("%w: batch_matmul: transpose_b: %w", ErrArgument, err)
 	}
 	if len(a.shape) < 2 || len(b.shape) < 2 {
@@ -739,13 +823,12 @@ func prepareBatchMatMul(rec *record, attrs []float64) ([][]int, error) {
 	default:
 		return nil, fmt.Errorf("%w: batch_matmul: leading dims of a %v and b %v do not broadcast (one must be a suffix of the other)", ErrShape, a.shape, b.shape)
 	}
-	m, n, err := matDims(rec.op, a.shape[len(la):], b.shape[len(lb):], rec)
-	if err != nil {
+	if at.m, at.n, at.k, err = matDims(rec.op, a.shape, b.shape, a.shape[len(la):], b.shape[len(lb):], at.ta, at.tb); err != nil {
 		return nil, err
 	}
-	rec.na, rec.nb = a.n/(a.shape[len(la)]*a.shape[len(la)+1]), b.n/(b.shape[len(lb)]*b.shape[len(lb)+1])
-	rec.batch = max(rec.na, rec.nb)
-	return [][]int{append(append([]int{}, lead...), m, n)}, nil
+	at.na, at.nb = a.n/(a.shape[len(la)]*a.shape[len(la)+1]), b.n/(b.shape[len(lb)]*b.shape[len(lb)+1])
+	at.batch = max(at.na, at.nb)
+	return [][]int{append(append([]int{}, lead...), at.m, at.n)}, nil
 }
 
 // prepareAttention checks q, k, v, the mask and the attrs.
@@ -775,8 +858,9 @@ func prepareAttention(dev Device, rec *record, attrs []float64) ([][]int, error)
 	if scale == 0 {
 		scale = 1 / math.Sqrt(float64(d))
 	}
-	rec.attn = attnDims{b: b, h: h, tq: tq, tk: tk, d: d, dv: dv, causal: causal, scale: scale}
-	rec.need(&rec.saved, abi.DTypeFloat32, []int{b, h, tq, tk})
+	at := &attentionAttrs{dims: attnDims{b: b, h: h, tq: tq, tk: tk, d: d, dv: dv, causal: causal, scale: scale}}
+	rec.attrs = at
+	rec.need(&at.probs, abi.DTypeFloat32, []int{b, h, tq, tk})
 	return [][]int{{b, h, tq, dv}}, nil
 }
 
@@ -837,7 +921,7 @@ func prepareShapeOp(rec *record, attrs []float64) ([][]int, error) {
 			}
 			seen[a], perm[i] = true, a
 		}
-		rec.perm = perm
+		rec.attrs = &permAttrs{perm: perm}
 		return [][]int{permuted(x.shape, perm)}, nil
 	case abi.OpTranspose:
 		if len(attrs) != 2 {
@@ -851,28 +935,30 @@ func prepareShapeOp(rec *record, attrs []float64) ([][]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		rec.perm = make([]int, rank)
-		for i := range rec.perm {
-			rec.perm[i] = i
+		perm := make([]int, rank)
+		for i := range perm {
+			perm[i] = i
 		}
-		rec.perm[d0], rec.perm[d1] = d1, d0
-		return [][]int{permuted(x.shape, rec.perm)}, nil
+		perm[d0], perm[d1] = d1, d0
+		rec.attrs = &permAttrs{perm: perm}
+		return [][]int{permuted(x.shape, perm)}, nil
 	case abi.OpConcat:
 		axis, err := axisAttr(op, "axis", attrs, 0, 0, rank)
 		if err != nil {
 			return nil, err
 		}
-		rec.outer, _, rec.inner = view3(x.shape, axis)
-		rec.sizes = make([]int, len(rec.args))
+		at := &sectionAttrs{sizes: make([]int, len(rec.args))}
+		rec.attrs = at
+		at.outer, _, at.inner = view3(x.shape, axis)
 		total := 0
 		for i, t := range rec.args {
 			if len(t.shape) != rank || !slices.Equal(t.shape[:axis], x.shape[:axis]) || !slices.Equal(t.shape[axis+1:], x.shape[axis+1:]) {
 				return nil, fmt.Errorf("%w: concat: arg %d is %v, arg 0 is %v; they may differ only on axis %d", ErrShape, i, t.shape, x.shape, axis)
 			}
-			rec.sizes[i] = t.shape[axis]
+			at.sizes[i] = t.shape[axis]
 			total += t.shape[axis]
 		}
-		rec.dim = total
+		at.dim = total
 		shape := append([]int{}, x.shape...)
 		shape[axis] = total
 		return [][]int{shape}, nil
@@ -893,8 +979,9 @@ func prepareShapeOp(rec *record, attrs []float64) ([][]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w (x is %v, axis %d, start %d)", err, x.shape, axis, start)
 		}
-		rec.outer, rec.dim, rec.inner = view3(x.shape, axis)
-		rec.start, rec.sizes = start, []int{end - start}
+		at := &sectionAttrs{sizes: []int{end - start}, start: start}
+		at.outer, at.dim, at.inner = view3(x.shape, axis)
+		rec.attrs = at
 		shape := append([]int{}, x.shape...)
 		shape[axis] = end - start
 		return [][]int{shape}, nil
@@ -906,17 +993,18 @@ func prepareShapeOp(rec *record, attrs []float64) ([][]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		rec.outer, rec.dim, rec.inner = view3(x.shape, axis)
-		rec.sizes = make([]int, len(attrs)-1)
-		shapes := make([][]int, len(rec.sizes))
-		left := rec.dim
-		for i := range rec.sizes {
+		at := &sectionAttrs{sizes: make([]int, len(attrs)-1)}
+		at.outer, at.dim, at.inner = view3(x.shape, axis)
+		rec.attrs = at
+		shapes := make([][]int, len(at.sizes))
+		left := at.dim
+		for i := range at.sizes {
 			s, err := intAttr(op, fmt.Sprintf("size %d", i), attrs, i+1, 0, 1, left)
 			if err != nil {
 				return nil, fmt.Errorf("%w (x is %v, axis %d, sizes %v)", err, x.shape, axis, attrs[1:])
 			}
 			left -= s
-			rec.sizes[i] = s
+			at.sizes[i] = s
 			shapes[i] = append([]int{}, x.shape...)
 			shapes[i][axis] = s
 		}
@@ -941,131 +1029,149 @@ func permuted(shape, perm []int) []int {
 func forward(dev Device, rec *record) error {
 	a, out := rec.args, rec.outs[0]
 	if fn, ok := unaryOps[rec.op]; ok {
-		return dev.unary(fn, rec.p, out, a[0])
+		return dev.unary(fn, rec.attrs.(*scalarAttrs).p, out, a[0])
 	}
 	if fn, ok := binaryOps[rec.op]; ok {
 		return dev.binary(fn, out, a[0], a[1])
 	}
 	if fn, ok := reduceOps[rec.op]; ok {
-		return dev.reduceAxis(fn, out, rec.saved, a[0], rec.outer, rec.dim, rec.inner)
+		at := rec.attrs.(*axisAttrs)
+		return dev.reduceAxis(fn, out, at.arg, a[0], at.outer, at.dim, at.inner)
+	}
+	switch at := rec.attrs.(type) {
+	case *matAttrs:
+		return forwardMat(dev, rec.op, at, a, out)
+	case *binaryAttrs: // add
+		if at.swapped {
+			return dev.addRepeat(out, a[1], a[0])
+		}
+		return dev.addRepeat(out, a[0], a[1])
+	case *normAttrs:
+		return forwardNorm(dev, rec.op, at, a, out)
+	case *axisAttrs: // softmax, log_softmax
+		return dev.softmax(out, a[0], at.outer, at.dim, at.inner, rec.op == abi.OpLogSoftmax)
+	case *scalarAttrs: // dropout
+		if err := dev.binary(binaryMul, out, a[0], a[1]); err != nil {
+			return err
+		}
+		return dev.unary(unaryScale, 1/at.p, out, out)
+	case *crossEntropyAttrs:
+		loss := out
+		if at.reduction != 0 {
+			loss = at.loss
+		}
+		var err error
+		if at.count, err = dev.crossEntropy(loss, at.lse, a[0], a[1], at.ignore); err != nil {
+			return err
+		}
+		if at.reduction == 0 {
+			return nil
+		}
+		if err := dev.sumRows(out, loss); err != nil {
+			return err
+		}
+		if at.reduction == 1 {
+			return dev.unary(unaryScale, 1/float64(at.count), out, out)
+		}
+		return nil
+	case *bmmAttrs:
+		return dev.bmm(at.ta, at.tb, at.batch, at.m, at.n, at.k, a[0], at.na, a[1], at.nb, out, at.batch, false)
+	case *attentionAttrs:
+		var mask *Tensor
+		if len(a) == 4 {
+			mask = a[3]
+		}
+		return dev.attention(out, at.probs, a[0], a[1], a[2], mask, at.dims)
+	case *permAttrs:
+		return dev.permute(out, a[0], at.perm)
+	case *sectionAttrs:
+		if rec.op == abi.OpConcat {
+			off := 0
+			for i, t := range a {
+				w := at.sizes[i] * at.inner
+				if err := dev.copy2D(out, off, at.dim*at.inner, t, 0, w, at.outer, w); err != nil {
+					return err
+				}
+				off += w
+			}
+			return nil
+		}
+		off := at.start * at.inner // slice, split
+		for i, o := range rec.outs {
+			w := at.sizes[i] * at.inner
+			if err := dev.copy2D(o, 0, w, a[0], off, at.dim*at.inner, at.outer, w); err != nil {
+				return err
+			}
+			off += w
+		}
+		return nil
 	}
 	switch rec.op {
+	case abi.OpGeluTanh:
+		return dev.geluForward(out, a[0])
+	case abi.OpEmbedding:
+		return dev.embedding(out, a[0], a[1])
+	case abi.OpReshape:
+		return dev.copy(out, a[0])
+	}
+	panic("BUG: forward of unprepared op " + rec.op.String())
+}
+
+// forwardMat runs matmul, linear and linear_gelu_tanh.
+func forwardMat(dev Device, op abi.Op, at *matAttrs, a []*Tensor, out *Tensor) error {
+	switch op {
 	case abi.OpMatMul:
-		return dev.gemm(rec.ta, rec.tb, rec.m, rec.n, rec.k, a[0], a[1], out, false)
+		return dev.gemm(at.ta, at.tb, at.m, at.n, at.k, a[0], a[1], out, false)
 	case abi.OpLinear:
 		if l, ok := dev.(fusedLinear); ok && len(a) == 3 {
-			return l.linear(rec.m, rec.n, rec.k, a[0], a[1], a[2], out)
+			return l.linear(at.m, at.n, at.k, a[0], a[1], a[2], out)
 		}
-		if err := dev.gemm(false, true, rec.m, rec.n, rec.k, a[0], a[1], out, false); err != nil {
+		if err := dev.gemm(false, true, at.m, at.n, at.k, a[0], a[1], out, false); err != nil {
 			return err
 		}
 		if len(a) == 3 {
 			return dev.addRepeat(out, out, a[2])
 		}
 		return nil
-	case abi.OpAdd:
-		if rec.swapped {
-			return dev.addRepeat(out, a[1], a[0])
-		}
-		return dev.addRepeat(out, a[0], a[1])
-	case abi.OpGeluTanh:
-		return dev.geluForward(out, a[0])
-	case abi.OpLinearGeluTanh:
-		var bias *Tensor
-		if len(a) == 3 {
-			bias = a[2]
-		}
-		if f, ok := dev.(fusedOps); ok {
-			return f.linearGelu(rec.m, rec.n, rec.k, a[0], a[1], bias, out, rec.pre)
-		}
-		// The parts, with the pre-activation as linear's result.
-		if err := dev.gemm(false, true, rec.m, rec.n, rec.k, a[0], a[1], rec.pre, false); err != nil {
-			return err
-		}
-		if bias != nil {
-			if err := dev.addRepeat(rec.pre, rec.pre, bias); err != nil {
-				return err
-			}
-		}
-		return dev.geluForward(out, rec.pre)
-	case abi.OpAddLayerNorm:
-		x, r := a[0], a[1]
-		if rec.swapped {
-			x, r = r, x
-		}
-		if f, ok := dev.(fusedOps); ok {
-			return f.addLayerNorm(out, rec.pre, rec.mean, rec.rstd, x, r, a[2], a[3], rec.p)
-		}
-		if err := dev.addRepeat(rec.pre, x, r); err != nil {
-			return err
-		}
-		return dev.layerNormForward(out, rec.mean, rec.rstd, rec.pre, a[2], a[3], rec.p)
-	case abi.OpLayerNorm:
-		return dev.layerNormForward(out, rec.mean, rec.rstd, a[0], a[1], a[2], rec.p)
-	case abi.OpRMSNorm:
-		return dev.rmsNormForward(out, rec.rstd, a[0], a[1], rec.p)
-	case abi.OpSoftmax, abi.OpLogSoftmax:
-		return dev.softmax(out, a[0], rec.outer, rec.dim, rec.inner, rec.op == abi.OpLogSoftmax)
-	case abi.OpDropout:
-		if err := dev.binary(binaryMul, out, a[0], a[1]); err != nil {
-			return err
-		}
-		return dev.unary(unaryScale, 1/rec.p, out, out)
-	case abi.OpEmbedding:
-		return dev.embedding(out, a[0], a[1])
-	case abi.OpCrossEntropy:
-		loss := out
-		if rec.reduction != 0 {
-			loss = rec.loss
-		}
-		var err error
-		if rec.count, err = dev.crossEntropy(loss, rec.saved, a[0], a[1], rec.ignore); err != nil {
-			return err
-		}
-		if rec.reduction == 0 {
-			return nil
-		}
-		if err := dev.sumRows(out, loss); err != nil {
-			return err
-		}
-		if rec.reduction == 1 {
-			return dev.unary(unaryScale, 1/float64(rec.count), out, out)
-		}
-		return nil
-	case abi.OpBatchMatMul:
-		return dev.bmm(rec.ta, rec.tb, rec.batch, rec.m, rec.n, rec.k, a[0], rec.na, a[1], rec.nb, out, rec.batch, false)
-	case abi.OpAttention:
-		var mask *Tensor
-		if len(a) == 4 {
-			mask = a[3]
-		}
-		return dev.attention(out, rec.saved, a[0], a[1], a[2], mask, rec.attn)
-	case abi.OpReshape:
-		return dev.copy(out, a[0])
-	case abi.OpPermute, abi.OpTranspose:
-		return dev.permute(out, a[0], rec.perm)
-	case abi.OpConcat:
-		off := 0
-		for i, t := range a {
-			w := rec.sizes[i] * rec.inner
-			if err := dev.copy2D(out, off, rec.dim*rec.inner, t, 0, w, rec.outer, w); err != nil {
-				return err
-			}
-			off += w
-		}
-		return nil
-	case abi.OpSlice, abi.OpSplit:
-		off := rec.start * rec.inner
-		for i, o := range rec.outs {
-			w := rec.sizes[i] * rec.inner
-			if err := dev.copy2D(o, 0, w, a[0], off, rec.dim*rec.inner, rec.outer, w); err != nil {
-				return err
-			}
-			off += w
-		}
-		return nil
 	}
-	panic("BUG: forward of unprepared op " + rec.op.String())
+	var bias *Tensor // linear_gelu_tanh
+	if len(a) == 3 {
+		bias = a[2]
+	}
+	if f, ok := dev.(fusedOps); ok {
+		return f.linearGelu(at.m, at.n, at.k, a[0], a[1], bias, out, at.pre)
+	}
+	// The parts, with the pre-activation as linear's result.
+	if err := dev.gemm(false, true, at.m, at.n, at.k, a[0], a[1], at.pre, false); err != nil {
+		return err
+	}
+	if bias != nil {
+		if err := dev.addRepeat(at.pre, at.pre, bias); err != nil {
+			return err
+		}
+	}
+	return dev.geluForward(out, at.pre)
+}
+
+// forwardNorm runs layer_norm, rms_norm and add_layer_norm.
+func forwardNorm(dev Device, op abi.Op, at *normAttrs, a []*Tensor, out *Tensor) error {
+	switch op {
+	case abi.OpLayerNorm:
+		return dev.layerNormForward(out, at.mean, at.rstd, a[0], a[1], a[2], at.eps)
+	case abi.OpRMSNorm:
+		return dev.rmsNormForward(out, at.rstd, a[0], a[1], at.eps)
+	}
+	x, r := a[0], a[1] // add_layer_norm
+	if at.swapped {
+		x, r = r, x
+	}
+	if f, ok := dev.(fusedOps); ok {
+		return f.addLayerNorm(out, at.pre, at.mean, at.rstd, x, r, a[2], a[3], at.eps)
+	}
+	if err := dev.addRepeat(at.pre, x, r); err != nil {
+		return err
+	}
+	return dev.layerNormForward(out, at.mean, at.rstd, at.pre, a[2], a[3], at.eps)
 }
 
 // fusedLinear is a device whose GEMM adds a linear layer's bias in its

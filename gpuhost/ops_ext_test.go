@@ -11,6 +11,7 @@ import (
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // argKind says how TestOpGradients makes one arg.
@@ -268,7 +269,7 @@ func TestOpGradients(t *testing.T) {
 				if len(want) != len(got) {
 					t.Fatalf("outputs have %d elements, reference %d", len(got), len(want))
 				}
-				if e := relErr(got, want); e > 1e-5 {
+				if e := ref.RelErr(got, want); e > 1e-5 {
 					t.Errorf("forward relative error %.3g > 1e-5", e)
 				}
 				// Without a tape (a forward request), as fused ops run
@@ -281,7 +282,7 @@ func TestOpGradients(t *testing.T) {
 				for _, o := range plain {
 					gotPlain = append(gotPlain, mustFloats(t, d.dev, o)...)
 				}
-				if e := relErr(gotPlain, want); e > 1e-5 {
+				if e := ref.RelErr(gotPlain, want); e > 1e-5 {
 					t.Errorf("forward without a tape: relative error %.3g > 1e-5", e)
 				}
 
@@ -297,7 +298,7 @@ func TestOpGradients(t *testing.T) {
 					t.Fatalf("Backward: %v", err)
 				}
 				fd := finiteDiffSome(in, perturb, func(x [][]float64) float64 {
-					return dot(refOp(t, tt.op, x, tt.shapes, tt.attrs), r)
+					return ref.Dot(refOp(t, tt.op, x, tt.shapes, tt.attrs), r)
 				})
 				for w, g := range grads {
 					j := wrtIdx[w]
@@ -312,7 +313,7 @@ func TestOpGradients(t *testing.T) {
 						}
 						continue
 					}
-					if e := relErr(gv, fd[j]); e > 1e-3 {
+					if e := ref.RelErr(gv, fd[j]); e > 1e-3 {
 						t.Errorf("grad of arg %d: relative error %.3g > 1e-3", j, e)
 					}
 				}
@@ -330,9 +331,9 @@ func ffnShapes(n, h int) [][]int {
 // refFFN is LayerNorm(x + Linear2(gelu(Linear1(x)))) in float64.
 func refFFN(in [][]float64, shapes [][]int, eps float64) []float64 {
 	x, w1, b1, w2, b2, lw, lb := in[0], in[1], in[2], in[3], in[4], in[5], in[6]
-	hid := refGelu(refLinear(x, shapes[0], w1, shapes[1], b1))
-	y := refLinear(hid, []int{shapes[0][0], shapes[1][0]}, w2, shapes[3], b2)
-	return refLayerNorm(refAdd(x, y), lw, lb, eps)
+	hid := ref.GeluTanh(ref.Linear(x, w1, b1, shapes[1][1], shapes[1][0]))
+	y := ref.Linear(hid, w2, b2, shapes[3][1], shapes[3][0])
+	return ref.LayerNorm(ref.Add(x, y), lw, lb, eps)
 }
 
 // applyFFNFused runs the ffn block as the ffn example does, with the
@@ -402,7 +403,7 @@ func TestFFNGradients(t *testing.T) {
 				if tape.Len() != ops {
 					t.Errorf("tape.Len() = %d, want %d", tape.Len(), ops)
 				}
-				if e := relErr(mustFloats(t, d.dev, out), refFFN(in, shapes, eps)); e > 1e-5 {
+				if e := ref.RelErr(mustFloats(t, d.dev, out), refFFN(in, shapes, eps)); e > 1e-5 {
 					t.Errorf("forward relative error %.3g > 1e-5", e)
 				}
 				r := randVals(rng, out.Len(), -1, 1)
@@ -410,10 +411,10 @@ func TestFFNGradients(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Backward: %v", err)
 				}
-				fd := finiteDiff(in, func(x [][]float64) float64 { return dot(refFFN(x, shapes, eps), r) })
+				fd := finiteDiff(in, func(x [][]float64) float64 { return ref.Dot(refFFN(x, shapes, eps), r) })
 				names := []string{"x", "W1", "b1", "W2", "b2", "ln.w", "ln.b"}
 				for i, g := range grads {
-					if e := relErr(mustFloats(t, d.dev, g), fd[i]); e > 1e-3 {
+					if e := ref.RelErr(mustFloats(t, d.dev, g), fd[i]); e > 1e-3 {
 						t.Errorf("grad %s: relative error %.3g > 1e-3", names[i], e)
 					}
 				}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 )
 
 // ErrOutOfMemory reports an allocation (or a [Device.Reserve]) refused
@@ -125,10 +127,6 @@ func (s MemStats) HitRate() float64 {
 // the garbage collector within two periods.
 const PoolDecay = 5 * time.Second
 
-// exactPoolMaxBytes bounds the exact-length pool, the policy before size
-// classes, which benchmarks select to compare against.
-const exactPoolMaxBytes = 1 << 30
-
 // classSubSteps is the number of size classes per power of two. Eight
 // bound the waste of rounding up by 1/8 (Go's allocator and tcmalloc
 // use about as many).
@@ -159,7 +157,6 @@ type pooled struct {
 // high-water mark of live bytes.
 type memory struct {
 	ceiling *Ceiling
-	exact   bool          // exact-length classes and a fixed 1 GiB bound, never trimmed
 	decay   time.Duration // PoolDecay; tests shorten it
 
 	mu        sync.Mutex
@@ -179,19 +176,11 @@ type memory struct {
 }
 
 // class returns the capacity, in floats, of a buffer for n floats.
-func (m *memory) class(n int) int {
-	if m.exact {
-		return n
-	}
-	return sizeClass(n)
-}
+func (m *memory) class(n int) int { return sizeClass(n) }
 
 // bound returns the most live + pool bytes may reach: the recent
 // high-water mark of live bytes. Call with m.mu held.
 func (m *memory) bound() int64 {
-	if m.exact {
-		return m.live + exactPoolMaxBytes
-	}
 	return max(m.peak, m.prevPeak, m.live)
 }
 
@@ -232,9 +221,6 @@ func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 	for k := c; k <= most && len(m.free) > 0; k = m.class(k + 1) {
 		l := m.free[k]
 		if len(l) == 0 {
-			if m.exact {
-				break
-			}
 			continue
 		}
 		if err := m.charge(4 * int64(k)); err != nil {
@@ -263,7 +249,7 @@ func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 	// so the oldest spare buffers go to the collector.
 	m.evict(m.bound())
 	b := make([]float32, n, c)
-	adviseHuge(b)
+	cpu.AdviseHuge(b)
 	return b, nil
 }
 
@@ -275,11 +261,7 @@ func (m *memory) putFloats(b []float32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.uncharge(n)
-	if m.exact {
-		if m.poolBytes+n > exactPoolMaxBytes {
-			return
-		}
-	} else if m.evict(m.bound() - n); m.live+m.poolBytes+n > m.bound() {
+	if m.evict(m.bound() - n); m.live+m.poolBytes+n > m.bound() {
 		return
 	}
 	if m.free == nil {
@@ -314,7 +296,7 @@ func (m *memory) evict(limit int64) {
 
 // armTrim starts the decay timer unless it runs. Call with m.mu held.
 func (m *memory) armTrim() {
-	if m.exact || m.timer != nil {
+	if m.timer != nil {
 		return
 	}
 	d := m.decay
@@ -387,25 +369,4 @@ func (m *memory) stats() MemStats {
 		GrantedBytes:   m.granted,
 		RequestedBytes: m.requested,
 	}
-}
-
-// DeviceOption configures a device built by [NewCPU].
-type DeviceOption interface {
-	applyDevice(*deviceConfig)
-}
-
-type deviceConfig struct {
-	ceiling   *Ceiling
-	exactPool bool
-}
-
-type deviceOptionFunc func(*deviceConfig)
-
-func (f deviceOptionFunc) applyDevice(c *deviceConfig) { f(c) }
-
-// WithCeiling makes the device refuse, with [ErrOutOfMemory], any
-// allocation that would push the live tensor bytes of all devices sharing
-// c past its limit. Default: no ceiling.
-func WithCeiling(c *Ceiling) DeviceOption {
-	return deviceOptionFunc(func(dc *deviceConfig) { dc.ceiling = c })
 }

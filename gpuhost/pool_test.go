@@ -119,18 +119,3 @@ func TestPoolLongTail(t *testing.T) {
 	}
 	t.Logf("%+v, hit rate %.3f", s, s.HitRate())
 }
-
-// TestExactPool checks the benchmark-only policy of the old pool: reuse
-// at the exact length only.
-func TestExactPool(t *testing.T) {
-	t.Parallel()
-	d := NewCPU(1).(*cpuDevice)
-	d.mem.exact = true
-	x, _ := d.Zeros(abi.DTypeFloat32, []int{40 * 1024})
-	d.Release(x)
-	y, _ := d.Zeros(abi.DTypeFloat32, []int{37 * 1024})
-	if s := d.MemStats(); s.PoolHits != 0 || s.PoolBytes != 4*40*1024 {
-		t.Errorf("exact pool served 37 rows from 40: %+v", s)
-	}
-	d.Release(y)
-}

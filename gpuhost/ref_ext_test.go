@@ -1,17 +1,18 @@
 package gpuhost_test
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // This file holds the float64 reference ops the tests check gpuhost
-// against. They are written from the op definitions in abi/op.go and call
-// nothing in gpuhost.
+// against, by op: the kernels that host's tests share live in
+// internal/testing/ref, the others here. They are written from the op
+// definitions in abi/op.go and call nothing in gpuhost.
 
 // testDevice is a device under test with a name for t.Run.
 type testDevice struct {
@@ -46,7 +47,7 @@ func numel(shape []int) int {
 	return n
 }
 
-// refMatMul is op(A)·op(B) for 2-D A and B.
+// refMatMul is op(A)·op(B) for 2-D A and B of shapes as and bs.
 func refMatMul(a []float64, as []int, b []float64, bs []int, ta, tb bool) []float64 {
 	m, k := as[0], as[1]
 	if ta {
@@ -56,89 +57,7 @@ func refMatMul(a []float64, as []int, b []float64, bs []int, ta, tb bool) []floa
 	if tb {
 		n = bs[0]
 	}
-	at := func(i, p int) float64 {
-		if ta {
-			return a[p*m+i]
-		}
-		return a[i*k+p]
-	}
-	bt := func(p, j int) float64 {
-		if tb {
-			return b[j*k+p]
-		}
-		return b[p*n+j]
-	}
-	c := make([]float64, m*n)
-	for i := range m {
-		for j := range n {
-			for p := range k {
-				c[i*n+j] += at(i, p) * bt(p, j)
-			}
-		}
-	}
-	return c
-}
-
-// refLinear is x·Wᵀ + b over the last dim of x; b may be nil.
-func refLinear(x []float64, xs []int, w []float64, ws []int, b []float64) []float64 {
-	out, in := ws[0], ws[1]
-	rows := numel(xs) / in
-	y := make([]float64, rows*out)
-	for r := range rows {
-		for o := range out {
-			s := 0.0
-			if b != nil {
-				s = b[o]
-			}
-			for i := range in {
-				s += x[r*in+i] * w[o*in+i]
-			}
-			y[r*out+o] = s
-		}
-	}
-	return y
-}
-
-// refAdd adds with leading-dim broadcasting.
-func refAdd(a []float64, b []float64) []float64 {
-	if len(a) < len(b) {
-		a, b = b, a
-	}
-	y := make([]float64, len(a))
-	for i := range a {
-		y[i] = a[i] + b[i%len(b)]
-	}
-	return y
-}
-
-func refGelu(x []float64) []float64 {
-	y := make([]float64, len(x))
-	for i, v := range x {
-		y[i] = 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
-	}
-	return y
-}
-
-// refLayerNorm normalises rows of len(w) with the biased variance.
-func refLayerNorm(x, w, b []float64, eps float64) []float64 {
-	h := len(w)
-	y := make([]float64, len(x))
-	for r := 0; r < len(x)/h; r++ {
-		row := x[r*h : (r+1)*h]
-		var mean, v float64
-		for _, e := range row {
-			mean += e
-		}
-		mean /= float64(h)
-		for _, e := range row {
-			v += (e - mean) * (e - mean)
-		}
-		v /= float64(h)
-		for i, e := range row {
-			y[r*h+i] = (e-mean)/math.Sqrt(v+eps)*w[i] + b[i]
-		}
-	}
-	return y
+	return ref.MatMul(ta, tb, m, n, k, a, b)
 }
 
 // refOp runs op on float64 args with the given shapes and attrs.
@@ -158,28 +77,19 @@ func refOp(t *testing.T, op abi.Op, args [][]float64, shapes [][]int, attrs []fl
 		if len(args) == 3 {
 			b = args[2]
 		}
-		return refLinear(args[0], shapes[0], args[1], shapes[1], b)
+		return ref.Linear(args[0], args[1], b, shapes[1][1], shapes[1][0])
 	case abi.OpAdd:
-		return refAdd(args[0], args[1])
+		return ref.Add(args[0], args[1])
 	case abi.OpGeluTanh:
-		return refGelu(args[0])
+		return ref.GeluTanh(args[0])
 	case abi.OpLayerNorm:
-		return refLayerNorm(args[0], args[1], args[2], attr(0, 1e-5))
+		return ref.LayerNorm(args[0], args[1], args[2], attr(0, 1e-5))
 	}
 	if y, ok := refOpExt(op, args, shapes, attrs); ok {
 		return y
 	}
 	t.Fatalf("no reference for op %s", op)
 	return nil
-}
-
-// dot returns Σ a·b.
-func dot(a, b []float64) float64 {
-	s := 0.0
-	for i := range a {
-		s += a[i] * b[i]
-	}
-	return s
 }
 
 // finiteDiff returns the central-difference gradient of f with respect to
@@ -232,25 +142,6 @@ func finiteDiffSome(in [][]float64, perturb []bool, f func([][]float64) float64)
 		g[i] = fg[k]
 	}
 	return g
-}
-
-// relErr returns ‖got − want‖ / ‖want‖ (or ‖got‖ when want is zero).
-func relErr(got []float32, want []float64) float64 {
-	var d, w float64
-	for i, v := range want {
-		e := float64(got[i]) - v
-		d += e * e
-		w += v * v
-	}
-	if math.IsNaN(d) {
-		// A NaN output (one never written, say) must fail every
-		// "e > tol" check, which NaN would pass.
-		return math.Inf(1)
-	}
-	if w == 0 {
-		return math.Sqrt(d)
-	}
-	return math.Sqrt(d / w)
 }
 
 // randVals returns n uniform values in [lo, hi), never exactly zero.

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // This file holds the float64 references of ops 6–36, written from their
@@ -281,9 +282,9 @@ func refOpExt(op abi.Op, args [][]float64, shapes [][]int, attrs []float64) (y [
 		if len(args) == 3 {
 			b = args[2]
 		}
-		return refGelu(refLinear(x, xs, args[1], shapes[1], b)), true
+		return ref.GeluTanh(ref.Linear(x, args[1], b, shapes[1][1], shapes[1][0])), true
 	case abi.OpAddLayerNorm:
-		return refLayerNorm(refAdd(args[0], args[1]), args[2], args[3], refAttr(attrs, 0, 1e-5)), true
+		return ref.LayerNorm(ref.Add(args[0], args[1]), args[2], args[3], refAttr(attrs, 0, 1e-5)), true
 	case abi.OpSub:
 		return refBinary(args[0], args[1], func(a, b float64) float64 { return a - b }), true
 	case abi.OpMul:

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 )
 
 // TestResidualAddKernels checks addRepeat, the residual add, at every
@@ -13,7 +15,7 @@ import (
 // split.
 func TestResidualAddKernels(t *testing.T) {
 	t.Parallel()
-	ran := map[gemmPath]bool{}
+	ran := map[cpu.Path]bool{}
 	for _, p := range rowWidths() {
 		for _, ns := range []int{1, 7, 8, 9, 16, 24, 31, 40, 47, 1000} {
 			// 2·grainCheap elements split across the two threads.

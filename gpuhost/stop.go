@@ -4,7 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/moehost/moehost/gpuhost/internal/cpu"
 )
+
+// errStopped is a kernel's error when it gave up because its op's context
+// ended; ApplyMultiContext returns the context's error instead.
+var errStopped = errors.New("stopped")
+
+// stopped reports whether stop is closed; a nil stop never is.
+func stopped(stop <-chan struct{}) bool { return cpu.Stopped(stop) }
 
 // forwardUntil runs rec's kernels with ctx's cancellation on its outputs,
 // where the long kernels look for it (Tensor.stop). A kernel that gave up

@@ -7,6 +7,7 @@ import (
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // A post-norm transformer encoder layer, as torch.nn.TransformerEncoderLayer
@@ -37,22 +38,21 @@ func encMask() []float64 {
 // refEncoder is the layer in float64.
 func refEncoder(p [][]float64, mask []float64) []float64 {
 	dh := encD / encH
-	rows := []int{encB * encT, encD}
 	heads := func(y []float64) []float64 { // [B,T,d] → [B,H,T,dh]
 		return refPermute(y, []int{encB, encT, encH, dh}, []int{0, 2, 1, 3})
 	}
-	q := heads(refLinear(p[0], rows, p[1], []int{encD, encD}, p[2]))
-	k := heads(refLinear(p[0], rows, p[3], []int{encD, encD}, p[4]))
-	v := heads(refLinear(p[0], rows, p[5], []int{encD, encD}, p[6]))
+	q := heads(ref.Linear(p[0], p[1], p[2], encD, encD))
+	k := heads(ref.Linear(p[0], p[3], p[4], encD, encD))
+	v := heads(ref.Linear(p[0], p[5], p[6], encD, encD))
 	s := []int{encB, encH, encT, dh}
 	a := refAttention(q, k, v, mask, s, s, s, false, 0)
 	a = refPermute(a, s, []int{0, 2, 1, 3})
-	o := refLinear(a, rows, p[7], []int{encD, encD}, p[8])
-	h := refLayerNorm(refAdd(p[0], o), p[9], p[10], encEps)
-	f := refLinear(h, rows, p[11], []int{encFF, encD}, p[12])
+	o := ref.Linear(a, p[7], p[8], encD, encD)
+	h := ref.LayerNorm(ref.Add(p[0], o), p[9], p[10], encEps)
+	f := ref.Linear(h, p[11], p[12], encD, encFF)
 	f = refMap(f, func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) })
-	f = refLinear(f, []int{encB * encT, encFF}, p[13], []int{encD, encFF}, p[14])
-	return refLayerNorm(refAdd(h, f), p[15], p[16], encEps)
+	f = ref.Linear(f, p[13], p[14], encFF, encD)
+	return ref.LayerNorm(ref.Add(h, f), p[15], p[16], encEps)
 }
 
 // applyEncoder runs the layer on dev from gpuhost ops.
@@ -120,7 +120,7 @@ func TestTransformerEncoderGradients(t *testing.T) {
 			if err != nil {
 				t.Fatalf("encoder: %v", err)
 			}
-			if e := relErr(mustFloats(t, d.dev, out), refEncoder(in, maskV)); e > 1e-5 {
+			if e := ref.RelErr(mustFloats(t, d.dev, out), refEncoder(in, maskV)); e > 1e-5 {
 				t.Errorf("forward relative error %.3g > 1e-5", e)
 			}
 			r := randVals(rng, out.Len(), -1, 1)
@@ -128,19 +128,19 @@ func TestTransformerEncoderGradients(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Backward: %v", err)
 			}
-			fd := finiteDiff(in, func(x [][]float64) float64 { return dot(refEncoder(x, maskV), r) })
+			fd := finiteDiff(in, func(x [][]float64) float64 { return ref.Dot(refEncoder(x, maskV), r) })
 			for i, g := range grads {
 				got := mustFloats(t, d.dev, g)
 				if i == 4 {
 					// Softmax ignores what bk adds to every score of a
 					// row (q·bk), so its true gradient is zero; check
 					// that it is zero up to rounding.
-					if e := relErr(got, make([]float64, len(got))); e > 1e-5 || norm(fd[i]) > 1e-6 {
+					if e := ref.RelErr(got, make([]float64, len(got))); e > 1e-5 || norm(fd[i]) > 1e-6 {
 						t.Errorf("grad bk: norm %.3g (finite differences %.3g), want about 0", e, norm(fd[i]))
 					}
 					continue
 				}
-				if e := relErr(got, fd[i]); e > 1e-3 {
+				if e := ref.RelErr(got, fd[i]); e > 1e-3 {
 					t.Errorf("grad %s: relative error %.3g > 1e-3", encNames[i], e)
 				}
 			}
@@ -149,5 +149,5 @@ func TestTransformerEncoderGradients(t *testing.T) {
 }
 
 func norm(v []float64) float64 {
-	return math.Sqrt(dot(v, v))
+	return math.Sqrt(ref.Dot(v, v))
 }

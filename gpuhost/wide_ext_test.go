@@ -11,6 +11,7 @@ import (
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // wideCase is an op on shapes past the edges of a GPU kernel's layout,
@@ -107,22 +108,22 @@ func runWide(t *testing.T, dev gpuhost.Device, c wideCase, seed uint64) ([]float
 // checks against float64 references.
 func TestDevicesAgreeOnWideShapes(t *testing.T) {
 	t.Parallel()
-	ref := gpuhost.NewCPU(1)
+	base := gpuhost.NewCPU(1)
 	for i, c := range wideCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			wantOut, wantGrads := runWide(t, ref, c, uint64(i))
+			wantOut, wantGrads := runWide(t, base, c, uint64(i))
 			for _, d := range devices() {
 				if d.name == "cpu-1" {
 					continue
 				}
 				got, grads := runWide(t, d.dev, c, uint64(i))
 				// !(e <= tol) fails a NaN too: an element never written.
-				if e := relErr(got, f64(wantOut)); !(e <= 1e-5) {
+				if e := ref.RelErr(got, f64(wantOut)); !(e <= 1e-5) {
 					t.Errorf("%s: forward relative error %.3g > 1e-5", d.name, e)
 				}
 				for j, g := range grads {
-					if e := relErr(g, f64(wantGrads[j])); !(e <= 1e-4) {
+					if e := ref.RelErr(g, f64(wantGrads[j])); !(e <= 1e-4) {
 						t.Errorf("%s: grad %d: relative error %.3g > 1e-4", d.name, j, e)
 					}
 				}

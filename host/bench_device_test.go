@@ -9,6 +9,7 @@ import (
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/internal/benchenv"
 )
 
 // The device benchmark's settings; the device check
@@ -34,6 +35,9 @@ func BenchmarkDeviceFFN(b *testing.B) {
 	h, rows := *benchHidden, *benchBatch
 	srv := startTestServer(b,
 		WithDevice(*benchDevice),
+		// The device check points the binary to cuBLAS through the
+		// environment; the host reads none.
+		WithDeviceOptions(gpuhost.WithCUBLAS(benchenv.CUBLASPaths()...)),
 		WithExperts(ExpertConfig{UID: "ffn.bench", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": int64(h)}}),
 		WithOptimizer(OptimizerConfig{Name: "adam"}),
 		WithBatching(BatchLimits{MaxBatchSize: rows, QueueSize: 4}),

@@ -35,6 +35,14 @@ func WithDevice(spec string) Option {
 	return optionFunc(func(c *config) { c.device = spec })
 }
 
+// WithDeviceOptions adds options to every device the server opens, after
+// its own (the memory ceiling and the server's logger): a GEMM path, where
+// cuBLAS is, an emulator's GPUs. gpuhost reads no environment, so that
+// tests, benchmarks and cmd/ choose them here. Default: none.
+func WithDeviceOptions(opts ...gpuhost.DeviceOption) Option {
+	return optionFunc(func(c *config) { c.deviceOpts = append(c.deviceOpts, opts...) })
+}
+
 // deviceSpec is a parsed WithDevice spec: no ordinals is the CPU.
 type deviceSpec struct {
 	gpus []int
@@ -88,12 +96,13 @@ func (s *Server) openDevices(limit int64) ([]gpuhost.Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts := append([]gpuhost.DeviceOption{gpuhost.WithLogger(s.cfg.logger)}, s.cfg.deviceOpts...)
 	if len(ds.gpus) == 0 {
-		return []gpuhost.Device{gpuhost.NewCPU(kernelThreads(), gpuhost.WithCeiling(gpuhost.NewCeiling(limit)))}, nil
+		return []gpuhost.Device{gpuhost.NewCPU(kernelThreads(), append([]gpuhost.DeviceOption{gpuhost.WithCeiling(gpuhost.NewCeiling(limit))}, opts...)...)}, nil
 	}
 	var devs []gpuhost.Device
 	for _, n := range ds.gpus {
-		d, err := openCUDA(n)
+		d, err := openCUDA(n, opts...)
 		if err != nil {
 			closeDevices(devs)
 			return nil, err

@@ -8,4 +8,6 @@ import "github.com/moehost/moehost/gpuhost"
 const cudaBuilt = true
 
 // openCUDA opens GPU ordinal (the CPU emulator's device under cudaemu).
-func openCUDA(ordinal int) (gpuhost.Device, error) { return gpuhost.NewCUDA(ordinal) }
+func openCUDA(ordinal int, opts ...gpuhost.DeviceOption) (gpuhost.Device, error) {
+	return gpuhost.NewCUDA(ordinal, opts...)
+}

@@ -10,13 +10,10 @@ import (
 	"testing"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/sdk/client"
 )
-
-// emuDevicesEnv is the emulator's device count variable
-// (gpuhost/internal/cuda.DevicesEnv).
-const emuDevicesEnv = "MOEHOST_CUDAEMU_DEVICES"
 
 // closeTo reports the first element of got that is not within tol of
 // want (relative to max(1, |want|)), or "".
@@ -115,7 +112,6 @@ func TestServeOnEmulatedCUDA(t *testing.T) {
 // only on one device, and a deploy after an undeploy fills the device
 // with fewer experts.
 func TestExpertsRoundRobinOnTwoGPUs(t *testing.T) {
-	t.Setenv(emuDevicesEnv, "2")
 	ctx := context.Background()
 	const h = 8
 	cfg := map[string]int64{"hidden_dim": h}
@@ -127,7 +123,7 @@ func TestExpertsRoundRobinOnTwoGPUs(t *testing.T) {
 	// and the others are deployed below.
 	ref := startTestServer(t, WithExperts(ecs...))
 	ecs, later := ecs[:5], ecs[5:]
-	srv := startTestServer(t, WithExperts(ecs...), WithDevice("cuda:0,1"))
+	srv := startTestServer(t, WithExperts(ecs...), WithDevice("cuda:0,1"), WithDeviceOptions(gpuhost.WithEmulatedGPUs(2, 0)))
 	// Deployments go into the shared data dir's deployments file: take
 	// them out before the server stops, so that no later server restores
 	// them.

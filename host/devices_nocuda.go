@@ -8,4 +8,4 @@ import "github.com/moehost/moehost/gpuhost"
 // refuses CUDA specs, so openCUDA is never reached.
 const cudaBuilt = false
 
-func openCUDA(int) (gpuhost.Device, error) { return nil, errNoCUDA }
+func openCUDA(int, ...gpuhost.DeviceOption) (gpuhost.Device, error) { return nil, errNoCUDA }

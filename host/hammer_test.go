@@ -14,6 +14,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // TestHammerBatching sends hundreds of concurrent Forward requests of
@@ -78,7 +79,7 @@ func TestHammerBatching(t *testing.T) {
 		for k, v := range alone {
 			want[k] = float64(v)
 		}
-		if e := relErr(j.got, want); e > 1e-6 {
+		if e := ref.RelErr(j.got, want); e > 1e-6 {
 			t.Fatalf("request %d (%d rows): batched result differs from running it alone by %.3g", i, len(j.x)/h, e)
 		}
 	}

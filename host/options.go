@@ -66,8 +66,10 @@ type config struct {
 	exclusiveInstances bool
 	dht                *DHTConfig
 	hivemind           *HivemindConfig // WithHivemind (hivemind.go)
-	// device is WithDevice's spec (devices.go).
-	device string
+	// device is WithDevice's spec, and deviceOpts WithDeviceOptions'
+	// (devices.go).
+	device     string
+	deviceOpts []gpuhost.DeviceOption
 }
 
 // BatchLimits configure the batching of one expert's requests; each

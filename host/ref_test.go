@@ -1,6 +1,10 @@
 package host
 
-import "math"
+import (
+	"math"
+
+	"github.com/moehost/moehost/internal/testing/ref"
+)
 
 // ffnRef is hivemind's ffn in float64, written from the definition and
 // independent of gpuhost: LayerNorm(x + W2·gelu_tanh(W1·x + b1) + b2).
@@ -11,21 +15,14 @@ type ffnRef struct {
 	eps            float64
 }
 
-func geluTanh64(x float64) float64 {
-	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
-}
-
 // forward maps x [n,h] to y [n,h].
 func (f *ffnRef) forward(x []float64) []float64 {
-	hid := linear64(x, f.w1, f.b1, f.h, 4*f.h)
-	for i, v := range hid {
-		hid[i] = geluTanh64(v)
-	}
-	z := linear64(hid, f.w2, f.b2, 4*f.h, f.h)
+	hid := ref.GeluTanh(ref.Linear(x, f.w1, f.b1, f.h, 4*f.h))
+	z := ref.Linear(hid, f.w2, f.b2, 4*f.h, f.h)
 	for i := range z {
 		z[i] += x[i]
 	}
-	return layerNorm64(z, f.lnW, f.lnB, f.h, f.eps)
+	return ref.LayerNorm(z, f.lnW, f.lnB, f.eps)
 }
 
 // params returns the reference's parameters in the expert's declaration
@@ -33,25 +30,6 @@ func (f *ffnRef) forward(x []float64) []float64 {
 // layer_norm.weight, layer_norm.bias.
 func (f *ffnRef) params() [][]float64 {
 	return [][]float64{f.w1, f.b1, f.w2, f.b2, f.lnW, f.lnB}
-}
-
-func dot(a, b []float64) float64 {
-	var s float64
-	for i := range a {
-		s += a[i] * b[i]
-	}
-	return s
-}
-
-// relErr returns ‖got−want‖/‖want‖.
-func relErr(got []float32, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - want[i]
-		num += d * d
-		den += want[i] * want[i]
-	}
-	return math.Sqrt(num / den)
 }
 
 // finiteDiff returns the central-difference gradient of loss with respect

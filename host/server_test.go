@@ -26,6 +26,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // trapWasm is an identity expert that traps on a negative first element.
@@ -247,7 +248,7 @@ func TestFFNForwardMatchesReference(t *testing.T) {
 	const batch = 3
 	for _, c := range callers(t) {
 		t.Run(c.name, func(t *testing.T) {
-			ref := reference(t, "ffn.0", bigHidden)
+			model := reference(t, "ffn.0", bigHidden)
 			x := randVec(rng, batch*bigHidden)
 			res, err := c.forward(ctx, &moehostv1.ForwardRequest{Uid: "ffn.0", Inputs: []*moehostv1.Tensor{tensor([]int64{batch, bigHidden}, x)}})
 			if err != nil {
@@ -260,7 +261,7 @@ func TestFFNForwardMatchesReference(t *testing.T) {
 			if got := out.GetShape(); len(got) != 2 || got[0] != batch || got[1] != bigHidden {
 				t.Fatalf("output shape %v, want [%d %d]", got, batch, bigHidden)
 			}
-			if e := relErr(floats(t, out), ref.forward(x)); e > 1e-4 {
+			if e := ref.RelErr(floats(t, out), model.forward(x)); e > 1e-4 {
 				t.Errorf("relative error %.3g > 1e-4", e)
 			} else {
 				t.Logf("relative error %.3g", e)
@@ -275,10 +276,10 @@ func TestFFNBackwardMatchesFiniteDifferences(t *testing.T) {
 	const batch, h = 3, smallHidden
 	for _, c := range callers(t) {
 		t.Run(c.name, func(t *testing.T) {
-			ref := reference(t, "small.0", h)
-			before := ref.params()
+			model := reference(t, "small.0", h)
+			before := model.params()
 			x, r := randVec(rng, batch*h), randVec(rng, batch*h)
-			loss := func() float64 { return dot(ref.forward(x), r) }
+			loss := func() float64 { return ref.Dot(model.forward(x), r) }
 			res, err := c.backward(ctx, &moehostv1.BackwardRequest{
 				Uid:         "small.0",
 				Inputs:      []*moehostv1.Tensor{tensor([]int64{batch, h}, x)},
@@ -290,7 +291,7 @@ func TestFFNBackwardMatchesFiniteDifferences(t *testing.T) {
 			if len(res.GetGradInputs()) != 1 {
 				t.Fatalf("got %d grad_inputs, want 1", len(res.GetGradInputs()))
 			}
-			if e := relErr(floats(t, res.GetGradInputs()[0]), finiteDiff(x, loss)); e > 1e-3 {
+			if e := ref.RelErr(floats(t, res.GetGradInputs()[0]), finiteDiff(x, loss)); e > 1e-3 {
 				t.Errorf("grad x: relative error %.3g > 1e-3", e)
 			}
 			// SGD with lr 1 moved every parameter by exactly -grad, so
@@ -303,7 +304,7 @@ func TestFFNBackwardMatchesFiniteDifferences(t *testing.T) {
 				for j := range p {
 					got[j] = float32((p[j] - after[i][j]) / testLR)
 				}
-				if e := relErr(got, want); e > 1e-3 {
+				if e := ref.RelErr(got, want); e > 1e-3 {
 					t.Errorf("grad %s: relative error %.3g > 1e-3", names[i], e)
 				}
 			}

@@ -15,6 +15,7 @@ import (
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/internal/testing/ref"
 )
 
 // Small configs of the zoo experts, so that finite differences over every
@@ -122,11 +123,11 @@ func (z *zoo) backward(t *testing.T, uid string, inputs []*moehostv1.Tensor, gy 
 func (z *zoo) checkGrads(t *testing.T, uid string, inputs []*moehostv1.Tensor, x []float64, r []float64, outShape []int64, forward func(ps [][]float64) []float64) []*moehostv1.Tensor {
 	t.Helper()
 	names, before := z.params(t, uid)
-	loss := func() float64 { return dot(forward(before), r) }
+	loss := func() float64 { return ref.Dot(forward(before), r) }
 	grads := z.backward(t, uid, inputs, tensor(outShape, r))
 	check := func(what string, got []float32, want []float64) {
 		t.Helper()
-		e := relErr(got, want)
+		e := ref.RelErr(got, want)
 		if e > 1e-3 || math.IsNaN(e) {
 			t.Errorf("grad %s: relative error %.3g > 1e-3", what, e)
 		} else {
@@ -183,7 +184,7 @@ func (z *zoo) detDropout(t *testing.T) {
 	forward := func(ps [][]float64) []float64 { return detDropoutRef(h, x, mask, ps) }
 
 	y := floats(t, z.forward(t, uid, inputs...))
-	if e := relErr(y, forward(ps)); e > 1e-4 || math.IsNaN(e) {
+	if e := ref.RelErr(y, forward(ps)); e > 1e-4 || math.IsNaN(e) {
 		t.Errorf("forward: relative error %.3g > 1e-4", e)
 	} else {
 		t.Logf("forward: relative error %.3g", e)
@@ -244,13 +245,13 @@ func (z *zoo) transformer(t *testing.T) {
 	_, ps := z.params(t, uid)
 
 	y := floats(t, z.forward(t, uid, inputs...))
-	if e := relErr(y, forward(ps)); e > 1e-4 || math.IsNaN(e) {
+	if e := ref.RelErr(y, forward(ps)); e > 1e-4 || math.IsNaN(e) {
 		t.Errorf("forward: relative error %.3g > 1e-4", e)
 	} else {
 		t.Logf("forward: relative error %.3g", e)
 	}
 	// The mask matters: without it the outputs differ.
-	if e := relErr(y, transformerRef(n, seq, h, zooHeads, x, make([]bool, n*seq), ps)); e < 1e-3 {
+	if e := ref.RelErr(y, transformerRef(n, seq, h, zooHeads, x, make([]bool, n*seq), ps)); e < 1e-3 {
 		t.Errorf("forward ignores the key padding mask (relative change %.3g)", e)
 	}
 
@@ -261,43 +262,6 @@ func (z *zoo) transformer(t *testing.T) {
 	}
 }
 
-// linear64 returns x·wᵀ + b for x [n, in], w [out, in], b [out].
-func linear64(x, w, b []float64, in, out int) []float64 {
-	n := len(x) / in
-	y := make([]float64, n*out)
-	for r := 0; r < n; r++ {
-		for j := 0; j < out; j++ {
-			s := b[j]
-			for k := 0; k < in; k++ {
-				s += w[j*in+k] * x[r*in+k]
-			}
-			y[r*out+j] = s
-		}
-	}
-	return y
-}
-
-// layerNorm64 normalises each row of x [n, h] with the biased variance.
-func layerNorm64(x, w, b []float64, h int, eps float64) []float64 {
-	y := make([]float64, len(x))
-	for r := 0; r < len(x)/h; r++ {
-		row := x[r*h : (r+1)*h]
-		var mean, v float64
-		for _, a := range row {
-			mean += a
-		}
-		mean /= float64(h)
-		for _, a := range row {
-			v += (a - mean) * (a - mean)
-		}
-		v /= float64(h)
-		for j, a := range row {
-			y[r*h+j] = (a-mean)/math.Sqrt(v+eps)*w[j] + b[j]
-		}
-	}
-	return y
-}
-
 // detDropoutRef is hivemind's DeterministicDropoutNetwork in training
 // mode: linear_out(relu(linear_in(x·mask/0.8))).
 func detDropoutRef(h int, x, mask []float64, ps [][]float64) []float64 {
@@ -305,11 +269,11 @@ func detDropoutRef(h int, x, mask []float64, ps [][]float64) []float64 {
 	for i := range x {
 		d[i] = x[i] * mask[i] / 0.8
 	}
-	a := linear64(d, ps[0], ps[1], h, 2*h)
+	a := ref.Linear(d, ps[0], ps[1], h, 2*h)
 	for i, v := range a {
 		a[i] = math.Max(v, 0)
 	}
-	return linear64(a, ps[2], ps[3], 2*h, h)
+	return ref.Linear(a, ps[2], ps[3], 2*h, h)
 }
 
 // transformerRef is torch.nn.TransformerEncoderLayer (post-norm, exact
@@ -320,8 +284,8 @@ func transformerRef(n, seq, h, heads int, x []float64, pad []bool, ps [][]float6
 	l1W, l1B, l2W, l2B := ps[4], ps[5], ps[6], ps[7]
 	n1W, n1B, n2W, n2B := ps[8], ps[9], ps[10], ps[11]
 	dh := h / heads
-	qkv := linear64(x, inW, inB, h, 3*h) // [n*seq, 3h]: q | k | v
-	at := make([]float64, n*seq*h)       // heads concatenated, [n*seq, h]
+	qkv := ref.Linear(x, inW, inB, h, 3*h) // [n*seq, 3h]: q | k | v
+	at := make([]float64, n*seq*h)         // heads concatenated, [n*seq, h]
 	scores := make([]float64, seq)
 	for b := 0; b < n; b++ {
 		for hd := 0; hd < heads; hd++ {
@@ -333,7 +297,7 @@ func transformerRef(n, seq, h, heads int, x []float64, pad []bool, ps [][]float6
 						continue
 					}
 					k := qkv[(b*seq+j)*3*h+h+hd*dh:][:dh]
-					scores[j] = dot(q, k) / math.Sqrt(float64(dh))
+					scores[j] = ref.Dot(q, k) / math.Sqrt(float64(dh))
 					mx = math.Max(mx, scores[j])
 				}
 				var sum float64
@@ -356,18 +320,18 @@ func transformerRef(n, seq, h, heads int, x []float64, pad []bool, ps [][]float6
 			}
 		}
 	}
-	sa := linear64(at, outW, outB, h, h)
+	sa := ref.Linear(at, outW, outB, h, h)
 	for i := range sa {
 		sa[i] += x[i]
 	}
-	a := layerNorm64(sa, n1W, n1B, h, 1e-5)
-	f := linear64(a, l1W, l1B, h, 4*h)
+	a := ref.LayerNorm(sa, n1W, n1B, 1e-5)
+	f := ref.Linear(a, l1W, l1B, h, 4*h)
 	for i, v := range f {
 		f[i] = 0.5 * v * (1 + math.Erf(v/math.Sqrt2))
 	}
-	f = linear64(f, l2W, l2B, 4*h, h)
+	f = ref.Linear(f, l2W, l2B, 4*h, h)
 	for i := range f {
 		f[i] += a[i]
 	}
-	return layerNorm64(f, n2W, n2B, h, 1e-5)
+	return ref.LayerNorm(f, n2W, n2B, 1e-5)
 }

@@ -4,7 +4,8 @@
 #
 # Bochs (Debian's build has the EVEX decoder and the corei7_skylake_x
 # model) boots Debian's kernel from a small ISO whose initramfs holds
-# gpuhost/internal/emuinit as /init and gpuhost's test binary. init prints
+# gpuhost/internal/emuinit as /init and the test binaries of gpuhost and
+# gpuhost/internal/cpu (its kernels). init prints
 # the guest's AVX-512 flags, runs the tests with MOEHOST_GEMM=avx512 and
 # prints one line, "AVX512-EMU-RESULT: exit=N avx512f=B ...", then powers
 # off. The script passes only on exit=0 and avx512f=true, and the tests
@@ -67,6 +68,7 @@ rm -rf initramfs iso
 mkdir -p initramfs iso/isolinux
 (cd "$root" && CGO_ENABLED=0 "$GO" build -o "$work/initramfs/init" ./gpuhost/internal/emuinit)
 (cd "$root" && CGO_ENABLED=0 "$GO" test -c -ldflags=-s -o "$work/initramfs/gpuhost.test" ./gpuhost/)
+(cd "$root" && CGO_ENABLED=0 "$GO" test -c -ldflags=-s -o "$work/initramfs/cpu.test" ./gpuhost/internal/cpu/)
 # -test.short: the largest products of TestGemmMatchesNaive take minutes
 # each in the emulator, and every path runs every shape.
 printf '%s\n' -test.v -test.short -test.count=1 "-test.run=$run" ${skip:+"-test.skip=$skip"} >initramfs/emu-args

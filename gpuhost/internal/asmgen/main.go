@@ -1,14 +1,15 @@
 //go:build ignore
 
-// Command asmgen writes gpuhost/gemm_amd64.s: the GEMM micro-kernels
+// Command asmgen writes gpuhost/internal/cpu/gemm_amd64.s: the GEMM micro-kernels
 // (AVX2/FMA 6×16, AVX-512F 14×32) and their edge kernels for the last
 // rows of m, the B packing they share, the 6- and 14-row A packings, the B
 // prefetch, the few-row dot kernels (AVX2 and AVX-512F) and the FMA loop
 // of the kernel table.
 // The kernels are straight-line code unrolled by hand, so a small
-// generator keeps the repetition free of typos. From gpuhost/:
+// generator keeps the repetition free of typos. From gpuhost/internal/cpu
+// (go generate ./gpuhost/internal/cpu/ runs it):
 //
-//	go run internal/asmgen/main.go > gemm_amd64.s
+//	go run ../asmgen/main.go > gemm_amd64.s
 package main
 
 import (

@@ -25,6 +25,23 @@ import (
 	"unsafe"
 )
 
+// Config is what Open takes from gpuhost's device options: this package
+// reads no environment variable. Its zero value is the defaults.
+type Config struct {
+	// Cublas lists cuBLAS files, or directories that hold one of its
+	// sonames, to try before the loader's own search (the real backend;
+	// the first Open of a process loads the library for every later one).
+	Cublas []string
+	// EmuDevices is how many devices the emulator has (0: 1).
+	EmuDevices int
+	// EmuMem is each emulated device's memory in bytes (0: DefaultEmuMem).
+	EmuMem int64
+}
+
+// DefaultEmuMem is the emulated device's memory without Config.EmuMem:
+// 4 GiB.
+const DefaultEmuMem = 4 << 30
+
 // Ptr is a device address. 0 is no memory.
 type Ptr uintptr
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/moehost/moehost/internal/benchenv"
 )
 
 // These tests hold either backend to the driver's contract: on the
@@ -20,7 +22,9 @@ import (
 
 func openT(t testing.TB) *Context {
 	t.Helper()
-	c, err := Open(0)
+	// The device check points the binary to cuBLAS through the
+	// environment; this package reads none.
+	c, err := Open(0, Config{Cublas: benchenv.CUBLASPaths()})
 	if err != nil {
 		t.Fatal(err)
 	}

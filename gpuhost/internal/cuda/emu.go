@@ -17,8 +17,6 @@ import "C"
 import (
 	"embed"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -34,18 +32,6 @@ import (
 //go:embed kernels/*.cu kernels/*.cuh
 var kernelSources embed.FS
 
-// MemEnv names the environment variable that sets the emulated device's
-// memory in bytes (default DefaultEmuMem), so that out-of-memory is
-// testable.
-const MemEnv = "MOEHOST_CUDAEMU_MEM"
-
-// DevicesEnv names the environment variable that sets how many emulated
-// devices DeviceCount reports (default 1).
-const DevicesEnv = "MOEHOST_CUDAEMU_DEVICES"
-
-// DefaultEmuMem is the emulated device's memory without MemEnv: 4 GiB.
-const DefaultEmuMem = 4 << 30
-
 // Context is one emulated device: its memory is C heap memory, and it
 // runs one call at a time, in order, as one CUDA stream does.
 type Context struct {
@@ -58,35 +44,24 @@ type Context struct {
 	closed bool
 }
 
-// DeviceCount returns the number of emulated devices: DevicesEnv, or 1.
-func DeviceCount() (int, error) {
-	s := os.Getenv(DevicesEnv)
-	if s == "" {
-		return 1, nil
+// deviceCount returns the number of emulated devices: cfg.EmuDevices, or 1.
+func deviceCount(cfg Config) int {
+	if cfg.EmuDevices > 0 {
+		return cfg.EmuDevices
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("cuda emulator: %s=%q is not a device count", DevicesEnv, s)
-	}
-	return n, nil
+	return 1
 }
 
-// Open returns a context on emulated device ordinal, with MemEnv bytes
-// of memory.
-func Open(ordinal int) (*Context, error) {
-	n, err := DeviceCount()
-	if err != nil {
-		return nil, err
-	}
+// Open returns a context on emulated device ordinal, with cfg.EmuMem
+// bytes of memory.
+func Open(ordinal int, cfg Config) (*Context, error) {
+	n := deviceCount(cfg)
 	if ordinal < 0 || ordinal >= n {
 		return nil, fmt.Errorf("cuda emulator: no device %d (%d present)", ordinal, n)
 	}
 	limit := int64(DefaultEmuMem)
-	if s := os.Getenv(MemEnv); s != "" {
-		limit, err = strconv.ParseInt(s, 10, 64)
-		if err != nil || limit <= 0 {
-			return nil, fmt.Errorf("cuda emulator: %s=%q is not a byte count", MemEnv, s)
-		}
+	if cfg.EmuMem > 0 {
+		limit = cfg.EmuMem
 	}
 	return &Context{ordinal: ordinal, limit: limit, allocs: map[Ptr]int64{}}, nil
 }

@@ -9,7 +9,7 @@ import "testing"
 // same over one block that strides, to separate fiber switches from
 // the loop.
 func BenchmarkEmuLaunch(b *testing.B) {
-	c, err := Open(0)
+	c, err := Open(0, Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

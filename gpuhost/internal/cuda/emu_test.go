@@ -13,9 +13,9 @@ import (
 	"unsafe"
 )
 
-func openEmu(t *testing.T) *Context {
+func openEmu(t *testing.T, cfg Config) *Context {
 	t.Helper()
-	c, err := Open(0)
+	c, err := Open(0, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func download(t *testing.T, c *Context, p Ptr, n int) []float32 {
 }
 
 func TestEmuFill(t *testing.T) {
-	c := openEmu(t)
+	c := openEmu(t, Config{})
 	const n = 10000
 	p := upload(t, c, make([]float32, n+1))
 	// A grid smaller than n: the grid-stride loop must cover the rest,
@@ -79,7 +79,7 @@ func blockSums(in []float32, block int) []float32 {
 }
 
 func TestEmuBarriers(t *testing.T) {
-	c := openEmu(t)
+	c := openEmu(t, Config{})
 	for _, block := range []int{32, 256, 1024} {
 		const blocks = 5
 		in := make([]float32, blocks*block)
@@ -110,7 +110,7 @@ func TestEmuBarriers(t *testing.T) {
 // TestEmuBlockOrder checks that blocks do not run in index order, so that
 // a kernel that needs block 0 to run first fails here as it may on a GPU.
 func TestEmuBlockOrder(t *testing.T) {
-	c := openEmu(t)
+	c := openEmu(t, Config{})
 	p, err := c.Alloc(4)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestEmuBlockOrder(t *testing.T) {
 }
 
 func TestEmuIndicesAndArgs(t *testing.T) {
-	c := openEmu(t)
+	c := openEmu(t, Config{})
 	grid, block := Dim3{3, 2, 2}, Dim3{4, 3, 2}
 	n := 3 * 2 * 2 * 4 * 3 * 2
 	p, err := c.Alloc(int64(4 * n))
@@ -176,7 +176,7 @@ func TestEmuIndicesAndArgs(t *testing.T) {
 // pointer outside every allocation is refused before the launch, and a
 // kernel that writes past the end of a buffer fails the launch.
 func TestEmuBounds(t *testing.T) {
-	c := openEmu(t)
+	c := openEmu(t, Config{})
 	p, err := c.Alloc(64)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestEmuBounds(t *testing.T) {
 }
 
 func TestEmuDynamicShared(t *testing.T) {
-	c := openEmu(t)
+	c := openEmu(t, Config{})
 	const blocks, block = 3, 64
 	in := make([]float32, blocks*block)
 	for i := range in {
@@ -220,7 +220,7 @@ func TestEmuDynamicShared(t *testing.T) {
 }
 
 func TestEmuSgemm(t *testing.T) {
-	c := openEmu(t)
+	c := openEmu(t, Config{})
 	const m, n, k, batch = 3, 4, 5, 2
 	a := make([]float32, batch*m*k)
 	b := make([]float32, k*n)
@@ -279,8 +279,7 @@ func TestEmuSgemm(t *testing.T) {
 }
 
 func TestEmuMemory(t *testing.T) {
-	t.Setenv(MemEnv, "4096")
-	c := openEmu(t)
+	c := openEmu(t, Config{EmuMem: 4096})
 	p, err := c.Alloc(3000)
 	if err != nil {
 		t.Fatal(err)
@@ -340,5 +339,32 @@ func TestEmuRegistersEveryKernel(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("found no kernels in the sources")
+	}
+}
+
+// TestEmuDevices checks Config.EmuDevices: ordinals below it open, and
+// one past it, or any past the default of one device, is refused.
+func TestEmuDevices(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		devices int
+		ordinal int
+		ok      bool
+	}{
+		{name: "default", ordinal: 0, ok: true},
+		{name: "default, second", ordinal: 1},
+		{name: "two, second", devices: 2, ordinal: 1, ok: true},
+		{name: "two, third", devices: 2, ordinal: 2},
+		{name: "negative", devices: 2, ordinal: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Open(tc.ordinal, Config{EmuDevices: tc.devices})
+			if (err == nil) != tc.ok {
+				t.Fatalf("Open(%d) of %d devices: err = %v, want success %t", tc.ordinal, tc.devices, err, tc.ok)
+			}
+			if c != nil {
+				c.Close()
+			}
+		})
 	}
 }

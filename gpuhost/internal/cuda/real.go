@@ -54,8 +54,8 @@ func DeviceCount() (int, error) {
 // Open retains GPU ordinal's primary context (the one cuBLAS and other
 // runtime-API users share), makes a stream, loads the embedded PTX and
 // creates a cuBLAS handle on the stream with fp32 math that never uses
-// TF32.
-func Open(ordinal int) (*Context, error) {
+// TF32. cuBLAS is loaded from cfg.Cublas, or found by the loader.
+func Open(ordinal int, cfg Config) (*Context, error) {
 	n, err := DeviceCount()
 	if err != nil {
 		return nil, err
@@ -63,7 +63,7 @@ func Open(ordinal int) (*Context, error) {
 	if ordinal < 0 || ordinal >= n {
 		return nil, fmt.Errorf("cuda: no device %d (the driver sees %d)", ordinal, n)
 	}
-	lib, err := loadCublas()
+	lib, err := loadCublas(cfg.Cublas)
 	if err != nil {
 		return nil, err
 	}

@@ -117,30 +117,30 @@ var (
 	cublasErr    error
 )
 
-// cublasCandidates lists what loadCublas tries: $MOEHOST_CUBLAS (a path),
-// then each soname in $CUDA_HOME/lib64 and $CUDA_PATH/lib64 and then
-// through the loader's own search (LD_LIBRARY_PATH, the ld.so cache).
-func cublasCandidates() []string {
+// cublasCandidates lists what loadCublas tries: each of paths, a
+// directory standing for each soname in it; then each soname through the
+// loader's own search (LD_LIBRARY_PATH, the ld.so cache).
+func cublasCandidates(paths []string) []string {
 	var out []string
-	if p := os.Getenv("MOEHOST_CUBLAS"); p != "" {
-		out = append(out, p)
-	}
-	for _, env := range []string{"CUDA_HOME", "CUDA_PATH"} {
-		if dir := os.Getenv(env); dir != "" {
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 			for _, s := range cublasSonames {
-				out = append(out, filepath.Join(dir, "lib64", s))
+				out = append(out, filepath.Join(p, s))
 			}
+			continue
 		}
+		out = append(out, p)
 	}
 	return append(out, cublasSonames...)
 }
 
-// loadCublas loads cuBLAS once per process.
-func loadCublas() (*cublasLib, error) {
+// loadCublas loads cuBLAS once per process, from the first of paths
+// (cublasCandidates) that loads: a later call's paths are not looked at.
+func loadCublas(paths []string) (*cublasLib, error) {
 	cublasOnce.Do(func() {
 		t := (*C.moe_cublas)(C.calloc(1, C.size_t(unsafe.Sizeof(C.moe_cublas{}))))
 		var tried []string
-		for _, cand := range cublasCandidates() {
+		for _, cand := range cublasCandidates(paths) {
 			if strings.Contains(cand, "/") {
 				// cuBLAS needs cublasLt from its own directory, which
 				// the loader may not search: load it first, globally.

@@ -2,13 +2,13 @@
 
 // Command emuinit is the /init of the initramfs that scripts/avx512-emu.sh
 // boots in an emulated AVX-512 CPU (Bochs): it shows what the guest CPU
-// offers, runs gpuhost's test binary on the AVX-512 GEMM path, prints one
+// offers, runs gpuhost's test binaries on the AVX-512 GEMM path, prints one
 // marker line with the outcome and powers the machine off. The script
 // judges the run by that line alone, so that a guest that hangs, panics or
 // lacks AVX-512 can never pass.
 //
-// The initramfs holds /init (this), /gpuhost.test and /emu-args: the test
-// binary's arguments, one a line.
+// The initramfs holds /init (this), the test binaries (testBinaries) and
+// /emu-args: their arguments, one a line.
 package main
 
 import (
@@ -26,6 +26,10 @@ import (
 // Marker starts the line that reports the outcome; scripts/avx512-emu.sh
 // matches it.
 const marker = "AVX512-EMU-RESULT"
+
+// testBinaries are run in turn with the same arguments: the device's
+// tests (gpuhost) and its kernels' (gpuhost/internal/cpu).
+var testBinaries = []string{"/gpuhost.test", "/cpu.test"}
 
 func main() {
 	// The kernel gives an initramfs /init no console when the archive
@@ -72,19 +76,24 @@ func run() (int, string) {
 	if err != nil {
 		return 3, err.Error()
 	}
-	fmt.Printf("emuinit: /gpuhost.test %s\n", strings.Join(args, " "))
-	cmd := exec.Command("/gpuhost.test", args...)
-	cmd.Dir = "/tmp"
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "HOME=/tmp", "TMPDIR=/tmp", "MOEHOST_GEMM=avx512")
 	start := time.Now()
-	err = cmd.Run()
+	for _, bin := range testBinaries {
+		fmt.Printf("emuinit: %s %s\n", bin, strings.Join(args, " "))
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = "/tmp"
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.Env = append(os.Environ(), "HOME=/tmp", "TMPDIR=/tmp", "MOEHOST_GEMM=avx512")
+		err = cmd.Run()
+		took := fmt.Sprintf("tests took %s (guest clock)", time.Since(start).Round(time.Second))
+		switch {
+		case err != nil && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() > 0:
+			return cmd.ProcessState.ExitCode(), fmt.Sprintf("%s failed; %s", bin, took)
+		case err != nil:
+			return 4, fmt.Sprintf("%s: %v; %s", bin, err, took)
+		}
+	}
 	took := fmt.Sprintf("tests took %s (guest clock)", time.Since(start).Round(time.Second))
 	switch {
-	case err != nil && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() > 0:
-		return cmd.ProcessState.ExitCode(), took
-	case err != nil:
-		return 4, fmt.Sprintf("%v; %s", err, took)
 	case !cpu.X86.HasAVX512F:
 		// The tests ran anyway, so that a run shows what they do on a
 		// CPU without AVX-512 (TestGemmPathFromEnv fails them).

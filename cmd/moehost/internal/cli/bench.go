@@ -305,7 +305,7 @@ func benchMode(ctx context.Context, uids []string, dataDir string, src host.Modu
 	for i, uid := range uids {
 		experts[i] = host.ExpertConfig{UID: uid, Module: src, Config: map[string]int64{"hidden_dim": hidden}}
 	}
-	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(dataDir), host.WithExperts(experts...), host.WithBatching(lim))
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(dataDir), host.WithExperts(experts...), host.WithBatching(lim), deviceEnv())
 	if err != nil {
 		return loadgen.Result{}, err
 	}

@@ -22,12 +22,10 @@ import (
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
 	"github.com/moehost/moehost/host"
-	"github.com/moehost/moehost/internal/benchenv"
 )
 
 // benchMemoryCmd is `moehost bench-memory`: RSS and throughput of `moehost
-// serve` under mixed batch sizes, with the size-class pool and with the
-// exact-length pool it replaced, in one run.
+// serve` under mixed batch sizes, against the analytic floor.
 func benchMemoryCmd(stdout io.Writer) *cobra.Command {
 	var (
 		pattern, dataDir          string
@@ -38,16 +36,13 @@ func benchMemoryCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench-memory",
 		Short: "Measure RSS and throughput of `moehost serve` under mixed batch sizes",
-		Long: `Start two ` + "`moehost serve`" + ` processes with their defaults (4 ffn experts at
-hidden_dim 1024), one with the size-class pool and one with the exact-length
-pool that moehost had before (selected by ` + benchenv.ExactPool + `=1, for
-benchmarks only), and load them in turn with --clients clients sending
---min-rows to --max-rows rows per request over Connect (binary protobuf),
-checking every response: --duration of Forward, then --duration of
-Forward+Backward (Adam). The load alternates between the two servers every
---stretch, so that both see the same machine. RSS is sampled from /proc
-every 50 ms. The analytic floor is parameters + optimizer state + the
-largest batch's activations.`,
+		Long: `Start a ` + "`moehost serve`" + ` process with its defaults (4 ffn experts at
+hidden_dim 1024) and load it with --clients clients sending --min-rows to
+--max-rows rows per request over Connect (binary protobuf), checking every
+response: --duration of Forward, then --duration of Forward+Backward (Adam),
+in stretches of --stretch. RSS is sampled from /proc every 50 ms. The
+analytic floor is parameters + optimizer state + the largest batch's
+activations.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBenchMemory(cmd.Context(), stdout, benchMemConfig{
@@ -64,7 +59,7 @@ largest batch's activations.`,
 	f.IntVar(&minRows, "min-rows", 1, "fewest rows per request")
 	f.IntVar(&maxRows, "max-rows", 64, "most rows per request")
 	f.DurationVar(&duration, "duration", 90*time.Second, "load per phase and server")
-	f.DurationVar(&stretch, "stretch", 30*time.Second, "how long one server is loaded before the other's turn")
+	f.DurationVar(&stretch, "stretch", 30*time.Second, "how long one stretch of load runs")
 	return cmd
 }
 
@@ -103,24 +98,22 @@ func runBenchMemory(ctx context.Context, w io.Writer, cfg benchMemConfig) error 
 	if err != nil {
 		return err
 	}
-	servers := []*memServer{{name: "size classes"}, {name: "exact length (before)"}}
+	// One server: the exact-length pool it was once compared against
+	// is retired (RATIONALE.md, gpuhost).
+	servers := []*memServer{{name: "size classes"}}
 	defer func() {
 		for _, s := range servers {
 			s.stop()
 		}
 	}()
-	for i, s := range servers {
-		env := []string{benchenv.ExactPool + "=0"}
-		if i == 1 {
-			env = []string{benchenv.ExactPool + "=1"}
-		}
-		if err := s.start(ctx, exe, env, cfg); err != nil {
+	for _, s := range servers {
+		if err := s.start(ctx, exe, cfg); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
 	fmt.Fprintf(w, "%d clients, %d–%d rows per request, experts %s (hidden_dim %d), Connect binary protobuf, every response checked\n",
 		cfg.clients, cfg.minRows, cfg.maxRows, cfg.pattern, cfg.hidden)
-	fmt.Fprintf(w, "RSS at start: %s %d MB, %s %d MB\n\n", servers[0].name, servers[0].rss.now()>>20, servers[1].name, servers[1].rss.now()>>20)
+	fmt.Fprintf(w, "RSS at start: %d MB\n\n", servers[0].rss.now()>>20)
 
 	params := int64(len(uids)) * int64(4*(2*4*cfg.hidden*cfg.hidden+4*cfg.hidden+3*cfg.hidden))
 	batch := int64(min(cfg.clients*cfg.maxRows, 1024)) // the default --max-batch-size
@@ -189,10 +182,6 @@ func runBenchMemory(ctx context.Context, w io.Writer, cfg benchMemConfig) error 
 				fmt.Fprintf(os.Stderr, "%s, %s: first error: %v\n", ph.name, s.name, r.res.FirstError)
 			}
 		}
-		if base := results[1].res.RowsPerSecond(); base > 0 {
-			fmt.Fprintf(w, "| %s | ratio | %.3f | %.2f | | | | | | | |\n", ph.name, results[0].res.RowsPerSecond()/base,
-				float64(results[0].peak)/float64(max(results[1].peak, 1)))
-		}
 	}
 	fmt.Fprintf(w, "\nfloor: parameters %d MB (+ Adam's 2× and the parameters' gradients in Forward+Backward) + the activations of a %d-row batch (%d MB forward, twice that with backward)\n",
 		params>>20, batch, act>>20)
@@ -201,7 +190,7 @@ func runBenchMemory(ctx context.Context, w io.Writer, cfg benchMemConfig) error 
 
 // start runs `moehost serve` with the defaults on a free port and waits
 // until it answers.
-func (s *memServer) start(ctx context.Context, exe string, env []string, cfg benchMemConfig) error {
+func (s *memServer) start(ctx context.Context, exe string, cfg benchMemConfig) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -210,7 +199,6 @@ func (s *memServer) start(ctx context.Context, exe string, env []string, cfg ben
 	ln.Close()
 	s.cmd = exec.CommandContext(ctx, exe, "serve", "--listen", s.addr, "--data-dir", cfg.dataDir,
 		"--experts", cfg.pattern, "--hidden-dim", strconv.Itoa(cfg.hidden), "--log-level", "warn")
-	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stderr = os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		return err

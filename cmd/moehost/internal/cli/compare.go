@@ -13,6 +13,7 @@ import (
 
 	"github.com/moehost/moehost/cmd/moehost/internal/compare"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/host"
 )
 
 // compareFlags are the flags of `moehost bench --compare`.
@@ -51,7 +52,7 @@ func runCompare(ctx context.Context, stdout io.Writer, c compareFlags, dataDir s
 	res, err := compare.Run(ctx, compare.Config{
 		Module: wasmexperts.FFN, Hidden: hidden, Batch: c.batch, Threads: c.threads,
 		Rounds: c.rounds, Measure: c.seconds, Python: c.python, Script: c.script, DataDir: dataDir,
-		MinTorchGFLOPS: c.minTorchGFLOPS,
+		MinTorchGFLOPS: c.minTorchGFLOPS, HostOptions: []host.Option{deviceEnv()},
 	}, stdout)
 	if err != nil {
 		return err

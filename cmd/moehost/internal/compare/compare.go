@@ -52,6 +52,9 @@ type Config struct {
 	// the comparison to run: below it, torch is on the reference BLAS
 	// and the comparison would flatter moehost.
 	MinTorchGFLOPS float64
+	// HostOptions are added to the moehost side's server's (the devices'
+	// options from the environment).
+	HostOptions []host.Option
 }
 
 // Rates are one round's samples/s of a side.
@@ -215,13 +218,13 @@ func (p *inProc) round(ctx context.Context, cfg Config) (Rates, error) {
 // startServer starts a server on loopback with the ffn expert "ffn.0" and
 // Adam, as both moehost sides measure it.
 func startServer(ctx context.Context, cfg Config) (*host.Server, error) {
-	srv, err := host.New(
+	srv, err := host.New(append([]host.Option{
 		host.WithListen("127.0.0.1:*"),
 		host.WithDataDir(cfg.DataDir),
 		host.WithExperts(host.ExpertConfig{UID: "ffn.0", Module: host.ModuleBytes(cfg.Module), Config: map[string]int64{"hidden_dim": int64(cfg.Hidden)}}),
 		host.WithOptimizer(host.OptimizerConfig{Name: "adam"}),
-		host.WithMaxRequestBytes(64<<20),
-	)
+		host.WithMaxRequestBytes(64 << 20),
+	}, cfg.HostOptions...)...)
 	if err != nil {
 		return nil, err
 	}
