@@ -13,6 +13,7 @@ import (
 	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
+	"github.com/moehost/moehost/internal/expertlimits"
 )
 
 // WithExclusiveInstances gives every expert its own Wasm instance, as
@@ -80,6 +81,12 @@ type BatchLimits = batch.Limits
 // GuestLimits bound what each expert's Wasm instances may use. Zero
 // fields take the defaults documented on the fields.
 type GuestLimits = sandbox.Limits
+
+// ExpertLimits bound one expert's calls (ExpertConfig.Limits): its own
+// MemoryPages, CallTimeout, BytesPerCall and ParamBytes, over its owner's
+// GuestLimits. It is the one type of an expert's limits, which the wire's
+// deploy requests and the tenants' caps use too.
+type ExpertLimits = expertlimits.Limits
 
 // ModuleLimits bound what a module may declare, checked before it is
 // compiled; they are GuestLimits' Module. Zero fields take the defaults.

@@ -375,7 +375,7 @@ func (m moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) (
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	own := owner(c)
-	var limits *GuestLimits
+	var limits *ExpertLimits
 	var caps tenant.Caps
 	if !c.Operator {
 		if err := s.tenants.MayDeploy(c.Tenant, d.Experts); err != nil {
@@ -389,18 +389,15 @@ func (m moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) (
 			return nil, err
 		}
 		defer leave()
-		want := tenant.Limits{MemoryPages: int64(d.Limits.MemoryPages), CallTimeout: d.Limits.CallTimeout,
-			BytesPerCall: d.Limits.BytesPerCall, ParamBytes: d.Limits.ParamBytes}
-		if err := caps.CheckLimits(want); err != nil {
+		if err := caps.CheckLimits(d.Limits); err != nil {
 			return nil, err
 		}
 		if err := caps.Admit(tenant.Usage{Experts: int64(s.expertsOf(c.Tenant))}, tenant.Usage{Experts: int64(len(uids))}); err != nil {
 			return nil, err
 		}
 	}
-	if d.Limits != (rpc.ExpertLimits{}) {
-		limits = &GuestLimits{MemoryPages: d.Limits.MemoryPages, CallTimeout: d.Limits.CallTimeout,
-			BytesPerCall: d.Limits.BytesPerCall, ParamBytes: d.Limits.ParamBytes}
+	if !d.Limits.IsZero() {
+		limits = &d.Limits
 	}
 	if !store.Has(own, d.Module) {
 		return nil, m.notYours("module " + d.Module)
@@ -441,7 +438,7 @@ func (m moduleAPI) Deploy(ctx context.Context, c rpc.Caller, d rpc.Deployment) (
 			if left <= 0 {
 				return undo(&tenant.CapError{Cap: "param_bytes", Limit: caps.ParamBytes, Want: caps.ParamBytes - left + 1})
 			}
-			capped := GuestLimits{}
+			capped := ExpertLimits{}
 			if lim != nil {
 				capped = *lim
 			}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/moehost/moehost/internal/expertlimits"
 	"github.com/moehost/moehost/modules"
 )
 
@@ -208,14 +209,10 @@ func (c Caps) Admit(used, add Usage) error {
 	return nil
 }
 
-// Limits are the per-expert limits a deploy request may ask for. Zero
-// fields ask for the tenant's cap.
-type Limits struct {
-	MemoryPages  int64
-	CallTimeout  time.Duration
-	BytesPerCall int64
-	ParamBytes   int64
-}
+// Limits are the per-expert limits a deploy request may ask for
+// (expertlimits', the one type of them). Zero fields ask for the
+// tenant's cap.
+type Limits = expertlimits.Limits
 
 // Clamp returns req with each field at most c's cap, and each zero field
 // set to the cap. Call it on resolved caps (WithDefaults); a zero cap
@@ -226,7 +223,9 @@ func (c Caps) Clamp(req Limits) Limits {
 			*v = limit
 		}
 	}
-	clamp(&req.MemoryPages, c.MemoryPages)
+	pages := int64(req.MemoryPages)
+	clamp(&pages, c.MemoryPages)
+	req.MemoryPages = uint32(min(pages, math.MaxUint32))
 	d := int64(req.CallTimeout)
 	clamp(&d, int64(c.CallTimeout))
 	req.CallTimeout = time.Duration(d)
@@ -243,7 +242,7 @@ func (c Caps) CheckLimits(req Limits) error {
 		name       string
 		want, have int64
 	}{
-		{"memory_pages", req.MemoryPages, c.MemoryPages},
+		{"memory_pages", int64(req.MemoryPages), c.MemoryPages},
 		{"call_timeout", int64(req.CallTimeout), int64(c.CallTimeout)},
 		{"bytes_per_call", req.BytesPerCall, c.BytesPerCall},
 		{"param_bytes", req.ParamBytes, c.ParamBytes},

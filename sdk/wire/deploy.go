@@ -12,6 +12,7 @@ import (
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/internal/batching"
+	"github.com/moehost/moehost/internal/expertlimits"
 )
 
 // ErrInvalidRequest is wrapped by every refusal of DeploymentFromProto,
@@ -125,13 +126,8 @@ func AccessFromProto(a moehostv1.Access, def Access) (Access, error) {
 type BatchLimits = batching.Limits
 
 // ExpertLimits bound one expert's calls; zero fields take the tenant's
-// caps. They are the per-expert subset of the sandbox's limits.
-type ExpertLimits struct {
-	CallTimeout  time.Duration
-	BytesPerCall int64
-	ParamBytes   int64
-	MemoryPages  uint32
-}
+// caps. They are expertlimits', the one type of them.
+type ExpertLimits = expertlimits.Limits
 
 // Deployment is a DeployExpertRequest checked for wire-level sanity
 // (non-negative limits, a well-formed digest, known accesses, finite

@@ -261,24 +261,6 @@ func (l *loader) keep(owner string, wasm []byte, digest string) error {
 	return err
 }
 
-// overrideLimits returns base with the non-zero fields of an expert's
-// own limits.
-func overrideLimits(base, own sandbox.Limits) sandbox.Limits {
-	if own.MemoryPages > 0 {
-		base.MemoryPages = own.MemoryPages
-	}
-	if own.CallTimeout > 0 {
-		base.CallTimeout = own.CallTimeout
-	}
-	if own.BytesPerCall > 0 {
-		base.BytesPerCall = own.BytesPerCall
-	}
-	if own.ParamBytes > 0 {
-		base.ParamBytes = own.ParamBytes
-	}
-	return base
-}
-
 // release drops one user of the compiled module under key, closing it
 // when it is left unused.
 func (l *loader) release(ctx context.Context, key string) error {
@@ -325,7 +307,7 @@ func (r *Registry) load(ctx context.Context, l *loader, ec Spec) (e *Expert, fre
 	}
 	limits := l.limits(ec.Owner)
 	if ec.Limits != nil {
-		limits = overrideLimits(limits, *ec.Limits)
+		limits = limits.WithExpert(*ec.Limits)
 	}
 	// One hash per load: the module cache, the store and the pin all
 	// name the module by it.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/batch"
-	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/internal/atomicfile"
+	"github.com/moehost/moehost/internal/expertlimits"
 	"github.com/moehost/moehost/modules"
 	"github.com/moehost/moehost/sdk/wire"
 )
@@ -45,7 +45,7 @@ type deployment struct {
 	Optimizer      *gpuhost.OptimizerConfig `json:"optimizer,omitempty"`
 	ForwardAccess  Access                   `json:"forward_access,omitempty"`
 	BackwardAccess Access                   `json:"backward_access,omitempty"`
-	Limits         *sandbox.Limits          `json:"limits,omitempty"`
+	Limits         *expertlimits.Limits     `json:"limits,omitempty"`
 }
 
 func (d deployment) expertConfig() Spec {

@@ -11,7 +11,7 @@ import (
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/internal/batch"
-	"github.com/moehost/moehost/host/internal/sandbox"
+	"github.com/moehost/moehost/internal/expertlimits"
 	"github.com/moehost/moehost/modules"
 	"github.com/moehost/moehost/sdk/swarm"
 )
@@ -41,7 +41,7 @@ type Spec struct {
 	// Limits overrides the non-zero fields among MemoryPages,
 	// CallTimeout, BytesPerCall and ParamBytes of its owner's limits for
 	// this expert (which then gets a runtime of its own).
-	Limits *sandbox.Limits
+	Limits *expertlimits.Limits
 }
 
 // ModuleSource is where a module's bytes come from. Every module a server

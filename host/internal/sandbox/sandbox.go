@@ -22,6 +22,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/internal/expertlimits"
 )
 
 // Errors returned by the sandbox. Callers branch on them with errors.Is.
@@ -97,6 +98,20 @@ type Limits struct {
 	MaxParams int
 	// Module bounds what a module may declare (see ModuleLimits).
 	Module ModuleLimits
+}
+
+// Expert returns the per-expert part of l: what one expert's own limits
+// may set (expertlimits.Limits, the one type of them).
+func (l Limits) Expert() expertlimits.Limits {
+	return expertlimits.Limits{MemoryPages: l.MemoryPages, CallTimeout: l.CallTimeout, BytesPerCall: l.BytesPerCall, ParamBytes: l.ParamBytes}
+}
+
+// WithExpert returns l with an expert's own limits' non-zero fields in
+// place of its own.
+func (l Limits) WithExpert(own expertlimits.Limits) Limits {
+	e := own.Over(l.Expert())
+	l.MemoryPages, l.CallTimeout, l.BytesPerCall, l.ParamBytes = e.MemoryPages, e.CallTimeout, e.BytesPerCall, e.ParamBytes
+	return l
 }
 
 // WithDefaults returns l with its zero fields set to their defaults.
