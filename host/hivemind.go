@@ -53,7 +53,7 @@ func (c *config) validateHivemind() error {
 		return nil
 	}
 	for _, e := range c.experts {
-		if err := hivemind.CheckUID(e.UID); err != nil {
+		if err := hivemind.CheckGridUID(e.UID); err != nil {
 			return fmt.Errorf("moehost: --hivemind: %w", err)
 		}
 	}
@@ -119,7 +119,7 @@ func (h hivemindExperts) HivemindUIDs() []string {
 	var out []string
 	for _, e := range h.reg.All() {
 		uid := e.UID()
-		if _, err := h.public(uid); err == nil && hivemind.CheckUID(uid) == nil {
+		if _, err := h.public(uid); err == nil && hivemind.CheckGridUID(uid) == nil {
 			out = append(out, uid)
 		}
 	}

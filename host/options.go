@@ -14,6 +14,7 @@ import (
 	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/internal/expertlimits"
+	"github.com/moehost/moehost/sdk/swarm"
 )
 
 // WithExclusiveInstances gives every expert its own Wasm instance, as
@@ -317,12 +318,13 @@ const (
 	AccessTenants = experts.AccessTenants
 )
 
-// MaxUIDBytes bounds a uid (and a pattern).
-const MaxUIDBytes = experts.MaxUIDBytes
+// MaxUIDBytes bounds a uid (and a pattern): the swarm's MaxNameLen.
+const MaxUIDBytes = swarm.MaxNameLen
 
-// CheckUID returns an error unless uid is a uid ExpandPattern could give:
-// dot-separated parts of A-Z, a-z, 0-9, '-' and '_'.
-func CheckUID(uid string) error { return experts.CheckUID(uid) }
+// CheckUID returns an error unless uid follows the one uid grammar, the
+// swarm's (swarm.CheckUID): dot-separated parts of A-Z, a-z, 0-9, '-' and
+// '_', names then grid coordinates, so that the swarm can find it.
+func CheckUID(uid string) error { return swarm.CheckUID(uid) }
 
 // ExpandPattern expands hivemind's expert_pattern syntax ("ffn.[0:4]",
 // "ffn.[0:2].[0:3]") into uids, in order.

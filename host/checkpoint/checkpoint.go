@@ -126,8 +126,9 @@ func Open(dir string, keep int) (*Store, error) {
 	return &Store{dir: dir, keep: keep}, nil
 }
 
-// CheckUID refuses a uid that cannot be a directory name of its own.
-func CheckUID(uid string) error {
+// CheckDirName refuses a uid that cannot be a directory name of its own:
+// the checkpoint store's own check, beside the one uid grammar.
+func CheckDirName(uid string) error {
 	// maxUIDBytes is NAME_MAX of common file systems (ext4, xfs, tmpfs).
 	const maxUIDBytes = 255
 	if uid == "" || uid == "." || uid == ".." || strings.HasPrefix(uid, ".") || strings.ContainsAny(uid, `/\`+"\x00") {
@@ -150,7 +151,7 @@ func (s *Store) paths(uid string, step int64) (params, optim string) {
 // Save writes c atomically, the optimizer file first, then prunes the
 // expert's older checkpoints beyond the store's keep.
 func (s *Store) Save(c *Checkpoint) error {
-	if err := CheckUID(c.UID); err != nil {
+	if err := CheckDirName(c.UID); err != nil {
 		return err
 	}
 	md, err := c.Meta.encode()
@@ -236,7 +237,7 @@ func (s *Store) prune(uid string) error {
 
 // List returns the expert's checkpoints, newest first.
 func (s *Store) List(uid string) ([]Info, error) {
-	if err := CheckUID(uid); err != nil {
+	if err := CheckDirName(uid); err != nil {
 		return nil, err
 	}
 	steps, err := s.steps(uid)
@@ -292,7 +293,7 @@ type Lazy struct {
 // every header and the optimizer's file, but leaves the parameters'
 // values in their file. maxBytes is as for Load.
 func (s *Store) Open(uid string, step int64, maxBytes int64) (*Lazy, error) {
-	if err := CheckUID(uid); err != nil {
+	if err := CheckDirName(uid); err != nil {
 		return nil, err
 	}
 	pp, op := s.paths(uid, step)

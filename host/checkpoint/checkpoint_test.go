@@ -334,16 +334,16 @@ func mustRead(t *testing.T, p string) []byte {
 	return b
 }
 
-func TestCheckUID(t *testing.T) {
+func TestCheckDirName(t *testing.T) {
 	t.Parallel()
 	for _, uid := range []string{"", ".", "..", "../x", "a/b", `a\b`, ".hidden"} {
-		if checkpoint.CheckUID(uid) == nil {
-			t.Errorf("CheckUID(%q) = nil", uid)
+		if checkpoint.CheckDirName(uid) == nil {
+			t.Errorf("CheckDirName(%q) = nil", uid)
 		}
 	}
 	for _, uid := range []string{"ffn.0", "ffn.3.14", "expert_a"} {
-		if err := checkpoint.CheckUID(uid); err != nil {
-			t.Errorf("CheckUID(%q) = %v", uid, err)
+		if err := checkpoint.CheckDirName(uid); err != nil {
+			t.Errorf("CheckDirName(%q) = %v", uid, err)
 		}
 	}
 }

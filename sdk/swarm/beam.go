@@ -73,6 +73,24 @@ func CheckUID(uid string) error {
 	return nil
 }
 
+// CheckNamePart reports why part cannot be one dot-separated part of a
+// uid: it is empty, or has a character other than letters, digits, "_"
+// and "-", named in the error so that no uid carries control or format
+// characters (a newline in a log line, an RTL override in a listing).
+// A uid whose every part passes, and that is at most MaxNameLen bytes,
+// is a ValidName.
+func CheckNamePart(part string) error {
+	if part == "" {
+		return errors.New("a uid has an empty part (a leading, trailing or doubled dot)")
+	}
+	for _, c := range part {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("uid part %q contains %q; use A-Z, a-z, 0-9, '-' and '_', with '.' between parts", part, c)
+		}
+	}
+	return nil
+}
+
 // gridStart returns the index of the first coordinate of a uid split at
 // its dots (len(parts) if it has none); ok is false if the parts are not
 // names then coordinates.

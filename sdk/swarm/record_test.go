@@ -231,3 +231,27 @@ func TestMergeChildren(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckNamePart: a part of a uid is letters, digits, "_" and "-", and
+// a refusal names the character (or the empty part).
+func TestCheckNamePart(t *testing.T) {
+	t.Parallel()
+	for part, want := range map[string]string{
+		"ffn": "", "Mallory_x-Y9": "", "": "empty part",
+		"a b": "contains ' '", "x\n": `contains '\n'`, "\u202egnp": `contains '\u202e'`, "a.b": "contains '.'",
+	} {
+		err := swarm.CheckNamePart(part)
+		if want == "" {
+			if err != nil {
+				t.Errorf("CheckNamePart(%q) = %v", part, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckNamePart(%q) = %v, want an error containing %q", part, err, want)
+		}
+		if swarm.ValidName("x."+part) && part != "" && !strings.Contains(part, ".") {
+			t.Errorf("ValidName accepts %q, which CheckNamePart refuses: two grammars", "x."+part)
+		}
+	}
+}

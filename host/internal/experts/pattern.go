@@ -1,46 +1,12 @@
 package experts
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/moehost/moehost/sdk/swarm"
 )
-
-// MaxUIDBytes bounds a uid (and a pattern): as long as the longest uid
-// prefix a tenant may own.
-const MaxUIDBytes = 256
-
-// checkUIDPart accepts one dot-separated part of a uid: non-empty, and
-// made of the characters of a tenant's uid prefixes (A-Z, a-z, 0-9, '-'
-// and '_'), so that no uid carries control or format characters (a
-// newline in a log line, an RTL override in a listing).
-func checkUIDPart(part string) error {
-	if part == "" {
-		return errors.New("a uid has an empty part (a leading, trailing or doubled dot)")
-	}
-	for _, c := range part {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("uid part %q contains %q; use A-Z, a-z, 0-9, '-' and '_', with '.' between parts", part, c)
-		}
-	}
-	return nil
-}
-
-// CheckUID returns an error unless uid is a uid that ExpandPattern could
-// have made: parts of A-Z, a-z, 0-9, '-' and '_' between dots, at most
-// MaxUIDBytes in all.
-func CheckUID(uid string) error {
-	if len(uid) > MaxUIDBytes {
-		return fmt.Errorf("uid is %d bytes, more than %d", len(uid), MaxUIDBytes)
-	}
-	for part := range strings.SplitSeq(uid, ".") {
-		if err := checkUIDPart(part); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // maxPatternUIDs bounds what one pattern may expand to.
 const maxPatternUIDs = 1 << 16
@@ -54,8 +20,8 @@ func ExpandPattern(pattern string) ([]string, error) {
 	if pattern == "" {
 		return nil, fmt.Errorf("expert pattern is empty")
 	}
-	if len(pattern) > MaxUIDBytes {
-		return nil, fmt.Errorf("expert pattern is %d bytes, more than the %d a uid may have", len(pattern), MaxUIDBytes)
+	if len(pattern) > swarm.MaxNameLen {
+		return nil, fmt.Errorf("expert pattern is %d bytes, more than the %d a uid may have", len(pattern), swarm.MaxNameLen)
 	}
 	uids := []string{""}
 	for i, part := range strings.Split(pattern, ".") {
@@ -74,7 +40,7 @@ func ExpandPattern(pattern string) ([]string, error) {
 				choices = append(choices, strconv.Itoa(v))
 			}
 		} else {
-			if err := checkUIDPart(part); err != nil {
+			if err := swarm.CheckNamePart(part); err != nil {
 				return nil, fmt.Errorf("expert pattern %q: %w", pattern, err)
 			}
 			choices = []string{part}

@@ -146,11 +146,14 @@ func (e Spec) Validate(withCheckpoints bool) error {
 	if len(e.UID) > swarm.MaxNameLen {
 		return fmt.Errorf("uid %.40q… is %d bytes, more than %d", e.UID, len(e.UID), swarm.MaxNameLen)
 	}
-	if err := CheckUID(e.UID); err != nil {
-		return fmt.Errorf("expert %q: %w", e.UID, err)
+	// The one uid grammar, the swarm's: a uid the swarm could not find is
+	// refused here rather than served unreachable. Each part is checked
+	// first, so that the error names a bad character.
+	for part := range strings.SplitSeq(e.UID, ".") {
+		if err := swarm.CheckNamePart(part); err != nil {
+			return fmt.Errorf("expert %q: %w", e.UID, err)
+		}
 	}
-	// A uid the swarm could not find is refused here rather than served
-	// unreachable (see swarm.CheckUID for the grammar).
 	if err := swarm.CheckUID(e.UID); err != nil {
 		return err
 	}
@@ -173,7 +176,7 @@ func (e Spec) Validate(withCheckpoints bool) error {
 		}
 	}
 	if withCheckpoints {
-		if err := checkpoint.CheckUID(e.UID); err != nil {
+		if err := checkpoint.CheckDirName(e.UID); err != nil {
 			return err
 		}
 	}

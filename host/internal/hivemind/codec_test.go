@@ -217,8 +217,8 @@ func TestUIDs(t *testing.T) {
 		{"ffn", false}, {"ffn.", false}, {"ffn.01", false}, {"ffn.-1", false}, {".3", false}, {"ffn.3.x", false},
 		{"ffn.99999999999999999999999", false},
 	} {
-		if err := CheckUID(tt.uid); (err == nil) != tt.ok {
-			t.Errorf("CheckUID(%q) = %v, want ok=%v", tt.uid, err, tt.ok)
+		if err := CheckGridUID(tt.uid); (err == nil) != tt.ok {
+			t.Errorf("CheckGridUID(%q) = %v, want ok=%v", tt.uid, err, tt.ok)
 		}
 	}
 	got := prefixes("ffn.1.2.3")

@@ -11,9 +11,9 @@ import (
 // more dot-separated coordinates without leading zeros.
 var uidPattern = regexp.MustCompile(`^[^.]+(\.(0|[1-9][0-9]*))+$`)
 
-// CheckUID refuses a uid a hivemind client could not find (hivemind's
+// CheckGridUID refuses a uid a hivemind client could not find (hivemind's
 // is_valid_uid), naming the grammar.
-func CheckUID(uid string) error {
+func CheckGridUID(uid string) error {
 	if !uidPattern.MatchString(uid) {
 		return fmt.Errorf("uid %q is not a hivemind expert uid: want a type without dots and one or more coordinates without leading zeros, as in \"ffn.3\" or \"ffn.0.12\"", uid)
 	}
