@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/hivemind"
@@ -226,25 +227,10 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.front.ln, s.front.addr = ln, ln.Addr().String()
 	s.mu.Unlock()
-	if err := os.MkdirAll(s.cfg.dataDir, 0o755); err != nil {
-		return fmt.Errorf("creating data dir: %w", err)
-	}
-	cache, err := sandbox.OpenCache(s.cfg.compileCacheDir())
+	devs, err := s.openExperts(ctx)
 	if err != nil {
 		return err
 	}
-	store, err := modules.Open(filepath.Join(s.cfg.dataDir, "modules"))
-	if err != nil {
-		return errors.Join(err, cache.Close(ctx))
-	}
-	devs, err := s.newDevices()
-	if err != nil {
-		return errors.Join(err, cache.Close(ctx))
-	}
-	if err := s.experts.Open(cache, store, devs); err != nil {
-		return errors.Join(err, cache.Close(ctx), closeDevices(devs))
-	}
-	var mods, configs []string // for the startup log line
 	if err := s.openTenants(ctx); err != nil {
 		return err
 	}
@@ -261,11 +247,7 @@ func (s *Server) start(ctx context.Context) error {
 		defer close(dhtDone)
 		discovery, dhtErr = s.startDHT(ctx)
 	}()
-	specs := make([]ExpertConfig, len(s.cfg.experts))
-	for i, ec := range s.cfg.experts {
-		specs[i] = s.operatorBackward(ec)
-	}
-	loaded, err := s.experts.LoadAll(ctx, specs, kernelThreads())
+	served, err := s.loadExperts(ctx)
 	<-dhtDone
 	if err != nil {
 		return err
@@ -273,32 +255,8 @@ func (s *Server) start(ctx context.Context) error {
 	if dhtErr != nil {
 		return dhtErr
 	}
-	for i, ec := range s.cfg.experts {
-		e := loaded[i].Expert
-		if loaded[i].Fresh {
-			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.Digest()))
-		}
-		s.experts.Schedule(e)
-		if c := experts.ConfigString(ec.Config); !slices.Contains(configs, c) {
-			configs = append(configs, c)
-		}
-		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.Digest(), "params", e.ParamCount())
-	}
-	if err := s.experts.RestoreDeployments(ctx); err != nil {
-		return err
-	}
-	uids := make([]string, 0, len(s.experts.All()))
-	for _, e := range s.experts.All() {
-		uids = append(uids, e.UID())
-	}
 	s.mu.Lock()
-	s.front.served = []any{
-		"experts", uidsString(uids),
-		"modules", strings.Join(mods, "; "),
-		"config", strings.Join(configs, "; "),
-		"device", deviceNames(devs),
-		"data_dir", s.cfg.dataDir,
-	}
+	s.front.served = append(served, "device", deviceNames(devs), "data_dir", s.cfg.dataDir)
 	s.mu.Unlock()
 
 	s.experts.StartWorkers(ctx)
@@ -308,6 +266,19 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.startHivemind(ctx); err != nil {
 		return err
 	}
+	s.serveHTTP(ln, discovery)
+	if s.dht != nil {
+		if err := s.dht.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serveHTTP serves the port: every Connect service (Discovery over the
+// DHT node's lookups, when there is one), /metrics, the checkpoint
+// service where someone may use it, and the dashboard.
+func (s *Server) serveHTTP(ln net.Listener, discovery rpc.Discovery) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.prom, promhttp.HandlerOpts{}))
 	if path, h, ok := s.checkpointHandler(ln); ok {
@@ -351,12 +322,69 @@ func (s *Server) start(ctx context.Context) error {
 	s.front.ln, s.front.httpSrv, s.front.serveErr, s.front.startTime = ln, srv, serveErr, time.Now()
 	s.mu.Unlock()
 	go func() { serveErr <- srv.Serve(ln) }()
-	if s.dht != nil {
-		if err := s.dht.Start(ctx); err != nil {
-			return err
-		}
+}
+
+// openExperts opens the data dir's compilation cache and module store
+// and the devices, and gives them to the experts room.
+func (s *Server) openExperts(ctx context.Context) ([]gpuhost.Device, error) {
+	if err := os.MkdirAll(s.cfg.dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
-	return nil
+	cache, err := sandbox.OpenCache(s.cfg.compileCacheDir())
+	if err != nil {
+		return nil, err
+	}
+	store, err := modules.Open(filepath.Join(s.cfg.dataDir, "modules"))
+	if err != nil {
+		return nil, errors.Join(err, cache.Close(ctx))
+	}
+	devs, err := s.newDevices()
+	if err != nil {
+		return nil, errors.Join(err, cache.Close(ctx))
+	}
+	if err := s.experts.Open(cache, store, devs); err != nil {
+		return nil, errors.Join(err, cache.Close(ctx), closeDevices(devs))
+	}
+	return devs, nil
+}
+
+// loadExperts loads the configured experts and schedules them, then
+// restores the deployments file's, and returns what the startup line
+// says of them.
+func (s *Server) loadExperts(ctx context.Context) ([]any, error) {
+	specs := make([]ExpertConfig, len(s.cfg.experts))
+	for i, ec := range s.cfg.experts {
+		specs[i] = s.operatorBackward(ec)
+	}
+	loaded, err := s.experts.LoadAll(ctx, specs, kernelThreads())
+	if err != nil {
+		return nil, err
+	}
+	var mods, configs []string
+	for i, ec := range s.cfg.experts {
+		e := loaded[i].Expert
+		if loaded[i].Fresh {
+			mods = append(mods, fmt.Sprintf("%v %s", ec.Module, e.Digest()))
+		}
+		s.experts.Schedule(e)
+		if c := experts.ConfigString(ec.Config); !slices.Contains(configs, c) {
+			configs = append(configs, c)
+		}
+		s.log.Debug("expert loaded", "uid", ec.UID, "digest", e.Digest(), "params", e.ParamCount())
+	}
+	if err := s.experts.RestoreDeployments(ctx); err != nil {
+		return nil, err
+	}
+	all := s.experts.All()
+	uids := make([]string, len(all))
+	for i, e := range all {
+		uids[i] = e.UID()
+	}
+	return []any{
+		"experts", uidsString(uids),
+		"modules", strings.Join(mods, "; "),
+		"config", strings.Join(configs, "; "),
+	}, nil
 }
 
 // Run starts the server and blocks until ctx is done or Shutdown is
