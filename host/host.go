@@ -62,8 +62,6 @@ var ErrServerClosed = errors.New("moehost: server closed")
 // or does not follow the ABI.
 var ErrInvalidModule = sandbox.ErrInvalidModule
 
-var errShuttingDown = errors.New("server is shutting down")
-
 // Server hosts experts and serves them over Connect, gRPC and gRPC-Web on
 // one port. It is the composition root: the experts room holds the
 // experts, and the server wires it to the wire rooms (rpc, hivemind, dht,

@@ -239,8 +239,4 @@ func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// errOutOfMemory tells whether err comes from the memory limit, so that
-// the work that met it gets ResourceExhausted.
-func errOutOfMemory(err error) bool { return errors.Is(err, gpuhost.ErrOutOfMemory) }
-
 var _ prometheus.Collector = (*memCollector)(nil)

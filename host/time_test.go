@@ -45,12 +45,6 @@ func mustFloats(t testing.TB, dev gpuhost.Device, x *gpuhost.Tensor) []float32 {
 	return v
 }
 
-// barrier returns once mu is free: it waits for whoever holds it.
-func barrier(mu *sync.Mutex) {
-	mu.Lock()
-	defer mu.Unlock()
-}
-
 // waitIdle waits until the pools of e are empty and no batch of e runs.
 func waitIdle(t testing.TB, e *experts.Expert) {
 	t.Helper()
