@@ -112,3 +112,47 @@ func TestUploadIsStagedUntilValidated(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadSameModuleConcurrently has alice and bob upload one module
+// at once, each twice: every upload succeeds, each tenant holds one
+// reference (an upload of a module it has keeps its first time), and the
+// store holds the bytes once and no temp file.
+func TestUploadSameModuleConcurrently(t *testing.T) {
+	ctx := context.Background()
+	srv := startTenantsServer(t)
+	store, err := srv.experts.LiveStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := moduleAPI{srv}
+	d := modules.Digest(wasmexperts.FFNC)
+	var wg sync.WaitGroup
+	for _, name := range []string{"alice", "bob"} {
+		wg.Go(func() {
+			c := rpc.Caller{Tenant: name}
+			first, err := api.Upload(ctx, c, rpc.ModuleUpload{Size: -1, Body: bytes.NewReader(wasmexperts.FFNC)})
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				return
+			}
+			again, err := api.Upload(ctx, c, rpc.ModuleUpload{Name: "again", Size: -1, Body: bytes.NewReader(wasmexperts.FFNC)})
+			if err != nil || again.Digest != d || !again.Created.Equal(first.Created) || again.Name != first.Name {
+				t.Errorf("%s uploading again: %+v, %v, want %+v", name, again, err, first)
+			}
+		})
+	}
+	wg.Wait()
+	for _, name := range []string{"alice", "bob"} {
+		if got := store.List(name); len(got) != 1 || got[0].Digest != d {
+			t.Errorf("List(%s): %+v, want %s alone", name, got, d)
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(srv.cfg.dataDir, "modules", "sha256"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := modules.ParseDigest(d)
+	if len(entries) != 1 || entries[0].Name() != h+".wasm" {
+		t.Errorf("the store's directory holds %v, want the module alone", entries)
+	}
+}
