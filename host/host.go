@@ -229,7 +229,7 @@ func (s *Server) start(ctx context.Context) error {
 	if err := os.MkdirAll(s.cfg.dataDir, 0o755); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
-	cache, err := sandbox.OpenCache(s.cfg.compileCacheDir())
+	cache, err := sandbox.OpenCache(s.cfg.compileCacheDir(), s.cfg.compileChild...)
 	if err != nil {
 		return err
 	}

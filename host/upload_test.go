@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -154,5 +155,23 @@ func TestUploadSameModuleConcurrently(t *testing.T) {
 	h, _ := modules.ParseDigest(d)
 	if len(entries) != 1 || entries[0].Name() != h+".wasm" {
 		t.Errorf("the store's directory holds %v, want the module alone", entries)
+	}
+}
+
+// TestCompileInChildIsPerServer starts two servers in one process, one
+// whose compile child cannot start: its uploads fail naming the child,
+// while the other's, compiling in the process, succeed.
+func TestCompileInChildIsPerServer(t *testing.T) {
+	ctx := context.Background()
+	broken := startTenantsServer(t, WithCompileCache(t.TempDir()),
+		WithCompileInChild(filepath.Join(t.TempDir(), "no-such-binary")))
+	plain := startTenantsServer(t, WithCompileCache(t.TempDir()))
+	alice := rpc.Caller{Tenant: "alice"}
+	_, err := moduleAPI{broken}.Upload(ctx, alice, rpc.ModuleUpload{Size: -1, Body: bytes.NewReader(wasmexperts.FFNC)})
+	if err == nil || errors.Is(err, sandbox.ErrInvalidModule) || !strings.Contains(err.Error(), "starting a compile child") {
+		t.Errorf("upload with a compile child that cannot start: %v, want the host's error naming the child", err)
+	}
+	if _, err := (moduleAPI{plain}).Upload(ctx, alice, rpc.ModuleUpload{Size: -1, Body: bytes.NewReader(wasmexperts.FFNC)}); err != nil {
+		t.Errorf("upload to the server without a compile child: %v", err)
 	}
 }
