@@ -9,17 +9,24 @@ import (
 
 // CompileChildMain runs this process as a compile child when args (the
 // process's arguments less the binary's name) ask for one, and returns its
-// exit code and true; otherwise it returns false at once. A binary that
-// calls CompileInChild must call it first thing in main.
+// exit code and true; otherwise it returns false at once. A binary whose
+// servers use WithCompileInChild must call it first thing in main.
 func CompileChildMain(args []string) (int, bool) { return sandbox.ChildMain(args) }
 
-// CompileInChild makes the servers of this process compile uploaded and
-// deployed modules in a child process (this binary, re-run through
-// CompileChildMain) under a memory limit and a timeout, so that the
-// compile's allocations and garbage collection stay out of the server.
-// Only a binary whose main calls CompileChildMain may call it; without
-// it, modules compile in the process (see RATIONALE).
-func CompileInChild() error { return sandbox.CompileInChild() }
+// WithCompileInChild makes the server compile uploaded and deployed
+// modules in a child process under a memory limit and a timeout, so that
+// the compile's allocations and garbage collection stay out of the
+// server: argv, or this binary when argv is empty, re-run with the
+// arguments that CompileChildMain takes, which its main must call first.
+// The child hands the machine code over through the compilation cache,
+// which the server then loads instead of compiling again. Default:
+// modules compile in the process (see RATIONALE). An option, not a
+// process global, so that servers in one process choose apart; a binary
+// that cannot be found fails Start.
+func WithCompileInChild(argv ...string) Option {
+	opt := sandbox.WithCompileChild(argv...)
+	return optionFunc(func(c *config) { c.compileChild = []sandbox.CacheOption{opt} })
+}
 
 // Precompile compiles modules into the compilation cache in dir, so that
 // servers sharing it (WithCompileCache) start without compiling them: at

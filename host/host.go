@@ -328,7 +328,7 @@ func (s *Server) openExperts(ctx context.Context) ([]gpuhost.Device, error) {
 	if err := os.MkdirAll(s.cfg.dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
-	cache, err := sandbox.OpenCache(s.cfg.compileCacheDir())
+	cache, err := sandbox.OpenCache(s.cfg.compileCacheDir(), s.cfg.compileChild...)
 	if err != nil {
 		return nil, err
 	}

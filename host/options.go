@@ -41,6 +41,7 @@ type config struct {
 	listen          string
 	dataDir         string
 	compileCache    string
+	compileChild    []sandbox.CacheOption // WithCompileInChild (compilechild.go)
 	logger          *slog.Logger
 	experts         []ExpertConfig
 	optimizer       OptimizerConfig

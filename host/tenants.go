@@ -296,24 +296,35 @@ func (m moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload)
 		}
 		defer leave()
 	}
-	had := map[string]bool{}
-	for _, mod := range store.List(owner(c)) {
-		had[mod.Digest] = true
-	}
-	mod, err := store.Upload(owner(c), u.Name, u.Body, s.maxUploadBytes(), q)
-	switch {
-	case err != nil:
+	st, err := store.Stage(owner(c), u.Name, u.Body, s.maxUploadBytes(), q)
+	if err != nil {
 		// The store's sentinels and the body's own *connect.Errors keep
 		// their codes; a full disk is ResourceExhausted, other I/O
 		// errors Internal.
 		return rpc.ModuleInfo{}, fmt.Errorf("uploading: %w", err)
 	}
-	if !had[mod.Digest] {
-		// A new module is validated (and compiled, warming the cache)
-		// before anyone may deploy it; a refused one is not kept.
-		if err := s.experts.ValidateModule(ctx, owner(c), mod.Digest); err != nil {
-			return rpc.ModuleInfo{}, errors.Join(err, store.Delete(owner(c), mod.Digest))
+	defer func() {
+		// After Commit it does nothing; a temp file it fails to remove
+		// goes when the store next opens.
+		if err := st.Abort(); err != nil {
+			s.log.Warn("dropping a staged upload", "owner", owner(c), "err", err)
 		}
+	}()
+	if !st.Had() {
+		// A new module is validated (and compiled, warming the cache)
+		// while staged: nobody sees it, nor may deploy it, before the
+		// sandbox accepts it, and a refused one leaves nothing.
+		wasm, err := st.Bytes()
+		if err != nil {
+			return rpc.ModuleInfo{}, fmt.Errorf("uploading: %w", err)
+		}
+		if err := s.experts.ValidateModule(ctx, owner(c), wasm, st.Digest()); err != nil {
+			return rpc.ModuleInfo{}, err
+		}
+	}
+	mod, err := st.Commit()
+	if err != nil {
+		return rpc.ModuleInfo{}, fmt.Errorf("uploading: %w", err)
 	}
 	return m.info(owner(c), mod), nil
 }

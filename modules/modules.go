@@ -9,6 +9,11 @@
 // are removed, so a crash in between leaves only unreferenced bytes, which
 // Open removes.
 //
+// An upload is staged (Store.Stage): streamed into a temp file in the
+// store and hashed, unseen by Has, Get and List, until the host has
+// validated it and commits it (Staged.Commit), or aborts it and nothing
+// of it stays.
+//
 // Tenants share bytes but never visibility: two tenants that upload the
 // same module each hold a reference, each sees only its own, each is
 // charged the module's full size, and the bytes go when the last reference

@@ -3,8 +3,6 @@ package modules
 import (
 	"bytes"
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -54,9 +52,10 @@ type refKey struct{ tenant, digest string }
 type Store struct {
 	dir string
 
-	mu   sync.Mutex
-	refs map[string]map[string]Module // tenant → digest → module
-	pins map[refKey]int
+	mu      sync.Mutex
+	refs    map[string]map[string]Module // tenant → digest → module
+	pins    map[refKey]int
+	pending map[refKey]*reservation // staged uploads' hold on their tenants' caps
 
 	afterBytes func() error // test hook: a non-nil error simulates a crash there
 }
@@ -69,7 +68,7 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o755); err != nil {
 		return nil, fmt.Errorf("opening module store: %w", err)
 	}
-	s := &Store{dir: dir, refs: map[string]map[string]Module{}, pins: map[refKey]int{}}
+	s := &Store{dir: dir, refs: map[string]map[string]Module{}, pins: map[refKey]int{}, pending: map[refKey]*reservation{}}
 	b, err := os.ReadFile(s.indexPath())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -222,99 +221,15 @@ func (s *Store) Put(wasm []byte) (string, error) {
 	return m.Digest, nil
 }
 
-// Upload streams a module from r into the store for tenant, hashing it on
-// the way and never holding it in memory, and returns the tenant's
-// reference. It reads at most maxBytes (the per-upload cap, which bounds
-// the disk an upload in flight can take): past it, it fails with
-// ErrTooLarge and keeps nothing. Uploading a module the tenant already
-// has succeeds and changes nothing (its first name and time stay), even
-// at the tenant's caps; otherwise keeping it must fit q, or Upload fails
-// with ErrQuota. The bytes are shared with any tenant that has the same
-// module.
+// Upload stages a module from r for tenant and commits it at once (see
+// Stage and Staged.Commit), for modules that need no validation or were
+// validated before: the host keeps its own configured modules so.
 func (s *Store) Upload(tenant, name string, r io.Reader, maxBytes int64, q Quota) (Module, error) {
-	dir := filepath.Join(s.dir, "sha256")
-	f, err := os.CreateTemp(dir, ".tmp-*")
+	st, err := s.Stage(tenant, name, r, maxBytes, q)
 	if err != nil {
-		return Module{}, fmt.Errorf("storing module: %w", err)
-	}
-	tmp := f.Name()
-	keep := false
-	defer func() {
-		if !keep {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	// The byte quota also cuts the stream short, so that an upload that
-	// cannot fit does not fill the disk up to the upload cap first. A
-	// module the tenant already has may be uploaded again at the cap, so
-	// the stream may run to the largest of those.
-	limit, quota := maxBytes, false
-	if q.Bytes > 0 {
-		s.mu.Lock()
-		room := q.Bytes - s.usage(tenant).Bytes
-		for _, m := range s.refs[tenant] {
-			room = max(room, m.Size)
-		}
-		s.mu.Unlock()
-		if room < limit {
-			limit, quota = room, true
-		}
-	}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, limit+1))
-	if err != nil {
-		return Module{}, fmt.Errorf("storing module: %w", err)
-	}
-	if n > limit && quota {
-		return Module{}, fmt.Errorf("%w: the upload passed the %d bytes that the tenant's cap of %d leaves", ErrQuota, limit, q.Bytes)
-	}
-	if n > limit {
-		return Module{}, fmt.Errorf("%w: module is larger than the upload cap of %d bytes", ErrTooLarge, maxBytes)
-	}
-	if err := f.Sync(); err != nil {
-		return Module{}, fmt.Errorf("storing module: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return Module{}, fmt.Errorf("storing module: %w", err)
-	}
-	d := DigestPrefix + hex.EncodeToString(h.Sum(nil))
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if m, ok := s.refs[tenant][d]; ok {
-		return m, nil
-	}
-	u := s.usage(tenant)
-	if q.Modules > 0 && u.Modules+1 > q.Modules {
-		return Module{}, fmt.Errorf("%w: tenant already keeps %d modules, the cap", ErrQuota, u.Modules)
-	}
-	if q.Bytes > 0 && u.Bytes+n > q.Bytes {
-		return Module{}, fmt.Errorf("%w: %d more bytes would put the tenant's modules at %d bytes, over the cap of %d", ErrQuota, n, u.Bytes+n, q.Bytes)
-	}
-	hexd, _ := ParseDigest(d)
-	dst := s.path(hexd)
-	if _, err := os.Stat(dst); err != nil {
-		if err := os.Rename(tmp, dst); err != nil {
-			return Module{}, fmt.Errorf("storing module %s: %w", d, err)
-		}
-		keep = true
-		if err := syncDir(dir); err != nil {
-			return Module{}, fmt.Errorf("storing module %s: %w", d, err)
-		}
-	}
-	if s.afterBytes != nil {
-		if err := s.afterBytes(); err != nil {
-			return Module{}, err
-		}
-	}
-	m := Module{Digest: d, Name: name, Size: n, Uploaded: time.Now().UTC().Truncate(time.Millisecond)}
-	s.addRef(tenant, m)
-	if err := s.writeIndex(); err != nil {
-		s.dropRef(tenant, d)
 		return Module{}, err
 	}
-	return m, nil
+	return st.Commit()
 }
 
 func (s *Store) dropRef(tenant, d string) {

@@ -151,7 +151,7 @@ func TestFrontDoorSandbox(t *testing.T) {
 		})
 	}
 
-	// `moehost serve` compiles in a child process (host.CompileInChild),
+	// `moehost serve` compiles in a child process (host.WithCompileInChild),
 	// so that the compile's garbage is not collected by the server: in
 	// process, on a loaded 2-core box, alice's worst call during one took
 	// up to 270 ms. The latency bound catches a compile that holds the

@@ -10,7 +10,7 @@ import (
 )
 
 func main() {
-	// A compile child (host.CompileInChild) runs before anything else.
+	// A compile child (host.WithCompileInChild) runs before anything else.
 	if code, ok := host.CompileChildMain(os.Args[1:]); ok {
 		os.Exit(code)
 	}

@@ -82,15 +82,12 @@ func (r *Registry) RestoreDeployments(ctx context.Context) error {
 	return r.restoreDeployments(ctx, l)
 }
 
-// ValidateModule compiles the stored module digest in owner's runtime,
-// which checks it against the ABI and the module limits, and warms the
-// compilation cache.
-func (r *Registry) ValidateModule(ctx context.Context, owner, digest string) error {
+// ValidateModule compiles wasm (of digest) in owner's runtime, which
+// checks it against the ABI and the module limits, and warms the
+// compilation cache. It takes the bytes rather than a digest so that an
+// upload is validated while staged, before the store shows it to anyone.
+func (r *Registry) ValidateModule(ctx context.Context, owner string, wasm []byte, digest string) error {
 	l, err := r.live()
-	if err != nil {
-		return err
-	}
-	wasm, err := l.store.Get(digest)
 	if err != nil {
 		return err
 	}

@@ -33,25 +33,32 @@ var childBaseBytes int64 = childBase
 // childRuns counts the compile children started, for tests.
 var childRuns atomic.Int64
 
-// childExe is the command line (binary and leading arguments) that runs
-// a compile child, nil while compiles run in the process.
-var childExe atomic.Pointer[[]string]
-
-// CompileInChild makes every runtime with a compilation cache compile in
-// a child process: argv (the running binary by default) is started with
+// WithCompileChild makes the runtimes that use a Cache compile each
+// module in a child process first, into the cache's directory, so that
+// the compile's allocations and garbage collection stay out of the
+// server: argv (the running binary when empty) is started with
 // ChildCommand and its arguments, and must call ChildMain before anything
-// else. Only a binary that does so may call it: a library user's binary
-// (a test's, say) would run itself instead.
-func CompileInChild(argv ...string) error {
-	if len(argv) == 0 {
-		exe, err := selfExe()
-		if err != nil {
-			return fmt.Errorf("finding the running binary for compile children: %w", err)
-		}
-		argv = []string{exe}
-	}
+// else. Only a binary that does so may ask for it: a library user's
+// binary (a test's, say) would run itself instead. It is an option of the
+// cache, not of the process, so that two servers in one process (tests,
+// an embedder) may choose apart, and because a child can only hand its
+// work over through a file cache. Default: compiles run in the process.
+func WithCompileChild(argv ...string) CacheOption {
 	argv = append([]string(nil), argv...)
-	childExe.Store(&argv)
+	return cacheOption(func(c *Cache) { c.child = argv; c.wantChild = true })
+}
+
+// resolveChild fills in the running binary where WithCompileChild named
+// none.
+func (c *Cache) resolveChild() error {
+	if !c.wantChild || len(c.child) > 0 {
+		return nil
+	}
+	exe, err := selfExe()
+	if err != nil {
+		return fmt.Errorf("finding the running binary for compile children: %w", err)
+	}
+	c.child = []string{exe}
 	return nil
 }
 
@@ -66,10 +73,10 @@ var errChildStart = errors.New("starting a compile child")
 // cache holds the module's compile receipt: then the child's compile would
 // only read the cache, as the process's own does next.
 func (rt *Runtime) compileInChild(ctx context.Context, wasm []byte, shape *moduleShape, digest string) error {
-	argv := childExe.Load()
-	if argv == nil || rt.cache == nil || rt.cache.dir == "" {
+	if rt.cache == nil || len(rt.cache.child) == 0 || rt.cache.dir == "" {
 		return nil
 	}
+	argv := rt.cache.child
 	if hasReceipt(rt.cache.dir, digest) {
 		return nil
 	}
@@ -78,9 +85,9 @@ func (rt *Runtime) compileInChild(ctx context.Context, wasm []byte, shape *modul
 	timeout := rt.limits.Module.CompileTimeout
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := append((*argv)[1:len(*argv):len(*argv)], ChildCommand, rt.cache.dir,
+	args := append(argv[1:len(argv):len(argv)], ChildCommand, rt.cache.dir,
 		strconv.FormatInt(limit, 10), strconv.FormatUint(uint64(rt.limits.MemoryPages), 10))
-	cmd := exec.CommandContext(cctx, (*argv)[0], args...)
+	cmd := exec.CommandContext(cctx, argv[0], args...)
 	// One core for the compile and its collector; the child inherits
 	// nice 19 from the thread that starts it (lowPriority).
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")

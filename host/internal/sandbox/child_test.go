@@ -21,16 +21,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// withChild makes the test's runtimes compile in a child (this binary)
-// until it ends.
-func withChild(t *testing.T) {
-	t.Helper()
-	if err := CompileInChild(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { childExe.Store(nil) })
-}
-
 // TestCompileInChild compiles the Go ffn example in a child, and checks
 // that the server's heap saw a small part of what an in-process compile
 // allocates: the child's compile fills the file cache, and the parent's
@@ -39,10 +29,11 @@ func TestCompileInChild(t *testing.T) {
 	skipUnderRace(t)
 	ctx := context.Background()
 	compile := func(child bool) uint64 {
+		var opts []CacheOption
 		if child {
-			withChild(t)
+			opts = append(opts, WithCompileChild())
 		}
-		rt, err := NewRuntime(ctx, t.TempDir(), Limits{})
+		rt, err := NewRuntime(ctx, t.TempDir(), Limits{}, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,10 +58,9 @@ func TestCompileInChild(t *testing.T) {
 func TestCompileChildRefuses(t *testing.T) {
 	skipUnderRace(t)
 	ctx := context.Background()
-	withChild(t)
 	defer func(b int64) { childBaseBytes = b }(childBaseBytes)
 	childBaseBytes = -200 << 20 // ffn is charged about 240 MiB
-	rt, err := NewRuntime(ctx, t.TempDir(), Limits{})
+	rt, err := NewRuntime(ctx, t.TempDir(), Limits{}, WithCompileChild())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +100,11 @@ func skipUnderRace(t *testing.T) {
 // process).
 func TestCompileReceiptSkipsChild(t *testing.T) {
 	ctx := context.Background()
-	withChild(t)
 	dir := t.TempDir()
 	digest := modules.Digest(wasmexperts.FFNC)
 	compile := func() int64 {
 		t.Helper()
-		rt, err := NewRuntime(ctx, dir, Limits{})
+		rt, err := NewRuntime(ctx, dir, Limits{}, WithCompileChild())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,5 +141,74 @@ func TestCompileReceiptSkipsChild(t *testing.T) {
 	}
 	if n := compile(); n != 0 {
 		t.Fatalf("a compile with a receipt ran %d children, want none", n)
+	}
+}
+
+// TestCompileParentReadsChildsEntry checks that the process loads what
+// its compile child compiled rather than compiling the module again.
+// wazero's file cache writes an entry only on a miss, as a temp file
+// renamed over the entry's name; so once a child has filled the cache,
+// a Compile (whose own child, with no receipt yet, reads the entry) must
+// leave every file of it as it was: a new file or a replaced one is a
+// compile in the process.
+func TestCompileParentReadsChildsEntry(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rt, err := NewRuntime(ctx, dir, Limits{}, WithCompileChild())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	wasm := wasmexperts.FFNC
+	shape, err := inspect(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.compileInChild(ctx, wasm, shape, modules.Digest(wasm)); err != nil {
+		t.Fatal(err)
+	}
+	entries := func() map[string]os.FileInfo {
+		t.Helper()
+		out := map[string]os.FileInfo{}
+		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				if d != nil && d.Name() == receiptDir {
+					return filepath.SkipDir
+				}
+				return err
+			}
+			fi, err := d.Info()
+			out[path] = fi
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := entries()
+	if len(before) == 0 {
+		t.Fatal("the compile child left nothing in the cache")
+	}
+	runs := childRuns.Load()
+	m, err := rt.Compile(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close(ctx)
+	if n := childRuns.Load() - runs; n != 1 {
+		t.Errorf("Compile ran %d children, want 1", n)
+	}
+	after := entries()
+	for path, fi := range after {
+		switch b, ok := before[path]; {
+		case !ok:
+			t.Errorf("the process compiled the module again: it wrote %s", path)
+		case !os.SameFile(b, fi):
+			t.Errorf("the process compiled the module again: it replaced %s", path)
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("the cache held %d files after the child, %d after Compile", len(before), len(after))
 	}
 }

@@ -164,29 +164,48 @@ type Runtime struct {
 // serves several runtimes (one per tenant), so that a module two tenants
 // upload compiles once.
 type Cache struct {
-	c   wazero.CompilationCache
-	dir string // where a compile child writes what the runtime then reads
+	c         wazero.CompilationCache
+	dir       string   // where a compile child writes what the runtime then reads
+	child     []string // the compile child's command line; nil: compile in the process
+	wantChild bool     // WithCompileChild, before resolveChild
 }
 
+// CacheOption configures a Cache (OpenCache).
+type CacheOption interface{ apply(*Cache) }
+
+type cacheOption func(*Cache)
+
+func (o cacheOption) apply(c *Cache) { o(c) }
+
 // OpenCache opens (creating it) the compilation cache in dir.
-func OpenCache(dir string) (*Cache, error) {
+func OpenCache(dir string, opts ...CacheOption) (*Cache, error) {
+	cache := &Cache{dir: dir}
+	for _, o := range opts {
+		o.apply(cache)
+	}
+	if err := cache.resolveChild(); err != nil {
+		return nil, fmt.Errorf("opening compilation cache %q: %w", dir, err)
+	}
 	c, err := wazero.NewCompilationCacheWithDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("opening compilation cache %q: %w", dir, err)
 	}
-	return &Cache{c: c, dir: dir}, nil
+	cache.c = c
+	return cache, nil
 }
 
 // Close releases the cache; close the runtimes that use it first.
 func (c *Cache) Close(ctx context.Context) error { return c.c.Close(ctx) }
 
 // NewRuntime starts a wazero runtime with the ABI's host module. cacheDir,
-// when not empty, keeps compiled machine code across restarts.
-func NewRuntime(ctx context.Context, cacheDir string, limits Limits) (*Runtime, error) {
+// when not empty, keeps compiled machine code across restarts, in a cache
+// opened with opts; without one, opts do nothing (a compile child hands
+// its work over through the cache).
+func NewRuntime(ctx context.Context, cacheDir string, limits Limits, opts ...CacheOption) (*Runtime, error) {
 	if cacheDir == "" {
 		return NewRuntimeWithCache(ctx, nil, limits)
 	}
-	cache, err := OpenCache(cacheDir)
+	cache, err := OpenCache(cacheDir, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -84,7 +84,7 @@ type ModuleLimits struct {
 	// Default 1 GiB (a Go guest is charged about 240 MiB).
 	CompileBytes int64
 	// CompileTimeout bounds a compile in a child process (see
-	// CompileInChild). Default 2 minutes: the worst shapes the limits
+	// WithCompileChild). Default 2 minutes: the worst shapes the limits
 	// above admit compile in seconds, and the child runs at nice 19.
 	CompileTimeout time.Duration
 }

@@ -120,14 +120,12 @@ is bitwise equal, and each restores the other's checkpoints.`,
 			if err != nil {
 				return fmt.Errorf("--memory-limit: %w", err)
 			}
-			// main runs the compile child (host.CompileChildMain).
-			if err := host.CompileInChild(); err != nil {
-				return err
-			}
 			srv, err := host.New(
 				host.WithListen(listen),
 				host.WithDataDir(dataDir),
 				host.WithCompileCache(compileCache),
+				// main runs the compile child (host.CompileChildMain).
+				host.WithCompileInChild(),
 				host.WithLogger(log),
 				deviceEnv(),
 				host.WithExperts(experts...),
