@@ -72,23 +72,37 @@ const (
 // with a token) or a PermissionDenied one. what names the call in the
 // message ("forward \"alice.ffn.0\""). It is Caller's, not Access's,
 // because Access is the wire's and the check the server's.
+//
+// Each refusal names the way in: its owner's token for a tenant's expert,
+// any tenant's where tenants may call, and for the operator's experts the
+// server's admin token or, for Backward, a server started with
+// --public-backward.
 func (c Caller) Check(a Access, owner, what string) error {
 	switch {
 	case a == AccessPublic:
 		return nil
 	case c.Operator:
 		return nil
+	case c.Anonymous() && a == AccessTenants:
+		return errorf(connect.CodeUnauthenticated, "%s needs a token (Authorization: Bearer <token>): any tenant's", what)
+	case c.Anonymous() && owner == "":
+		return errorf(connect.CodeUnauthenticated, "%s needs a token (Authorization: Bearer <token>): %s", what, operatorWayIn)
 	case c.Anonymous():
-		return errorf(connect.CodeUnauthenticated, "%s needs a token (Authorization: Bearer)", what)
+		return errorf(connect.CodeUnauthenticated, "%s needs a token (Authorization: Bearer <token>): its owner's", what)
 	case a == AccessTenants:
 		return nil
 	case a == AccessOwner && owner != "" && c.Tenant == owner:
 		return nil
+	case a == AccessOwner && owner == "":
+		return errorf(connect.CodePermissionDenied, "%s is open to its owner only: %s", what, operatorWayIn)
 	case a == AccessOwner:
-		return errorf(connect.CodePermissionDenied, "%s is open to its owner only", what)
+		return errorf(connect.CodePermissionDenied, "%s is open to its owner only: send its owner's token", what)
 	}
 	return errorf(connect.CodeInternal, "%s: BUG: access %v", what, a)
 }
+
+// operatorWayIn says how to call an operator's expert that is not public.
+const operatorWayIn = "the operator's experts take the server's --admin-token; --public-backward opens their Backward to all"
 
 // authGate's caller, as a gate, puts the request's Caller in its context. With
 // required, a request without a token is refused; a token that no tenant

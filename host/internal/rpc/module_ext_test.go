@@ -768,31 +768,39 @@ func TestExpertAccess(t *testing.T) {
 	}
 }
 
-// TestAccessCheck is Caller.Check's table.
+// TestAccessCheck is Caller.Check's table: who gets in, and what each
+// refusal names as the way in.
 func TestAccessCheck(t *testing.T) {
 	t.Parallel()
 	anon, alice, bob, op := rpc.Caller{}, rpc.Caller{Tenant: "alice"}, rpc.Caller{Tenant: "bob"}, rpc.Caller{Operator: true}
+	const operator = "--admin-token; --public-backward opens their Backward to all"
 	cases := []struct {
 		a     rpc.Access
 		c     rpc.Caller
 		owner string
 		want  connect.Code // 0: allowed
+		msg   string       // in the refusal
 	}{
-		{rpc.AccessPublic, anon, "alice", 0},
-		{rpc.AccessTenants, anon, "alice", connect.CodeUnauthenticated},
-		{rpc.AccessTenants, bob, "alice", 0},
-		{rpc.AccessOwner, anon, "alice", connect.CodeUnauthenticated},
-		{rpc.AccessOwner, bob, "alice", connect.CodePermissionDenied},
-		{rpc.AccessOwner, alice, "alice", 0},
-		{rpc.AccessOwner, op, "alice", 0},
-		{rpc.AccessOwner, alice, "", connect.CodePermissionDenied},
-		{rpc.AccessOwner, op, "", 0},
-		{rpc.Access(0), alice, "alice", connect.CodeInternal},
+		{rpc.AccessPublic, anon, "alice", 0, ""},
+		{rpc.AccessTenants, anon, "alice", connect.CodeUnauthenticated, " needs a token (Authorization: Bearer <token>): any tenant's"},
+		{rpc.AccessTenants, bob, "alice", 0, ""},
+		{rpc.AccessOwner, anon, "alice", connect.CodeUnauthenticated, " needs a token (Authorization: Bearer <token>): its owner's"},
+		{rpc.AccessOwner, bob, "alice", connect.CodePermissionDenied, " is open to its owner only: send its owner's token"},
+		{rpc.AccessOwner, alice, "alice", 0, ""},
+		{rpc.AccessOwner, op, "alice", 0, ""},
+		{rpc.AccessOwner, anon, "", connect.CodeUnauthenticated, " needs a token (Authorization: Bearer <token>): the operator's experts take the server's " + operator},
+		{rpc.AccessOwner, alice, "", connect.CodePermissionDenied, " is open to its owner only: the operator's experts take the server's " + operator},
+		{rpc.AccessOwner, op, "", 0, ""},
+		{rpc.Access(0), alice, "alice", connect.CodeInternal, ": BUG: access"},
 	}
 	for _, tc := range cases {
 		err := tc.c.Check(tc.a, tc.owner, "forward \"x\"")
 		if tc.want == 0 && err != nil || tc.want != 0 && connect.CodeOf(err) != tc.want {
 			t.Errorf("%v for %+v on %q's: got %v, want %v", tc.a, tc.c, tc.owner, err, tc.want)
+			continue
+		}
+		if tc.want != 0 && !strings.Contains(err.Error(), `forward "x"`+tc.msg) {
+			t.Errorf("%v for %+v on %q's: %q, want it to say %q", tc.a, tc.c, tc.owner, err, tc.msg)
 		}
 	}
 }
