@@ -6,13 +6,15 @@
 //
 // To find experts, join the DHT swarm with NewSwarm (or ask a server's
 // DiscoveryService with NewDiscoveryClient); MixtureOfExperts calls the
-// top-k experts of a grid that beam search picks.
+// top-k experts of a grid that beam search picks. A tenant trains its own
+// experts with its token: WithToken, or $MOEHOST_TOKEN.
 package client
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +36,7 @@ type options struct {
 	protocol string    // "connect", "grpc", "grpcweb"
 	wire     abi.DType // float32, float16 or bfloat16
 	timeout  time.Duration
+	token    *string // nil: $MOEHOST_TOKEN
 }
 
 type optionFunc func(*options)
@@ -51,6 +54,18 @@ func WithHTTPClient(c connect.HTTPClient) Option {
 // WithTimeout bounds each call of a RemoteExpert (Info, Forward,
 // Backward) on top of its context's deadline. Default none.
 func WithTimeout(d time.Duration) Option { return optionFunc(func(o *options) { o.timeout = d }) }
+
+// TokenEnv is the environment variable that holds the bearer token a
+// client sends when it is given no WithToken.
+const TokenEnv = "MOEHOST_TOKEN"
+
+// WithToken sends token as "Authorization: Bearer <token>" on every call
+// of the client: a tenant's token (moehost tenant add), with which it may
+// train its own experts, or the server's admin token. Default
+// $MOEHOST_TOKEN; WithToken("") sends none, whatever the environment says.
+func WithToken(token string) Option {
+	return optionFunc(func(o *options) { o.token = &token })
+}
 
 // WithGRPC makes the client speak gRPC instead of Connect.
 func WithGRPC() Option { return optionFunc(func(o *options) { o.protocol = "grpc" }) }
@@ -112,7 +127,37 @@ func connectSetup(baseURL string, opts []Option) (hc connect.HTTPClient, url str
 	case "grpcweb":
 		copts = append(copts, connect.WithGRPCWeb())
 	}
+	token := os.Getenv(TokenEnv)
+	if o.token != nil {
+		token = *o.token
+	}
+	if token = strings.TrimSpace(token); token != "" {
+		copts = append(copts, connect.WithInterceptors(bearer("Bearer "+token)))
+	}
 	return o.http, baseURL, copts, own
+}
+
+// bearer is an interceptor that sets the Authorization header of every
+// unary call and stream to its value.
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", string(b))
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // Close closes the idle connections of the HTTP client that New made; a

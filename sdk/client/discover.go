@@ -310,7 +310,8 @@ type DiscoveryClient struct {
 }
 
 // NewDiscoveryClient returns a Directory backed by the DiscoveryService of
-// the server at baseURL. It takes the same options as New.
+// the server at baseURL. It takes the same options as New, WithToken and
+// $MOEHOST_TOKEN among them.
 func NewDiscoveryClient(baseURL string, opts ...Option) *DiscoveryClient {
 	hc, url, copts, own := connectSetup(baseURL, opts)
 	return &DiscoveryClient{svc: moehostv1connect.NewDiscoveryServiceClient(hc, url, copts...), own: own}

@@ -89,7 +89,9 @@ type measured struct {
 const latencyWeight = 0.3
 
 // NewMixtureOfExperts returns a mixture over the grid cfg.Prefix found
-// through dir; opts configure the clients of the experts' servers.
+// through dir; opts configure the clients of the experts' servers. A
+// token (WithToken, or $MOEHOST_TOKEN) goes to every server the mixture
+// calls, so set MoEConfig.TrustedPeers to the servers it is meant for.
 func NewMixtureOfExperts(dir Directory, cfg MoEConfig, opts ...Option) (*MixtureOfExperts, error) {
 	if cfg.KMin == 0 {
 		cfg.KMin = 1
