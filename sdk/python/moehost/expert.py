@@ -1,5 +1,6 @@
 """RemoteExpert: a moehost expert as a PyTorch module."""
 
+import os
 import sys
 from typing import Dict, Optional, Tuple
 
@@ -24,6 +25,19 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("moehost: tensors on the wire are little-endian; this host is not")
+
+# TOKEN_ENV holds the bearer token a client sends when given no token.
+TOKEN_ENV = "MOEHOST_TOKEN"
+
+
+def auth_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
+    """The gRPC metadata that carries token as "authorization: Bearer
+    <token>": none for "", and $MOEHOST_TOKEN's for None."""
+    if token is None:
+        token = os.environ.get(TOKEN_ENV, "")
+    token = token.strip()
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
 
 _DT = tensor_pb2.DType
 
@@ -117,6 +131,11 @@ class RemoteExpert(nn.Module):
 
     ``max_message_bytes`` raises grpcio's 4 MiB message limit to the
     server's (``--max-request-bytes``, 256 MiB by default).
+
+    ``token`` goes with every call as ``authorization: Bearer <token>``: a
+    tenant's (``moehost tenant add``), with which it may train its own
+    experts, or the server's admin token. None (the default) takes
+    ``$MOEHOST_TOKEN``; "" sends none.
     """
 
     def __init__(
@@ -128,6 +147,7 @@ class RemoteExpert(nn.Module):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         timeout: Optional[float] = None,
         channel: Optional[grpc.Channel] = None,
+        token: Optional[str] = None,
     ):
         super().__init__()
         if wire_dtype not in wire_dtypes:
@@ -145,6 +165,7 @@ class RemoteExpert(nn.Module):
                 ],
             )
         self._channel = channel
+        self._metadata = auth_metadata(token)
         self._stub = expert_pb2_grpc.ExpertServiceStub(channel)
         self._dummy = nn.Parameter(torch.empty(0), requires_grad=True)
         self._info = None
@@ -165,7 +186,8 @@ class RemoteExpert(nn.Module):
         CheckpointService.GetParameters: the optimizer steps behind them,
         and the tensors by the names the module declares (for the ffn
         expert, those of hivemind's FeedforwardBlock's state_dict). The
-        server answers loopback callers, or callers with its admin token.
+        server answers loopback callers, callers with its admin token,
+        and, under --tenants, the expert's owner.
         """
         from moehost.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
@@ -197,7 +219,7 @@ class RemoteExpert(nn.Module):
         """Calls method, raising a typed moehost error with the server's
         message instead of grpcio's."""
         try:
-            return method(req, timeout=self.timeout)
+            return method(req, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 

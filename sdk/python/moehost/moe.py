@@ -11,7 +11,7 @@ import grpc
 import torch
 from torch import nn
 
-from moehost.expert import DEFAULT_MAX_MESSAGE_BYTES, _from_wire, _to_wire, wire_dtypes
+from moehost.expert import DEFAULT_MAX_MESSAGE_BYTES, _from_wire, _to_wire, auth_metadata, wire_dtypes
 from moehost.v1 import discovery_pb2, discovery_pb2_grpc, expert_pb2, expert_pb2_grpc
 
 
@@ -97,6 +97,12 @@ class RemoteMixtureOfExperts(nn.Module):
     experts they host are found however many others score higher, and
     each endpoint's peer id is checked again here, since the discovery
     server is not trusted to have filtered.
+
+    ``token`` goes with every call (beam searches, Forward, Backward) as
+    ``authorization: Bearer <token>``, so that a tenant trains its own
+    experts; None (the default) takes ``$MOEHOST_TOKEN``, "" sends none.
+    It goes to every server the mixture calls: pin them with
+    ``trusted_peers``.
     """
 
     def __init__(
@@ -117,6 +123,7 @@ class RemoteMixtureOfExperts(nn.Module):
         ban_base: float = 1.0,
         ban_max: float = 60.0,
         trusted_peers: Optional[Sequence[str]] = None,
+        token: Optional[str] = None,
     ):
         super().__init__()
         if not grid_size or any(g <= 0 for g in grid_size):
@@ -134,6 +141,7 @@ class RemoteMixtureOfExperts(nn.Module):
         self.backward_timeout = backward_timeout
         self.proj = nn.Linear(in_features, sum(self.grid_size))
         self._wire = wire_dtypes[wire_dtype]
+        self._metadata = auth_metadata(token)
         self._options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -217,6 +225,7 @@ class RemoteMixtureOfExperts(nn.Module):
                     peers=self._peers,
                 ),
                 timeout=self.forward_timeout,
+                metadata=self._metadata,
             )
             for b in range(scores[0].shape[0])
         ]
@@ -254,7 +263,7 @@ class RemoteMixtureOfExperts(nn.Module):
             xb = _to_wire(x[b:b + 1], self._wire)
             for j, c in enumerate(row):
                 req = expert_pb2.ForwardRequest(uid=c.uid, inputs=[xb], output_dtype=self._wire)
-                calls.append((b, j, self._stub(c.addr).Forward.future(req, timeout=self.forward_timeout)))
+                calls.append((b, j, self._stub(c.addr).Forward.future(req, timeout=self.forward_timeout, metadata=self._metadata)))
         got = _gather(calls, len(chosen), self.k_min, self.timeout_after_k_min, chosen, "forward", self)
         first = next(iter(got.values()))
         k = max(len(row) for row in chosen)
@@ -278,7 +287,7 @@ class RemoteMixtureOfExperts(nn.Module):
                     uid=c.uid, inputs=[xb], grad_outputs=[_to_wire(grad_outputs[b, j:j + 1], self._wire)],
                     grad_input_dtype=self._wire,
                 )
-                calls.append((b, j, self._stub(c.addr).Backward.future(req, timeout=self.backward_timeout)))
+                calls.append((b, j, self._stub(c.addr).Backward.future(req, timeout=self.backward_timeout, metadata=self._metadata)))
         got = _gather(calls, len(chosen), self.backward_k_min, None, chosen, "backward", self)
         grad_x = torch.zeros_like(x, dtype=torch.float32)
         for (b, _), g in got.items():
