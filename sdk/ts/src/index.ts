@@ -23,7 +23,12 @@ export interface ClientOptions {
   baseUrl: string;
   /** Wire protocol: "connect" (default) or "grpc-web". */
   protocol?: "connect" | "grpc-web";
-  /** Bearer token sent as the Authorization header, when set. */
+  /**
+   * Bearer token sent as the Authorization header of every call: a
+   * tenant's (`moehost tenant add`), with which it may train its own
+   * experts, or the server's admin token. Default: $MOEHOST_TOKEN where
+   * there is a process environment (Node.js), else none; "" sends none.
+   */
   token?: string;
   /** A fetch to use instead of the global one. */
   fetch?: typeof globalThis.fetch;
@@ -68,8 +73,9 @@ export interface RemoteExpert {
 /** createTransport returns the fetch-based transport the client uses. */
 export function createTransport(opts: ClientOptions): Transport {
   const interceptors: Interceptor[] = [];
-  if (opts.token) {
-    const auth = `Bearer ${opts.token}`;
+  const token = (opts.token ?? envToken()).trim();
+  if (token) {
+    const auth = `Bearer ${token}`;
     interceptors.push((next) => (req) => {
       req.header.set("Authorization", auth);
       return next(req);
@@ -82,6 +88,15 @@ export function createTransport(opts: ClientOptions): Transport {
     fetch: opts.fetch,
   };
   return opts.protocol === "grpc-web" ? createGrpcWebTransport(common) : createConnectTransport(common);
+}
+
+/** TOKEN_ENV names the environment variable that holds the default token. */
+export const TOKEN_ENV = "MOEHOST_TOKEN";
+
+/** envToken returns $MOEHOST_TOKEN, or "" where there is none (or no process, as in a browser). */
+function envToken(): string {
+  const proc = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  return proc?.env?.[TOKEN_ENV] ?? "";
 }
 
 /** createMoehostClient returns a client of the server at opts.baseUrl. */
