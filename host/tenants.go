@@ -36,8 +36,10 @@ func WithMaxUploadBytes(n int64) Option {
 // WithPublicBackward lets anyone call Backward on the experts given with
 // WithExperts when the server has tenants (WithTenants). By default they
 // are then owner-only for training, as a tenant's experts are: Backward
-// changes their parameters, and only the admin token is their owner.
-// Without tenants the configured experts stay public, as in hivemind.
+// changes their parameters, and only the admin token is their owner;
+// Start warns when there is none (WithAdminToken), since then nobody can
+// train them. Without tenants the configured experts stay public, as in
+// hivemind.
 func WithPublicBackward(public bool) Option {
 	return optionFunc(func(c *config) { c.publicBackward = public })
 }
@@ -96,7 +98,27 @@ func (s *Server) openTenants(ctx context.Context) error {
 	s.mu.Lock()
 	s.tenants, s.stopTenants = set, stop
 	s.mu.Unlock()
+	s.warnUntrainable()
 	return nil
+}
+
+// warnUntrainable warns, under tenants, when some configured experts are
+// owner-only for Backward (the default without WithPublicBackward) and
+// no admin token is set: then nobody can train them.
+func (s *Server) warnUntrainable() {
+	if s.cfg.adminToken != "" {
+		return
+	}
+	n := 0
+	for _, ec := range s.cfg.experts {
+		if s.operatorBackward(ec).BackwardAccess == AccessOwner {
+			n++
+		}
+	}
+	if n > 0 {
+		s.log.Warn("nobody can train the operator's experts: with --tenants their Backward takes the admin token, and none is set",
+			"fix", "--admin-token, or --public-backward to let anyone train them", "experts", n)
+	}
 }
 
 // undeployRemoved undeploys the experts of tenants that a reload
