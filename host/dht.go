@@ -13,11 +13,13 @@ import (
 )
 
 // DHTConfig configures the server's DHT node. The zero value joins no one
-// (a one-node swarm) on a free TCP port of the listen host and announces
-// "http://" plus the bound address.
+// (a one-node swarm) on a TCP port of the listen host that it keeps
+// across restarts, and announces "http://" plus the bound address.
 type DHTConfig struct {
-	// Listen are libp2p multiaddrs to listen on. Default: a free TCP port
-	// on the host of the server's listen address.
+	// Listen are libp2p multiaddrs to listen on. Default: a TCP port on
+	// the host of the server's listen address, the same across restarts
+	// (kept in the data dir, so that peers find the server again at the
+	// address they hold), or a free one if that is taken, with a warning.
 	Listen []string
 	// InitialPeers are multiaddrs (with a /p2p/ part) of peers to join
 	// the swarm through, e.g. the lines of another server's dht-addrs
@@ -104,8 +106,9 @@ func (c *config) validateDHT() error {
 	return nil
 }
 
-// dhtListen is the default DHT listen multiaddr: a free TCP port on the
-// listen host.
+// dhtListen is the default DHT listen multiaddr: TCP port 0 on the listen
+// host, which the DHT room replaces with the port kept from the last
+// start (dht.Config.KeepPort) and hivemind's takes as a free port.
 func dhtListen(listen string) []string {
 	host, _, _ := net.SplitHostPort(listen)
 	if host == "localhost" {
@@ -130,7 +133,8 @@ func (s *Server) startDHT(ctx context.Context) (rpc.Discovery, error) {
 		return nil, nil
 	}
 	c := *s.cfg.dht
-	if len(c.Listen) == 0 {
+	keep := len(c.Listen) == 0 // a port given is kept as given
+	if keep {
 		c.Listen = dhtListen(s.cfg.listen)
 	}
 	if len(c.Announce) == 0 {
@@ -138,7 +142,7 @@ func (s *Server) startDHT(ctx context.Context) (rpc.Discovery, error) {
 	}
 	period := s.cfg.updatePeriod
 	d, err := dht.New(ctx, dht.Config{
-		DataDir: s.cfg.dataDir, Listen: c.Listen, InitialPeers: c.InitialPeers, URLs: c.Announce,
+		DataDir: s.cfg.dataDir, Listen: c.Listen, KeepPort: keep, InitialPeers: c.InitialPeers, URLs: c.Announce,
 		UpdatePeriod: period, Logger: s.log, Registerer: s.prom,
 		StoreBytes: c.StoreBytes, PeerBytes: c.PeerBytes,
 	}, table{s.experts})

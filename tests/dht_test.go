@@ -68,10 +68,16 @@ func (s *served) logText() string {
 	return strings.Join(s.log, "\n")
 }
 
-// serve starts `moehost serve` with args and waits until it is ready.
+// serve starts `moehost serve` with args on a fresh data dir and waits
+// until it is ready.
 func serve(t *testing.T, args ...string) *served {
 	t.Helper()
-	dataDir := t.TempDir()
+	return serveIn(t, t.TempDir(), args...)
+}
+
+// serveIn is serve on the given data dir, as a restart runs it.
+func serveIn(t *testing.T, dataDir string, args ...string) *served {
+	t.Helper()
 	cmd := exec.Command(moehostBinary(t), append([]string{"serve", "--listen", "127.0.0.1:*", "--data-dir", dataDir,
 		"--module", "nop", "--hidden-dim", "4"}, args...)...)
 	stderr, err := cmd.StderrPipe()

@@ -56,3 +56,13 @@ func RecordsOf(s ds.Batching, limit int) ([]Record, int) { return s.(*store).rec
 
 // AskedOf returns how many record requests n has served.
 func AskedOf(n *Node) int64 { return n.asked.Load() }
+
+// ConnectedTo reports whether n has a connection to the peer id.
+func ConnectedTo(n *Node, id string) bool {
+	for _, p := range n.h.Network().Peers() {
+		if p.String() == id {
+			return true
+		}
+	}
+	return false
+}

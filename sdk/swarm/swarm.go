@@ -30,6 +30,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
@@ -45,6 +46,10 @@ const ProtocolPrefix = "/moehost"
 // DefaultListen is where a node listens when Config.Listen is empty: a
 // free TCP port on loopback.
 const DefaultListen = "/ip4/127.0.0.1/tcp/0"
+
+// DefaultRedialPeriod is how often a node dials its known peers that it
+// is not connected to, by default: as often as a server announces.
+const DefaultRedialPeriod = 30 * time.Second
 
 // ErrNoPeers is returned by Announce when the node knows no other peer:
 // the record is kept locally and should be announced again later.
@@ -72,6 +77,14 @@ type Config struct {
 	// peer's share. Defaults DefaultStoreBytes and DefaultPeerBytes.
 	StoreBytes, PeerBytes int64
 
+	// RedialPeriod is how often the node dials the known peers it is not
+	// connected to, by peer ID at the addresses its peerstore holds: its
+	// initial peers (always) and the DHT servers it has seen (while the
+	// peerstore remembers their addresses, 15 minutes after they went
+	// away). A peer that restarted on the same address is found again.
+	// Default DefaultRedialPeriod.
+	RedialPeriod time.Duration
+
 	// Test hooks: a validator other than Validator, and a datastore the
 	// test can read.
 	validator record.Validator
@@ -86,8 +99,15 @@ type Node struct {
 	store *store // nil with a test's datastore
 	done  chan struct{}
 
-	mu  sync.Mutex
-	own map[string][]byte // name → our latest signed value, served on RecordProtocol
+	// ctx ends at Close; bg counts the goroutines that use it (dials).
+	ctx    context.Context
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+
+	mu      sync.Mutex
+	own     map[string][]byte // name → our latest signed value, served on RecordProtocol
+	known   map[peer.ID]bool  // peers to redial; true: an initial peer, kept for good
+	dialing map[peer.ID]bool  // redials in flight
 
 	asked atomic.Int64 // RecordProtocol requests served
 }
@@ -105,9 +125,10 @@ const fetchTimeout = 3 * time.Second
 // sweepEvery is how often a node frees the records that expired.
 const sweepEvery = 5 * time.Second
 
-// NewNode starts a node and connects it to its initial peers. It fails if
-// none of several initial peers can be reached; with one unreachable
-// peer among others it goes on.
+// NewNode starts a node and connects it to its initial peers. It returns
+// once one of them has joined the routing table, and fails only if every
+// one of them failed: a dead or hanging initial peer does not hold up the
+// others, and is dialed again every RedialPeriod.
 func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	id := cfg.Identity
 	if id == nil {
@@ -196,60 +217,130 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("starting DHT: %w", err), h.Close())
 	}
-	n := &Node{id: id, h: h, dht: d, store: st, done: make(chan struct{}), own: map[string][]byte{}}
+	n := &Node{id: id, h: h, dht: d, store: st, done: make(chan struct{}), own: map[string][]byte{},
+		known: map[peer.ID]bool{}, dialing: map[peer.ID]bool{}}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	h.SetStreamHandler(RecordProtocol, n.serveRecord)
 	if st != nil {
 		go n.sweepLoop()
 	}
+	redial := cfg.RedialPeriod
+	if redial <= 0 {
+		redial = DefaultRedialPeriod
+	}
+	n.bg.Go(func() { n.redialLoop(redial) })
 	if err := n.connect(ctx, peers); err != nil {
 		return nil, errors.Join(err, n.Close())
 	}
 	return n, nil
 }
 
-// connect dials the initial peers in parallel; it fails only if every
-// one of them failed.
+// connect dials peers in parallel and keeps them as initial peers (their
+// addresses for good in the peerstore, redialed by redialLoop). It returns
+// once one of them has joined the routing table, while the others' dials
+// go on; it fails only if every dial failed.
 func (n *Node) connect(ctx context.Context, peers []peer.AddrInfo) error {
 	if len(peers) == 0 {
 		return nil
 	}
-	errs := make([]error, len(peers))
-	var wg sync.WaitGroup
-	for i, ai := range peers {
-		wg.Go(func() {
-			if err := n.h.Connect(ctx, ai); err != nil {
-				errs[i] = fmt.Errorf("connecting to initial peer %s: %w", ai.ID, err)
+	results := make(chan error, len(peers))
+	n.mu.Lock()
+	for _, ai := range peers {
+		n.h.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
+		n.known[ai.ID] = true
+	}
+	n.mu.Unlock()
+	for _, ai := range peers {
+		n.bg.Go(func() {
+			if err := n.h.Connect(n.ctx, ai); err != nil {
+				results <- fmt.Errorf("connecting to initial peer %s: %w", ai.ID, err)
+				return
 			}
+			results <- nil
 		})
-	}
-	wg.Wait()
-	failed := 0
-	for _, err := range errs {
-		if err != nil {
-			failed++
-		}
-	}
-	if failed == len(peers) {
-		return errors.Join(errs...)
 	}
 	// A connected peer enters the routing table once libp2p's identify
 	// has confirmed that it speaks our DHT protocol; lookups before that
 	// would find no one.
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	timeout := time.After(10 * time.Second)
+	var (
+		errs    []error
+		timeout <-chan time.Time // from the first connection
+	)
 	for n.dht.RoutingTable().Size() == 0 {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for initial peers to join the routing table: %w", ctx.Err())
 		case <-timeout:
 			return errors.New("no initial peer joined the routing table within 10s: do they run moehost's DHT?")
+		case err := <-results:
+			if err != nil {
+				if errs = append(errs, err); len(errs) == len(peers) {
+					return errors.Join(errs...)
+				}
+			} else if timeout == nil {
+				timeout = time.After(10 * time.Second)
+			}
 		case <-tick.C:
 		}
 	}
 	// Fill the routing table in the background; lookups work before.
 	go func() { _ = n.dht.Bootstrap(context.WithoutCancel(ctx)) }()
 	return nil
+}
+
+// redialLoop runs redial every period until Close.
+func (n *Node) redialLoop(period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			n.redial()
+		}
+	}
+}
+
+// redialTimeout bounds one redial of one peer.
+const redialTimeout = 10 * time.Second
+
+// redial adds the routing table's peers to the known peers, forgets the
+// seen peers whose addresses the peerstore dropped, and dials by peer ID
+// each known peer that is neither connected nor being dialed. The dials
+// skip libp2p's dial backoff: a peer that was down a period ago may be
+// back now.
+func (n *Node) redial() {
+	ps := n.h.Peerstore()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.dht.RoutingTable().ListPeers() {
+		if _, ok := n.known[p]; !ok {
+			n.known[p] = false
+		}
+	}
+	for p, initial := range n.known {
+		if n.dialing[p] || n.h.Network().Connectedness(p) == network.Connected {
+			continue
+		}
+		if len(ps.Addrs(p)) == 0 {
+			if !initial {
+				delete(n.known, p)
+			}
+			continue
+		}
+		n.dialing[p] = true
+		n.bg.Go(func() {
+			ctx, cancel := context.WithTimeout(network.WithForceDirectDial(n.ctx, "redial"), redialTimeout)
+			_ = n.h.Connect(ctx, peer.AddrInfo{ID: p}) // tried again next period
+			cancel()
+			n.mu.Lock()
+			delete(n.dialing, p)
+			n.mu.Unlock()
+		})
+	}
 }
 
 // PeerID returns the node's peer ID.
@@ -308,7 +399,8 @@ func (n *Node) StoredRecords(limit int) ([]Record, int) {
 	return n.store.records(limit)
 }
 
-// Connect joins the node to more peers (multiaddrs with a /p2p/ part).
+// Connect joins the node to more peers (multiaddrs with a /p2p/ part),
+// which it then redials as it does its initial peers.
 func (n *Node) Connect(ctx context.Context, addrs ...string) error {
 	peers := make([]peer.AddrInfo, 0, len(addrs))
 	for _, s := range addrs {
@@ -321,9 +413,11 @@ func (n *Node) Connect(ctx context.Context, addrs ...string) error {
 	return n.connect(ctx, peers)
 }
 
-// Close stops the DHT and the libp2p host.
+// Close stops the dials, the DHT and the libp2p host.
 func (n *Node) Close() error {
 	close(n.done)
+	n.cancel()
+	n.bg.Wait()
 	return errors.Join(n.dht.Close(), n.h.Close())
 }
 

@@ -13,9 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +40,7 @@ const MinExpiry = 3 * time.Second
 const (
 	KeyFile   = "dht-key"
 	AddrsFile = "dht-addrs"
+	PortFile  = "dht-port"
 )
 
 // Expert is what is announced of one hosted expert.
@@ -55,10 +59,17 @@ type Experts interface {
 // Config configures the service.
 type Config struct {
 	// DataDir holds the identity key (KeyFile), so that a restart keeps
-	// the peer ID, and the multiaddrs (AddrsFile). Required.
+	// the peer ID, the multiaddrs (AddrsFile), and with KeepPort the TCP
+	// port (PortFile). Required.
 	DataDir string
 	// Listen are multiaddrs to listen on. Default swarm.DefaultListen.
 	Listen []string
+	// KeepPort puts the TCP port of the last start, kept in PortFile, in
+	// place of port 0 in Listen, so that a restart keeps the multiaddrs
+	// that peers hold (dht-addrs). If that port is taken, the node takes
+	// a fresh one and logs a warning. Default false: port 0 is a fresh
+	// port at every start.
+	KeepPort bool
 	// InitialPeers are multiaddrs (with /p2p/) of peers to join through.
 	InitialPeers []string
 	// URLs are the server's public base URLs, put in every record.
@@ -110,8 +121,14 @@ func New(ctx context.Context, cfg Config, experts Experts) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	node, err := swarm.NewNode(ctx, swarm.Config{Identity: id, Listen: cfg.Listen, InitialPeers: cfg.InitialPeers,
-		StoreBytes: cfg.StoreBytes, PeerBytes: cfg.PeerBytes})
+	listen := cfg.Listen
+	if cfg.KeepPort {
+		listen = keptListen(log, filepath.Join(cfg.DataDir, PortFile), listen)
+	}
+	// Known peers are redialed as often as the experts are announced, so
+	// that a restarted peer is back within an update period.
+	node, err := swarm.NewNode(ctx, swarm.Config{Identity: id, Listen: listen, InitialPeers: cfg.InitialPeers,
+		StoreBytes: cfg.StoreBytes, PeerBytes: cfg.PeerBytes, RedialPeriod: cfg.UpdatePeriod})
 	if err != nil {
 		return nil, fmt.Errorf("dht: %w", err)
 	}
@@ -121,8 +138,65 @@ func New(ctx context.Context, cfg Config, experts Experts) (*Service, error) {
 	if err := atomicfile.Write(filepath.Join(cfg.DataDir, AddrsFile), []byte(strings.Join(addrs, "\n")+"\n")); err != nil {
 		return nil, errors.Join(fmt.Errorf("dht: writing %s: %w", AddrsFile, err), s.Close(ctx))
 	}
+	if port := tcpPort(addrs); cfg.KeepPort && port != "" {
+		if err := atomicfile.Write(filepath.Join(cfg.DataDir, PortFile), []byte(port+"\n")); err != nil {
+			return nil, errors.Join(fmt.Errorf("dht: writing %s: %w", PortFile, err), s.Close(ctx))
+		}
+	}
 	log.Info("dht node up", "peer", node.PeerID(), "addrs", strings.Join(addrs, ","))
 	return s, nil
+}
+
+// anyPort matches a listen multiaddr on TCP port 0, which KeepPort
+// replaces: its first group is the host part, its second the host.
+var anyPort = regexp.MustCompile(`^(/(?:ip4|ip6|dns|dns4|dns6)/([^/]+)/tcp/)0$`)
+
+// boundPort matches the TCP port of a bound multiaddr.
+var boundPort = regexp.MustCompile(`/tcp/([0-9]+)(?:/|$)`)
+
+// keptListen returns listen with port 0 replaced by the port kept in
+// path, where there is one and it is free; a port that is taken (another
+// process took it while the server was down) is logged, and port 0 kept.
+// Whether it is free is asked of the kernel just before the node listens.
+func keptListen(log *slog.Logger, path string, listen []string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			log.Warn("dht: the kept DHT port cannot be read; listening on a fresh one", "file", path, "err", err)
+		}
+		return listen
+	}
+	port, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 16)
+	if err != nil || port == 0 {
+		log.Warn("dht: the kept DHT port is not a port; listening on a fresh one", "file", path, "content", strings.TrimSpace(string(b)))
+		return listen
+	}
+	out := slices.Clone(listen)
+	for i, a := range listen {
+		m := anyPort.FindStringSubmatch(a)
+		if m == nil {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(m[2], strconv.FormatUint(port, 10)))
+		if err != nil {
+			log.Warn("dht: the DHT port of the last start is taken; listening on a fresh one, so peers that joined through the old address must be given the new dht-addrs",
+				"port", port, "err", err)
+			continue
+		}
+		_ = l.Close()
+		out[i] = m[1] + strconv.FormatUint(port, 10)
+	}
+	return out
+}
+
+// tcpPort returns the TCP port of the first of addrs that has one, or "".
+func tcpPort(addrs []string) string {
+	for _, a := range addrs {
+		if m := boundPort.FindStringSubmatch(a); m != nil {
+			return m[1]
+		}
+	}
+	return ""
 }
 
 // loadIdentity reads the key at path, or makes one and writes it there.

@@ -26,12 +26,18 @@ import (
 // startServer starts a server hosting nop experts with a DHT node.
 func startServer(t *testing.T, dataDir string, d host.DHTConfig, uids ...string) *host.Server {
 	t.Helper()
+	return startServerEvery(t, 500*time.Millisecond, dataDir, d, uids...)
+}
+
+// startServerEvery is startServer with the given update period.
+func startServerEvery(t *testing.T, period time.Duration, dataDir string, d host.DHTConfig, uids ...string) *host.Server {
+	t.Helper()
 	var experts []host.ExpertConfig
 	for _, u := range uids {
 		experts = append(experts, host.ExpertConfig{UID: u, Module: host.ModuleBytes(wasmexperts.Nop), Config: map[string]int64{"hidden_dim": 4}})
 	}
 	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(dataDir), host.WithExperts(experts...),
-		host.WithUpdatePeriod(500*time.Millisecond), host.WithDHT(d))
+		host.WithUpdatePeriod(period), host.WithDHT(d))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,7 +194,7 @@ is bitwise equal, and each restores the other's checkpoints.`,
 	f.IntVar(&maxRequestBytes, "max-request-bytes", 256<<20, "largest request message in bytes; clients must raise their own limits to send this much (grpcio's default is 4 MiB)")
 	f.StringSliceVar(&corsOrigins, "cors-origin", nil, `origin whose browser pages may call the server, e.g. "http://localhost:5173", or "*" for any; repeatable or comma-separated`)
 	f.StringSliceVar(&dhtCfg.InitialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join, comma-separated; default none (a one-node swarm)")
-	f.StringSliceVar(&dhtCfg.Listen, "dht-listen", nil, "libp2p multiaddrs for the DHT node; default a free TCP port on the --listen host")
+	f.StringSliceVar(&dhtCfg.Listen, "dht-listen", nil, "libp2p multiaddrs for the DHT node; default a TCP port on the --listen host, the same at every start (kept in <data-dir>/dht-port; a free one, with a warning, if it is taken)")
 	f.StringSliceVar(&dhtCfg.Announce, "announce", nil, `public base URL(s) of this server put in its DHT records; default "http://" plus the bound address (required with an unspecified --listen host)`)
 	f.Int64Var(&dhtCfg.StoreBytes, "dht-store-bytes", 0, "bound on what the DHT node stores, its records and others' (default 64 MiB); strangers' records are evicted oldest first")
 	f.Int64Var(&dhtCfg.PeerBytes, "dht-peer-bytes", 0, "bound on what one other peer may store in this DHT node (default 4 MiB)")
