@@ -283,12 +283,18 @@ func (c *checkpointer) save(ctx context.Context, e *Expert, onWorker, force bool
 		// Nothing stepped or restored since the last write or restore:
 		// the files hold this state already, and copying it (134 MB for
 		// make run's experts) would show only that.
+		// An expert never trained nor restored holds its initial values,
+		// which its uid draws again at the next start: the README's
+		// "saves when the step changed" writes no step 0 for it.
 		c.mu.Lock()
 		last, ok := c.saved[e.uid]
 		at, okAt := c.savedAt[e.uid]
 		c.mu.Unlock()
 		if ok && okAt && at == e.trainer.updates.Load() {
 			return last, false, nil
+		}
+		if !ok && e.trainer.updates.Load() == 0 {
+			return 0, false, nil
 		}
 	}
 	var (
@@ -308,7 +314,9 @@ func (c *checkpointer) save(ctx context.Context, e *Expert, onWorker, force bool
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if last, ok := c.saved[e.uid]; ok && last == snap.Step && !force {
+	// A step that was written already, or a step 0 never written (a
+	// failed first step counts as an update but trained nothing).
+	if last, ok := c.saved[e.uid]; (ok && last == snap.Step || !ok && snap.Step == 0) && !force {
 		c.savedAt[e.uid] = gen
 		return snap.Step, false, nil
 	}
@@ -320,7 +328,9 @@ func (c *checkpointer) save(ctx context.Context, e *Expert, onWorker, force bool
 	return snap.Step, true, nil
 }
 
-// saveAll saves every expert whose step changed; errors are logged.
+// saveAll saves every expert whose step changed; errors are logged, and
+// so is each save, at Info as restores are: an operator sees from the
+// log alone what a restart will resume from.
 func (c *checkpointer) saveAll(ctx context.Context, experts []*Expert, onWorker bool) {
 	for _, e := range experts {
 		step, wrote, err := c.save(ctx, e, onWorker, false)
@@ -328,7 +338,7 @@ func (c *checkpointer) saveAll(ctx context.Context, experts []*Expert, onWorker 
 		case err != nil:
 			c.reg.log.Error("saving checkpoint", "uid", e.uid, "err", err)
 		case wrote:
-			c.reg.log.Debug("saved checkpoint", "uid", e.uid, "step", step)
+			c.reg.log.Info("saved checkpoint", "uid", e.uid, "step", step)
 		}
 	}
 }
