@@ -432,3 +432,45 @@ func TestCheckpointSavesLogged(t *testing.T) {
 		t.Errorf("the shutdown's save is not logged as %s:\n%s", want, logs.String())
 	}
 }
+
+// TestCheckpointMismatchNamesEveryExpert starts two trained experts'
+// checkpoints with another hidden_dim: the one error names both uids and
+// the config key that differs, not the first expert only.
+func TestCheckpointMismatchNamesEveryExpert(t *testing.T) {
+	t.Parallel()
+	const h = 8
+	dir := t.TempDir()
+	second := func(h int64) host.Option {
+		return host.WithExperts(host.ExpertConfig{UID: "ffn.1", Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": h}})
+	}
+	srv, err := ckptServer(t, dir, wasmexperts.FFN, h, host.CheckpointConfig{}, second(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(srv.Addr())
+	x := client.Float32([]int64{1, h}, []float32{1, -2, 3, -4, 5, -6, 7, -8})
+	for _, uid := range []string{"ffn.0", "ffn.1"} {
+		if _, err := c.Expert(uid).Backward(context.Background(), []client.Tensor{x}, []client.Tensor{x}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ckptServer(t, dir, wasmexperts.FFN, 2*h, host.CheckpointConfig{}, second(2*h))
+	if !errors.Is(err, host.ErrCheckpointMismatch) {
+		t.Fatalf("start with another hidden_dim: %v, want ErrCheckpointMismatch", err)
+	}
+	for _, want := range []string{
+		"2 experts' checkpoints do not match",
+		`"ffn.0" step 1: parameter "ffn.weight" is [32 8] in the checkpoint but [64 16] in the module (the config differs: hidden_dim 8 → 16)`,
+		`"ffn.1" step 1: parameter "ffn.weight" is [32 8] in the checkpoint but [64 16] in the module (the config differs: hidden_dim 8 → 16)`,
+		"rm -r " + filepath.Join(dir, "ffn.0"),
+		"rm -r " + filepath.Join(dir, "ffn.1"),
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal lacks %q:\n%v", want, err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -89,6 +90,10 @@ func (e *Expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange boo
 		ps = store.Params()
 	}
 	if err := paramsMatch(c, ps); err != nil {
+		if d := configDiff(c.Config, e.guest.binding.Config); c.Config != nil && d != "" {
+			// Other shapes mostly come from another config: name it.
+			return fmt.Errorf("%w (the config differs: %s)", err, d)
+		}
 		return err
 	}
 	if !allowChange {
@@ -98,8 +103,8 @@ func (e *Expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange boo
 				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, c.ModuleDigest, e.guest.digest())
 		}
 		if c.Config != nil && !maps.Equal(c.Config, e.guest.binding.Config) {
-			return fmt.Errorf("%w: %w: %q step %d was saved with config %s, but the expert runs with %s; the parameters' names and shapes match, so --allow-module-change restores it anyway",
-				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, ConfigString(c.Config), ConfigString(e.guest.binding.Config))
+			return fmt.Errorf("%w: %w: %q step %d was saved with another config (%s); the parameters' names and shapes match, so --allow-module-change restores it anyway",
+				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, configDiff(c.Config, e.guest.binding.Config))
 		}
 	}
 	byName := map[string]int{}
@@ -159,6 +164,33 @@ func (e *Expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange boo
 	e.trainer.updates.Add(1)
 	e.stats.restored(c.Step, c.Examples)
 	return nil
+}
+
+// configDiff names each config key whose value differs between a
+// checkpoint's config (was) and the expert's (now), as "hidden_dim 64 →
+// 128", sorted by key; a key on one side only reads "(none)" on the
+// other. It is "" when they are equal.
+func configDiff(was, now map[string]int64) string {
+	val := func(m map[string]int64, k string) string {
+		if v, ok := m[k]; ok {
+			return strconv.FormatInt(v, 10)
+		}
+		return "(none)"
+	}
+	keys := slices.Sorted(maps.Keys(was))
+	for k := range now {
+		if _, ok := was[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		if a, b := val(was, k), val(now, k); a != b {
+			parts = append(parts, k+" "+a+" → "+b)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // errCheckpointShapesMatch marks a mismatch of digest or config only,
