@@ -102,6 +102,9 @@ is bitwise equal, and each restores the other's checkpoints.`,
 			if err := moduleLimits.check(); err != nil {
 				return err
 			}
+			if err := noDHTAlone(cmd.Flags(), noDHT); err != nil {
+				return err
+			}
 			if maxRequestBytes <= 0 {
 				return fmt.Errorf("--max-request-bytes %d: must be positive", maxRequestBytes)
 			}
