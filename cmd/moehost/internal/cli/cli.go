@@ -33,6 +33,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("moehost {{.Version}}\n")
+	root.SetFlagErrorFunc(suggestFlag) // the subcommands inherit it
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

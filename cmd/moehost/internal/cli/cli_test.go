@@ -42,6 +42,7 @@ func TestServeErrors(t *testing.T) {
 		{"hidden dim 0 is the config's fault", []string{"--hidden-dim", "0", "--no-dht"}, []string{"config hidden_dim=0 refused by the module's moe_init", "hidden_dim must be positive"}},
 		// --update-period 0s fails the server at once should the flags pass.
 		{"no-dht with initial-peers", []string{"--update-period", "0s", "--no-dht", "--initial-peers", "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"}, []string{"--no-dht", "--initial-peers"}},
+		{"unknown flag suggests the nearest", []string{"--hiden-dim", "8"}, []string{"unknown flag: --hiden-dim", "did you mean --hidden-dim?"}},
 		{"log format", []string{"--log-format", "xml"}, []string{`--log-format "xml": want text or json`}},
 		{"log level", []string{"--log-level", "loud"}, []string{`--log-level "loud"`}},
 		{"max request bytes", []string{"--max-request-bytes", "0"}, []string{"--max-request-bytes 0"}},
