@@ -316,13 +316,21 @@ func TestRestoreAtStartWritesEveryParam(t *testing.T) {
 	}
 	c := client.New(srv.Addr())
 	train(t, c, h, 2, rand.New(rand.NewPCG(7, 8))) // ffn.0 only
+	// And ffn.1 one step, so that both are restored (an expert that
+	// never trained is not saved).
+	x := client.Float32([]int64{1, h}, []float32{1, -2, 3, -4, 5, -6, 7, -8})
+	if _, err := c.Expert("ffn.1").Backward(ctx, []client.Tensor{x}, []client.Tensor{x}); err != nil {
+		t.Fatal(err)
+	}
 	c.Close()
 	trained := map[string]map[string][]float32{}
 	for _, uid := range uids {
 		_, trained[uid] = params(cc, uid)
 	}
-	if same(trained["ffn.0"], initial["ffn.0"]) {
-		t.Fatal("training changed no parameter of ffn.0")
+	for _, uid := range uids {
+		if same(trained[uid], initial[uid]) {
+			t.Fatalf("training changed no parameter of %s", uid)
+		}
 	}
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -341,7 +349,7 @@ func TestRestoreAtStartWritesEveryParam(t *testing.T) {
 	train(t, c, h, 1, rand.New(rand.NewPCG(9, 10)))
 	c.Close()
 	_, trained["ffn.0"] = params(cc, "ffn.0")
-	ffn1 := filepath.Join(dir, "ffn.1", "0.safetensors")
+	ffn1 := filepath.Join(dir, "ffn.1", "1.safetensors")
 	before, err := os.Stat(ffn1)
 	if err != nil {
 		t.Fatal(err)
@@ -370,6 +378,99 @@ func TestRestoreAtStartWritesEveryParam(t *testing.T) {
 	for _, uid := range uids {
 		if _, got := params(cc, uid); !same(got, initial[uid]) {
 			t.Errorf("%s on a fresh start: not the initial values its uid gives", uid)
+		}
+	}
+}
+
+// TestUntouchedExpertNotSaved checks the README's "saves when the step
+// changed": an expert that never trained gets no checkpoint (its uid
+// draws the same initial values again).
+func TestUntouchedExpertNotSaved(t *testing.T) {
+	t.Parallel()
+	const h = 8
+	dir := t.TempDir()
+	srv, err := ckptServer(t, dir, wasmexperts.FFN, h, host.CheckpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(srv.Addr())
+	forward(t, c, h) // serving is not training
+	c.Close()
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "ffn.0", "*")); len(files) != 0 {
+		t.Errorf("an untouched expert was saved: %v", files)
+	}
+}
+
+// TestCheckpointSavesLogged checks that each save that wrote, periodic or
+// at shutdown, is logged at Info with its uid and step, as restores are.
+func TestCheckpointSavesLogged(t *testing.T) {
+	t.Parallel()
+	const h = 8
+	var logs lockedBuffer
+	srv, err := ckptServer(t, t.TempDir(), wasmexperts.FFN, h, host.CheckpointConfig{},
+		host.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), host.WithUpdatePeriod(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(srv.Addr())
+	defer c.Close()
+	train(t, c, h, 2, rand.New(rand.NewPCG(5, 6)))
+	const periodic = `level=INFO msg="saved checkpoint" uid=ffn.0 step=2`
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), periodic); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no periodic save logged as %s:\n%s", periodic, logs.String())
+		}
+	}
+	train(t, c, h, 1, rand.New(rand.NewPCG(7, 8)))
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := `level=INFO msg="saved checkpoint" uid=ffn.0 step=3`; !strings.Contains(logs.String(), want) {
+		t.Errorf("the shutdown's save is not logged as %s:\n%s", want, logs.String())
+	}
+}
+
+// TestCheckpointMismatchNamesEveryExpert starts two trained experts'
+// checkpoints with another hidden_dim: the one error names both uids and
+// the config key that differs, not the first expert only.
+func TestCheckpointMismatchNamesEveryExpert(t *testing.T) {
+	t.Parallel()
+	const h = 8
+	dir := t.TempDir()
+	second := func(h int64) host.Option {
+		return host.WithExperts(host.ExpertConfig{UID: "ffn.1", Module: host.ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": h}})
+	}
+	srv, err := ckptServer(t, dir, wasmexperts.FFN, h, host.CheckpointConfig{}, second(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(srv.Addr())
+	x := client.Float32([]int64{1, h}, []float32{1, -2, 3, -4, 5, -6, 7, -8})
+	for _, uid := range []string{"ffn.0", "ffn.1"} {
+		if _, err := c.Expert(uid).Backward(context.Background(), []client.Tensor{x}, []client.Tensor{x}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ckptServer(t, dir, wasmexperts.FFN, 2*h, host.CheckpointConfig{}, second(2*h))
+	if !errors.Is(err, host.ErrCheckpointMismatch) {
+		t.Fatalf("start with another hidden_dim: %v, want ErrCheckpointMismatch", err)
+	}
+	for _, want := range []string{
+		"2 experts' checkpoints do not match",
+		`"ffn.0" step 1: parameter "ffn.weight" is [32 8] in the checkpoint but [64 16] in the module (the config differs: hidden_dim 8 → 16)`,
+		`"ffn.1" step 1: parameter "ffn.weight" is [32 8] in the checkpoint but [64 16] in the module (the config differs: hidden_dim 8 → 16)`,
+		"rm -r " + filepath.Join(dir, "ffn.0"),
+		"rm -r " + filepath.Join(dir, "ffn.1"),
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal lacks %q:\n%v", want, err)
 		}
 	}
 }

@@ -108,19 +108,19 @@ func (cs ckptService) Parameters(ctx context.Context, uid string) (int64, []*moe
 // it: with tenants, each for its own experts; with an admin token, its
 // bearer; with neither, loopback callers, as the operator, when the
 // listener is on loopback.
-func (s *Server) checkpointHandler(ln net.Listener) (string, http.Handler, bool) {
+func (s *Server) checkpointHandler(ln net.Listener) (http.Handler, bool) {
 	addr, ok := ln.Addr().(*net.TCPAddr)
 	loopback := s.cfg.adminToken == "" && s.tenants == nil
 	if loopback && (!ok || !addr.IP.IsLoopback()) {
 		s.log.Info("the checkpoint service is off: the server does not listen on loopback and has no admin token or tenants")
-		return "", nil, false
+		return nil, false
 	}
 	var auth rpc.Authenticator
 	if !loopback {
 		auth = authenticator{s}
 	}
-	path, h := rpc.NewCheckpointHandler(ckptService{s.experts}, auth, loopback, errorCodes)
-	return path, h, true
+	_, h := rpc.NewCheckpointHandler(ckptService{s.experts}, auth, loopback, errorCodes)
+	return h, true
 }
 
 var _ rpc.Checkpoints = ckptService{}

@@ -87,6 +87,7 @@ var wireErrors = []wireError{
 	{sandbox.ErrBudget, connect.CodeResourceExhausted, hivemind.ErrBusy},
 	{gpuhost.ErrOutOfMemory, connect.CodeResourceExhausted, hivemind.ErrBusy},
 
+	{sandbox.ErrConfigRefused, connect.CodeInvalidArgument, hivemind.ErrInvalid},
 	{sandbox.ErrInvalidModule, connect.CodeInvalidArgument, hivemind.ErrInvalid},
 	{sandbox.ErrUnknownConfigKey, connect.CodeInvalidArgument, hivemind.ErrInvalid},
 	{sandbox.ErrInvalidInput, connect.CodeInvalidArgument, hivemind.ErrInvalid},

@@ -47,6 +47,7 @@ func TestErrorCodes(t *testing.T) {
 		{context.Canceled, connect.CodeCanceled},
 		{sandbox.ErrBudget, connect.CodeResourceExhausted},
 		{gpuhost.ErrOutOfMemory, connect.CodeResourceExhausted},
+		{sandbox.ErrConfigRefused, connect.CodeInvalidArgument},
 		{sandbox.ErrInvalidModule, connect.CodeInvalidArgument},
 		{sandbox.ErrUnknownConfigKey, connect.CodeInvalidArgument},
 		{sandbox.ErrInvalidInput, connect.CodeInvalidArgument},

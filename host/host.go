@@ -279,9 +279,6 @@ func (s *Server) start(ctx context.Context) error {
 func (s *Server) serveHTTP(ln net.Listener, discovery rpc.Discovery) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.prom, promhttp.HandlerOpts{}))
-	if path, h, ok := s.checkpointHandler(ln); ok {
-		mux.Handle(path, h)
-	}
 	view := new(swarmView)
 	mux.Handle("/ui/", ui.Handler(ui.API{History: s.history, Swarm: func() ui.Swarm { return view.get(s) }}))
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
@@ -295,6 +292,9 @@ func (s *Server) serveHTTP(ln net.Listener, discovery rpc.Discovery) {
 	}
 	if s.tenants != nil {
 		opts.Auth, opts.Modules, opts.Uploads = authenticator{s}, moduleAPI{s}, s.uploadLimits()
+	}
+	if h, ok := s.checkpointHandler(ln); ok {
+		opts.Checkpoints = h
 	}
 	mux.Handle("/", rpc.NewHandler(table{s.experts}, opts))
 	protocols := new(http.Protocols)

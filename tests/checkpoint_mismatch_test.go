@@ -13,6 +13,7 @@ import (
 	"time"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	"github.com/moehost/moehost/sdk/client"
 )
 
 // TestServeAnotherModuleOnOneDataDir runs `moehost serve` twice on one
@@ -27,7 +28,14 @@ func TestServeAnotherModuleOnOneDataDir(t *testing.T) {
 	bin := buildMoehost(t, dir)
 	data := filepath.Join(dir, "data")
 	common := []string{"--data-dir", data, "--experts", "ffn.0", "--no-dht"}
-	cmd, _ := startServe(t, bin, append(common, "--hidden-dim", "8")...)
+	cmd, addr := startServe(t, bin, append(common, "--hidden-dim", "8")...)
+	// One step, so that the shutdown saves (an untouched expert is not).
+	c := client.New(addr)
+	x := client.Float32([]int64{1, 8}, []float32{1, 2, 3, 4, 5, 6, 7, 8})
+	if _, err := c.Expert("ffn.0").Backward(context.Background(), []client.Tensor{x}, []client.Tensor{x}); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

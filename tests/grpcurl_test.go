@@ -24,9 +24,20 @@ func TestGRPCurl(t *testing.T) {
 		return string(out)
 	}
 	list := run(addr, "list")
-	for _, svc := range []string{"moehost.v1.ExpertService", "grpc.health.v1.Health"} {
-		if !strings.Contains(list, svc) {
+	for _, svc := range []string{
+		"moehost.v1.ExpertService", "grpc.health.v1.Health",
+		// Served on loopback without tenants or an admin token.
+		"moehost.v1.CheckpointService",
+		"grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
+	} {
+		if !strings.Contains(list, svc+"\n") {
 			t.Errorf("grpcurl list does not show %s:\n%s", svc, list)
+		}
+	}
+	// Whatever list shows, describe resolves.
+	for _, svc := range strings.Fields(list) {
+		if out := run(addr, "describe", svc); !strings.Contains(out, svc+" is a service") {
+			t.Errorf("grpcurl describe %s:\n%s", svc, out)
 		}
 	}
 	// The comments come from the source info in the reflected descriptors.

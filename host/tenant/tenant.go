@@ -272,12 +272,28 @@ func decodeStrict(b []byte, v any) error {
 		if errors.Is(err, io.EOF) {
 			return errors.New("empty input, want a JSON object")
 		}
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			// An offset is no help in a hand-edited file; an editor
+			// jumps to a line and column.
+			line, col := lineCol(b, se.Offset)
+			return fmt.Errorf("not valid JSON at line %d, column %d: %w", line, col, err)
+		}
 		return fmt.Errorf("not valid JSON: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("data after the JSON object")
 	}
 	return nil
+}
+
+// lineCol turns a json.SyntaxError's Offset (the bytes read up to and
+// including the bad one) into the 1-based line and column of that byte
+// in b; columns count bytes.
+func lineCol(b []byte, offset int64) (line, col int) {
+	i := int(min(max(offset-1, 0), int64(len(b))))
+	before := b[:i]
+	return 1 + bytes.Count(before, []byte("\n")), i - bytes.LastIndexByte(before, '\n')
 }
 
 func jsonKind(goKind string) string {

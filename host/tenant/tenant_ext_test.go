@@ -33,7 +33,10 @@ func TestParse(t *testing.T) {
 			{"name":"alicex","prefixes":["alicex"],"token_hashes":["` + hashB + `"]}]}`, nil},
 		{"no version", `{"tenants":[]}`, []string{"version is missing"}},
 		{"wrong version", `{"version":2}`, []string{"version 2 is not supported"}},
-		{"not json", `version: 1`, []string{"not valid JSON"}},
+		{"not json", `version: 1`, []string{"not valid JSON at line 1, column 1"}},
+		// A hand-edited file's syntax error is named by line and column.
+		{"syntax error's line and column", "{\n  \"version\": 1,\n  \"tenants\": [}\n}", []string{"not valid JSON at line 3, column 15", "invalid character '}'"}},
+		{"trailing comma", "{\"version\":1,\n\"tenants\":[],\n}", []string{"not valid JSON at line 3, column 1"}},
 		{"empty input", ``, []string{"empty input"}},
 		{"trailing data", `{"version":1} {}`, []string{"data after the JSON object"}},
 		{"unknown top-level field", `{"version":1,"tenant":[]}`, []string{`unknown field "tenant"`}},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -89,6 +90,10 @@ func (e *Expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange boo
 		ps = store.Params()
 	}
 	if err := paramsMatch(c, ps); err != nil {
+		if d := configDiff(c.Config, e.guest.binding.Config); c.Config != nil && d != "" {
+			// Other shapes mostly come from another config: name it.
+			return fmt.Errorf("%w (the config differs: %s)", err, d)
+		}
 		return err
 	}
 	if !allowChange {
@@ -98,8 +103,8 @@ func (e *Expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange boo
 				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, c.ModuleDigest, e.guest.digest())
 		}
 		if c.Config != nil && !maps.Equal(c.Config, e.guest.binding.Config) {
-			return fmt.Errorf("%w: %w: %q step %d was saved with config %s, but the expert runs with %s; the parameters' names and shapes match, so --allow-module-change restores it anyway",
-				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, ConfigString(c.Config), ConfigString(e.guest.binding.Config))
+			return fmt.Errorf("%w: %w: %q step %d was saved with another config (%s); the parameters' names and shapes match, so --allow-module-change restores it anyway",
+				ErrCheckpointMismatch, errCheckpointShapesMatch, e.uid, c.Step, configDiff(c.Config, e.guest.binding.Config))
 		}
 	}
 	byName := map[string]int{}
@@ -159,6 +164,33 @@ func (e *Expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange boo
 	e.trainer.updates.Add(1)
 	e.stats.restored(c.Step, c.Examples)
 	return nil
+}
+
+// configDiff names each config key whose value differs between a
+// checkpoint's config (was) and the expert's (now), as "hidden_dim 64 →
+// 128", sorted by key; a key on one side only reads "(none)" on the
+// other. It is "" when they are equal.
+func configDiff(was, now map[string]int64) string {
+	val := func(m map[string]int64, k string) string {
+		if v, ok := m[k]; ok {
+			return strconv.FormatInt(v, 10)
+		}
+		return "(none)"
+	}
+	keys := slices.Sorted(maps.Keys(was))
+	for k := range now {
+		if _, ok := was[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		if a, b := val(was, k), val(now, k); a != b {
+			parts = append(parts, k+" "+a+" → "+b)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // errCheckpointShapesMatch marks a mismatch of digest or config only,
@@ -283,12 +315,18 @@ func (c *checkpointer) save(ctx context.Context, e *Expert, onWorker, force bool
 		// Nothing stepped or restored since the last write or restore:
 		// the files hold this state already, and copying it (134 MB for
 		// make run's experts) would show only that.
+		// An expert never trained nor restored holds its initial values,
+		// which its uid draws again at the next start: the README's
+		// "saves when the step changed" writes no step 0 for it.
 		c.mu.Lock()
 		last, ok := c.saved[e.uid]
 		at, okAt := c.savedAt[e.uid]
 		c.mu.Unlock()
 		if ok && okAt && at == e.trainer.updates.Load() {
 			return last, false, nil
+		}
+		if !ok && e.trainer.updates.Load() == 0 {
+			return 0, false, nil
 		}
 	}
 	var (
@@ -308,7 +346,9 @@ func (c *checkpointer) save(ctx context.Context, e *Expert, onWorker, force bool
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if last, ok := c.saved[e.uid]; ok && last == snap.Step && !force {
+	// A step that was written already, or a step 0 never written (a
+	// failed first step counts as an update but trained nothing).
+	if last, ok := c.saved[e.uid]; (ok && last == snap.Step || !ok && snap.Step == 0) && !force {
 		c.savedAt[e.uid] = gen
 		return snap.Step, false, nil
 	}
@@ -320,7 +360,9 @@ func (c *checkpointer) save(ctx context.Context, e *Expert, onWorker, force bool
 	return snap.Step, true, nil
 }
 
-// saveAll saves every expert whose step changed; errors are logged.
+// saveAll saves every expert whose step changed; errors are logged, and
+// so is each save, at Info as restores are: an operator sees from the
+// log alone what a restart will resume from.
 func (c *checkpointer) saveAll(ctx context.Context, experts []*Expert, onWorker bool) {
 	for _, e := range experts {
 		step, wrote, err := c.save(ctx, e, onWorker, false)
@@ -328,7 +370,7 @@ func (c *checkpointer) saveAll(ctx context.Context, experts []*Expert, onWorker 
 		case err != nil:
 			c.reg.log.Error("saving checkpoint", "uid", e.uid, "err", err)
 		case wrote:
-			c.reg.log.Debug("saved checkpoint", "uid", e.uid, "step", step)
+			c.reg.log.Info("saved checkpoint", "uid", e.uid, "step", step)
 		}
 	}
 }

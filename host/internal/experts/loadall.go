@@ -51,7 +51,13 @@ func (r *Registry) LoadAll(ctx context.Context, specs []Spec, threads int) ([]Lo
 			l.mu.Unlock()
 			if err != nil {
 				errs[i] = err
-				cancel()
+				// A checkpoint mismatch stops nothing else: the loads go
+				// on, so that the error names every expert whose
+				// checkpoints belong to another module or config, not
+				// the first only.
+				if !errors.Is(err, ErrCheckpointMismatch) {
+					cancel()
+				}
 				return
 			}
 			out[i] = Loaded{Expert: e, Fresh: fresh}
@@ -60,13 +66,21 @@ func (r *Registry) LoadAll(ctx context.Context, specs []Spec, threads int) ([]Lo
 	}
 	wg.Wait()
 	var first error
+	var mismatches []error
 	for _, err := range errs {
 		if err == nil {
 			continue
 		}
+		if errors.Is(err, ErrCheckpointMismatch) {
+			mismatches = append(mismatches, err)
+		}
 		if first == nil || (errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
 			first = err
 		}
+	}
+	if len(mismatches) > 1 && errors.Is(first, ErrCheckpointMismatch) {
+		// One error, one line per expert (in the given order).
+		return out, fmt.Errorf("%d experts' checkpoints do not match:\n%w", len(mismatches), errors.Join(mismatches...))
 	}
 	return out, first
 }

@@ -30,25 +30,49 @@ var sourceFiles = sync.OnceValues(func() (*protoregistry.Files, error) {
 	return protodesc.NewFiles(&fds)
 })
 
-// healthFiles holds grpc/health/v1/health.proto, package grpc.health.v1.
-// connectrpc.com/grpchealth registers its copy of that file under another
-// path and package (connectext.grpc.health.v1, to stay clear of grpc-go's),
-// so the reflected service name grpc.health.v1.Health resolved to nothing:
-// grpcurl could not describe it, and buf curl --list-methods failed on it.
-// The copy is renamed back once; its wire names are the standard ones.
+// healthFiles holds the standard descriptors of the services connect's
+// packages serve under copies of their own: grpc/health/v1/health.proto
+// (grpc.health.v1) and grpc/reflection/v1/reflection.proto
+// (grpc.reflection.v1), plus a v1alpha copy of the latter, whose messages
+// are the same. connectrpc.com/grpchealth and grpcreflect register their
+// copies under another path and package (connectext.grpc..., to stay
+// clear of grpc-go's), so the reflected names grpc.health.v1.Health and
+// grpc.reflection.v1.ServerReflection resolved to nothing: grpcurl could
+// not describe them, and buf curl --list-methods failed on them. Each
+// copy is renamed back once; its wire names are the standard ones.
 var healthFiles = sync.OnceValues(func() (*protoregistry.Files, error) {
-	const from, to = "connectext.grpc.health.v1", "grpc.health.v1"
-	fd, err := protoregistry.GlobalFiles.FindFileByPath("connectext/grpc/health/v1/health.proto")
+	files := new(protoregistry.Files)
+	for _, f := range []struct{ from, fromPkg, to, toPkg string }{
+		{"connectext/grpc/health/v1/health.proto", "connectext.grpc.health.v1", "grpc/health/v1/health.proto", "grpc.health.v1"},
+		{"connectext/grpc/reflection/v1/reflection.proto", "connectext.grpc.reflection.v1", "grpc/reflection/v1/reflection.proto", "grpc.reflection.v1"},
+		{"connectext/grpc/reflection/v1/reflection.proto", "connectext.grpc.reflection.v1", "grpc/reflection/v1alpha/reflection.proto", "grpc.reflection.v1alpha"},
+	} {
+		fd, err := renamedFile(f.from, f.fromPkg, f.to, f.toPkg)
+		if err != nil {
+			return nil, err
+		}
+		if err := files.RegisterFile(fd); err != nil {
+			return nil, fmt.Errorf("registering %s: %w", f.to, err)
+		}
+	}
+	return files, nil
+})
+
+// renamedFile copies the globally registered file at path from, of
+// package fromPkg, to path to and package toPkg, with every reference to
+// its own types renamed. The file must import nothing.
+func renamedFile(from, fromPkg, to, toPkg string) (protoreflect.FileDescriptor, error) {
+	fd, err := protoregistry.GlobalFiles.FindFileByPath(from)
 	if err != nil {
-		return nil, fmt.Errorf("grpchealth's descriptor: %w", err)
+		return nil, fmt.Errorf("descriptor %s: %w", from, err)
 	}
 	fdp := protodesc.ToFileDescriptorProto(fd)
-	fdp.Name = proto.String("grpc/health/v1/health.proto")
-	fdp.Package = proto.String(to)
-	fdp.Options = nil // its go_package and the like name grpchealth's internals
+	fdp.Name = proto.String(to)
+	fdp.Package = proto.String(toPkg)
+	fdp.Options = nil // its go_package and the like name the copy's internals
 	rename := func(s *string) {
-		if s != nil && strings.HasPrefix(*s, "."+from+".") {
-			*s = "." + to + strings.TrimPrefix(*s, "."+from)
+		if s != nil && strings.HasPrefix(*s, "."+fromPkg+".") {
+			*s = "." + toPkg + strings.TrimPrefix(*s, "."+fromPkg)
 		}
 	}
 	var fields func(ms []*descriptorpb.DescriptorProto)
@@ -67,20 +91,16 @@ var healthFiles = sync.OnceValues(func() (*protoregistry.Files, error) {
 			rename(m.OutputType)
 		}
 	}
-	health, err := protodesc.NewFile(fdp, nil)
+	renamed, err := protodesc.NewFile(fdp, nil)
 	if err != nil {
-		return nil, fmt.Errorf("renamed health descriptor: %w", err)
+		return nil, fmt.Errorf("renamed descriptor %s: %w", to, err)
 	}
-	files := new(protoregistry.Files)
-	if err := files.RegisterFile(health); err != nil {
-		return nil, err
-	}
-	return files, nil
-})
+	return renamed, nil
+}
 
 // withSourceInfo resolves descriptors from the embedded set, with source
-// info, then gRPC health's (renamed, see healthFiles), and everything else
-// (reflection) from the generated code's global registry.
+// info, then gRPC health's and reflection's (renamed, see healthFiles),
+// and everything else from the generated code's global registry.
 type withSourceInfo struct{ files, health *protoregistry.Files }
 
 func (r withSourceInfo) FindFileByPath(path string) (protoreflect.FileDescriptor, error) {

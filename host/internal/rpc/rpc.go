@@ -86,6 +86,11 @@ type Options struct {
 	MaxUploadBytes int64
 	// Uploads bound each module upload; zero fields take the defaults.
 	Uploads UploadLimits
+	// Checkpoints, NewCheckpointHandler's handler, is mounted at its path
+	// and listed in reflection and health. Nil serves no
+	// CheckpointService.
+	Checkpoints http.Handler
+
 	// Bodies bound every other request's body (BodyDeadlines); zero
 	// fields take the defaults.
 	Bodies BodyLimits
@@ -147,7 +152,13 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	if err != nil {
 		panic(err) // the embedded set is generated with the code: a bad one is a build bug
 	}
-	reflected := append(names, grpchealth.HealthV1ServiceName)
+	if opts.Checkpoints != nil {
+		mux.Handle("/"+moehostv1connect.CheckpointServiceName+"/", opts.Checkpoints)
+		names = append(names, moehostv1connect.CheckpointServiceName)
+	}
+	// Reflection lists itself too, as grpc-go's does: grpcurl list shows
+	// every service it can describe.
+	reflected := append(names, grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName)
 	reflector := grpcreflect.NewReflector(
 		grpcreflect.NamerFunc(func() []string { return reflected }),
 		grpcreflect.WithDescriptorResolver(resolver),

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -44,17 +45,62 @@ func strictJSONCodecs() connect.HandlerOption {
 	)
 }
 
-// needContentType answers a POST without a Content-Type with 415 and a
-// body that says what to send; connect's handlers answer it with an empty
-// 415, which leaves a curl user guessing.
+// contentTypeHelp is the body of every 415 and 405 the procedures
+// answer: connect's handlers send both empty, so `curl -s` printed
+// nothing for the commonest curl mistakes (no Content-Type, where curl -d
+// sends a form encoding; text/plain; a GET).
+const contentTypeHelp = "send a POST with Content-Type: application/json (Connect with JSON), application/proto (Connect with protobuf), application/grpc or application/grpc-web+proto; " +
+	"e.g. curl -H 'Content-Type: application/json' -d '{\"uid\": \"ffn.0\"}' http://HOST/moehost.v1.ExpertService/Info\n"
+
+// needContentType makes every 415 (unsupported content type) and 405
+// (method) of the procedures say what to send. A POST without a
+// Content-Type is answered here; connect answers the rest, and
+// helpfulStatus adds the body to its empty answer, so that the rules for
+// what connect accepts stay connect's.
 func needContentType(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.Header.Get("Content-Type") == "" {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusUnsupportedMediaType)
-			fmt.Fprintln(w, "a POST needs a Content-Type: application/json (Connect with JSON, e.g. curl -H 'Content-Type: application/json'), application/proto (Connect with protobuf), application/grpc or application/grpc-web+proto")
+			io.WriteString(w, contentTypeHelp)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(&helpfulStatus{ResponseWriter: w}, r)
 	})
 }
+
+// helpfulStatus writes contentTypeHelp after a 415 or 405 whose writer
+// set no Content-Type (connect's, which writes no body with either), and
+// drops whatever body follows. Other statuses pass through untouched.
+type helpfulStatus struct {
+	http.ResponseWriter
+	helped bool
+}
+
+func (w *helpfulStatus) WriteHeader(code int) {
+	if (code == http.StatusUnsupportedMediaType || code == http.StatusMethodNotAllowed) && w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.ResponseWriter.WriteHeader(code)
+		io.WriteString(w.ResponseWriter, contentTypeHelp)
+		w.helped = true
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *helpfulStatus) Write(b []byte) (int, error) {
+	if w.helped {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush and Unwrap keep streaming (connect flushes each message) and
+// http.ResponseController working through the wrapper.
+func (w *helpfulStatus) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *helpfulStatus) Unwrap() http.ResponseWriter { return w.ResponseWriter }

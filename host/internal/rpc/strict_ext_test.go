@@ -11,22 +11,28 @@ import (
 )
 
 // TestJSONRequestMistakes posts what a curl user gets wrong and checks
-// that each answer says what is wrong: no Content-Type is 415 naming
-// what to send; a misspelt field is invalid_argument naming the field.
+// that each answer says what is wrong: no Content-Type, a form encoding
+// (curl -d without -H), text/plain and a GET are 415 or 405 naming what
+// to send; a misspelt field is invalid_argument naming the field.
 func TestJSONRequestMistakes(t *testing.T) {
 	url := server(t, noExperts{}, rpc.Options{})
 	for _, tt := range []struct {
-		name, contentType, body string
-		wantStatus              int
-		want                    []string
+		name, method, contentType, body string
+		wantStatus                      int
+		want                            []string
 	}{
-		{"no content type", "", `{"uid":"ffn.0"}`, http.StatusUnsupportedMediaType, []string{"Content-Type: application/json", "application/grpc"}},
-		{"unknown field", "application/json", `{"uuid":"ffn.0"}`, http.StatusBadRequest, []string{"invalid_argument", `unknown field \"uuid\"`}},
-		{"unknown field, charset", "application/json; charset=utf-8", `{"uid":"ffn.0","extra":1}`, http.StatusBadRequest, []string{`unknown field \"extra\"`}},
-		{"known field", "application/json", `{"uid":"ffn.0"}`, http.StatusNotFound, []string{"not_found"}},
+		{"no content type", "POST", "", `{"uid":"ffn.0"}`, http.StatusUnsupportedMediaType, []string{"Content-Type: application/json", "application/grpc", "curl -H"}},
+		// curl -d without -H sends this.
+		{"form encoded", "POST", "application/x-www-form-urlencoded", `{"uid":"ffn.0"}`, http.StatusUnsupportedMediaType, []string{"Content-Type: application/json", "application/grpc", "curl -H"}},
+		{"text/plain", "POST", "text/plain", `{"uid":"ffn.0"}`, http.StatusUnsupportedMediaType, []string{"Content-Type: application/json", "application/proto"}},
+		// A GET without Connect's ?message= is 415 too (connect's choice).
+		{"GET", "GET", "", "", http.StatusUnsupportedMediaType, []string{"POST", "Content-Type: application/json"}},
+		{"unknown field", "POST", "application/json", `{"uuid":"ffn.0"}`, http.StatusBadRequest, []string{"invalid_argument", `unknown field \"uuid\"`}},
+		{"unknown field, charset", "POST", "application/json; charset=utf-8", `{"uid":"ffn.0","extra":1}`, http.StatusBadRequest, []string{`unknown field \"extra\"`}},
+		{"known field", "POST", "application/json", `{"uid":"ffn.0"}`, http.StatusNotFound, []string{"not_found"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			req, _ := http.NewRequest(http.MethodPost, url+moehostv1connect.ExpertServiceInfoProcedure, strings.NewReader(tt.body))
+			req, _ := http.NewRequest(tt.method, url+moehostv1connect.ExpertServiceInfoProcedure, strings.NewReader(tt.body))
 			if tt.contentType != "" {
 				req.Header.Set("Content-Type", tt.contentType)
 			}

@@ -148,6 +148,9 @@ func (inst *Instance) start(ctx context.Context) error {
 			// A misspelt key is the likelier cause: name it first.
 			return fmt.Errorf("%w (then %s failed: %w)", cerr, abi.ExportInit, err)
 		}
+		if refused := inst.st.configRefused(err); refused != nil {
+			return refused
+		}
 		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
 	st := inst.st
@@ -181,6 +184,47 @@ func (st *state) checkConfigRead() error {
 	}
 	return fmt.Errorf("%w: %s: the module's %s does not read it (it reads: %s)", ErrUnknownConfigKey, strings.Join(unknown, ", "), abi.ExportInit, known)
 }
+
+// configRefused returns moe_init's failure err as a refusal of the
+// config, when that is what it is: moe_init read config keys and returned
+// ErrInvalidArgument (ffn's "hidden_dim must be positive"). A module that
+// fails so is not invalid; the caller's value is, and the message says
+// which values the module read. Otherwise it returns nil.
+func (st *state) configRefused(err error) error {
+	var ge *GuestError
+	if !errors.As(err, &ge) || ge.Code != abi.ErrInvalidArgument || len(st.configRead) == 0 {
+		return nil
+	}
+	var vals []string
+	for _, k := range slices.Sorted(maps.Keys(st.configRead)) {
+		if v, ok := st.config[k]; ok {
+			vals = append(vals, fmt.Sprintf("%s=%d", k, v))
+		}
+	}
+	if len(vals) == 0 {
+		return nil // it read none that was given: its defaults failed
+	}
+	return &configRefusedError{config: strings.Join(vals, ","), guest: ge}
+}
+
+// configRefusedError is ErrConfigRefused naming the values refused and
+// the module's own reason. It unwraps to the GuestError.
+type configRefusedError struct {
+	config string
+	guest  *GuestError
+}
+
+func (e *configRefusedError) Error() string {
+	msg := e.guest.Msg
+	if msg == "" {
+		msg = e.guest.Code.String()
+	}
+	return fmt.Sprintf("config %s refused by the module's %s: %s", e.config, abi.ExportInit, msg)
+}
+
+func (e *configRefusedError) Is(target error) bool { return target == ErrConfigRefused }
+
+func (e *configRefusedError) Unwrap() error { return e.guest }
 
 // Inputs returns the declared inputs.
 func (inst *Instance) Inputs() []Spec { return slices.Clone(inst.st.inputs) }

@@ -42,6 +42,10 @@ var (
 	// ErrUnknownConfigKey: the expert's config has a key that the
 	// module's moe_init does not read.
 	ErrUnknownConfigKey = errors.New("unknown config key")
+	// ErrConfigRefused: the module's moe_init refused the config it read
+	// (it returned ErrInvalidArgument): the caller's config value, not
+	// the module, is at fault. It matches ErrGuest too.
+	ErrConfigRefused = errors.New("config refused by the module")
 	// ErrClosed: the instance was closed.
 	ErrClosed = errors.New("instance closed")
 	// ErrBudget matches a refusal for a spent budget (the call's bytes,

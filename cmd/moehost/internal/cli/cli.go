@@ -33,6 +33,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("moehost {{.Version}}\n")
+	root.SetFlagErrorFunc(suggestFlag) // the subcommands inherit it
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -100,6 +101,9 @@ is bitwise equal, and each restores the other's checkpoints.`,
 				return err
 			}
 			if err := moduleLimits.check(); err != nil {
+				return err
+			}
+			if err := noDHTAlone(cmd.Flags(), noDHT); err != nil {
 				return err
 			}
 			if maxRequestBytes <= 0 {

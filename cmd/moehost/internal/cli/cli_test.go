@@ -37,6 +37,12 @@ func TestServeErrors(t *testing.T) {
 		{"not wasm names the file", []string{"--module", notWasm}, []string{notWasm, "not a WebAssembly module"}},
 		{"typo lists the built-ins", []string{"--module", "ffnn"}, []string{`"ffnn"`, "ffn, ffn-c, nop, det_dropout, transformer, ste_relu"}},
 		{"hidden dim 0 blames dim 1", []string{"--module", "ste_relu", "--hidden-dim", "0"}, []string{"dim 1 of shape [-1 0] is 0"}},
+		// A bad config value is the caller's: the message says so, and
+		// names the value and the module's reason.
+		{"hidden dim 0 is the config's fault", []string{"--hidden-dim", "0", "--no-dht"}, []string{"config hidden_dim=0 refused by the module's moe_init", "hidden_dim must be positive"}},
+		// --update-period 0s fails the server at once should the flags pass.
+		{"no-dht with initial-peers", []string{"--update-period", "0s", "--no-dht", "--initial-peers", "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"}, []string{"--no-dht", "--initial-peers"}},
+		{"unknown flag suggests the nearest", []string{"--hiden-dim", "8"}, []string{"unknown flag: --hiden-dim", "did you mean --hidden-dim?"}},
 		{"log format", []string{"--log-format", "xml"}, []string{`--log-format "xml": want text or json`}},
 		{"log level", []string{"--log-level", "loud"}, []string{`--log-level "loud"`}},
 		{"max request bytes", []string{"--max-request-bytes", "0"}, []string{"--max-request-bytes 0"}},
@@ -56,6 +62,9 @@ func TestServeErrors(t *testing.T) {
 				t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr.String())
 			}
 			msg := stderr.String()
+			if strings.Contains(tt.name, "config's fault") && strings.Contains(msg, "invalid expert module") {
+				t.Errorf("error %q blames the module", msg)
+			}
 			for _, w := range tt.want {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error %q does not contain %q", msg, w)
