@@ -5,7 +5,6 @@ import (
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/sandbox"
-	"github.com/moehost/moehost/sdk/wire"
 )
 
 // UID is the expert's name.
@@ -23,15 +22,6 @@ func (e *Expert) ParamCount() int64 { return e.guest.binding.Params.Count() }
 // ParamBytes is what the expert's parameters cost its owner, overhead
 // included.
 func (e *Expert) ParamBytes() int64 { return e.guest.binding.Params.Bytes() }
-
-// CheckSchema is the one schema check of a request that does not come
-// through Connect (whose decode runs the same wire.Fit): an in-process
-// call's device tensors, or a hivemind call's wire tensors before they
-// reach the device. gradOutputs are a backward request's output
-// gradients.
-func (e *Expert) CheckSchema(inputs, gradOutputs []wire.Meta, backward bool) error {
-	return e.schema.check(inputs, gradOutputs, backward)
-}
 
 // What follows is for diagnostics and the server's tests: they read the
 // room's state through these rather than its fields.

@@ -94,11 +94,10 @@ func protoSchema(specs []sandbox.Spec) []*moehostv1.TensorSchema {
 	return out
 }
 
-// check is the one schema check of a request that does not come through
-// Connect (whose decode runs the same wire.Fit, before any tensor reaches
-// the device): an in-process call's device tensors, or a hivemind call's
-// wire tensors before they are moved to the device. gradOutputs are a
-// backward request's output gradients; a forward has none.
+// check is the one schema check of a request, on every path: the
+// ingress (admitTensors) runs it before anything is admitted or reaches
+// the device. gradOutputs are a backward request's output gradients; a
+// forward has none.
 func (s schema) check(inputs, gradOutputs []wire.Meta, backward bool) error {
 	batch, err := wire.Fit(s.inputs, "input", inputs, -1)
 	if err == nil && backward {
