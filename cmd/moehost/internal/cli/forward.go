@@ -86,7 +86,8 @@ func backwardCmd(stdout io.Writer) *cobra.Command {
 The output gradients come from --grad FILE.npy (once per output), else
 from "grad_outputs" in the stdin JSON object (a list like "inputs"), else
 are random in [-1, 1), shaped like the outputs the expert declares with
-the inputs' rows. Under --tenants, Backward takes the owner's token.`,
+the inputs' rows. Under --tenants, Backward takes the expert owner's token
+(the server's --admin-token for the operator's experts).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, e, err := f.expert(cmd, args[0])

@@ -145,6 +145,18 @@ func TestForwardBackward(t *testing.T) {
 		if len(r.GradInputs) != 1 || !slices.Equal(r.GradInputs[0].Shape, []int64{2, width}) || !slices.Equal(r.GradInputs[0].Data, make([]float32, 2*width)) {
 			t.Errorf("backward with zero grads: %q, want zeros of shape [2 %d]", stdout, width)
 		}
+		dir := t.TempDir()
+		xf, gf := filepath.Join(dir, "x.npy"), filepath.Join(dir, "g.npy")
+		if err := writeNpy(xf, npy.Array{Shape: []int64{2, width}, Data: x}); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeNpy(gf, npy.Array{Shape: []int64{2, width}, Data: make([]float32, 2*width)}); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code = run("", "backward", "ffn.0", "--input", xf, "--grad", gf, "--token", "admin-secret")
+		if r := parse("backward --grad", stdout); code != 0 || len(r.GradInputs) != 1 || !slices.Equal(r.GradInputs[0].Shape, []int64{2, width}) || !slices.Equal(r.GradInputs[0].Data, make([]float32, 2*width)) {
+			t.Errorf("backward --input --grad zeros: exit %d, %q (%s), want zeros of shape [2 %d]", code, stdout, stderr, width)
+		}
 		stdout, stderr, code = run("", "backward", "ffn.0", "--random", "3", "--token", "admin-secret")
 		if code != 0 {
 			t.Fatalf("backward --random 3: exit %d: %s", code, stderr)
