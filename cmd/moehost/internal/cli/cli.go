@@ -25,6 +25,11 @@ import (
 
 // Main runs the command line and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return mainWith(args, os.Stdin, stdout, stderr)
+}
+
+// mainWith is Main reading stdin (forward's and backward's JSON) from stdin.
+func mainWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := &cobra.Command{
 		Use:           "moehost",
 		Short:         "Host Mixture-of-Experts experts compiled to WebAssembly",
@@ -35,6 +40,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetVersionTemplate("moehost {{.Version}}\n")
 	root.SetFlagErrorFunc(suggestFlag) // the subcommands inherit it
 	root.SetArgs(args)
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(serveCmd(stderr), benchCmd(stdout))
@@ -44,6 +50,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(discoverCmd(stdout, stderr))
 	root.AddCommand(tenantCmd(stdout, stderr))
 	root.AddCommand(uploadCmd(stdout, stderr), deployCmd(stdout), undeployCmd(stdout), modulesCmd(stdout), expertsCmd(stdout))
+	root.AddCommand(forwardCmd(stdout), backwardCmd(stdout))
 	root.AddCommand(expertCmd(stdout))
 	if err := root.Execute(); err != nil {
 		// Package host prefixes its own errors with "moehost:"; print one.
