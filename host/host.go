@@ -70,9 +70,11 @@ type Server struct {
 	cfg config
 	log *slog.Logger
 
-	prom    *prometheus.Registry // /metrics
-	history *ui.History          // the dashboard's load charts
-	experts *experts.Registry
+	prom *prometheus.Registry // /metrics
+	// rpcMetrics count every RPC, whichever listener serves it.
+	rpcMetrics *rpc.Metrics
+	history    *ui.History // the dashboard's load charts
+	experts    *experts.Registry
 
 	mu       sync.Mutex
 	front    front            // the port and its HTTP server
@@ -138,11 +140,12 @@ func New(opts ...Option) (*Server, error) {
 	prom := prometheus.NewRegistry()
 	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Server{
-		cfg:     cfg,
-		log:     cfg.logger,
-		prom:    prom,
-		history: ui.NewHistory(historyLen, historyInterval),
-		life:    lifecycle{ready: make(chan struct{}), done: make(chan struct{})},
+		cfg:        cfg,
+		log:        cfg.logger,
+		prom:       prom,
+		rpcMetrics: rpc.NewMetrics(prom),
+		history:    ui.NewHistory(historyLen, historyInterval),
+		life:       lifecycle{ready: make(chan struct{}), done: make(chan struct{})},
 	}
 	s.experts = experts.New(experts.Config{
 		Log:                cfg.logger,
@@ -289,6 +292,7 @@ func (s *Server) serveHTTP(ln net.Listener, discovery rpc.Discovery) {
 		Discovery:       discovery,
 		Codes:           errorCodes,
 		Bodies:          s.bodyLimits(),
+		Metrics:         s.rpcMetrics,
 	}
 	if s.tenants != nil {
 		opts.Auth, opts.Modules, opts.Uploads = authenticator{s}, moduleAPI{s}, s.uploadLimits()

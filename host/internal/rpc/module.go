@@ -142,12 +142,18 @@ func (u UploadLimits) withDefaults() UploadLimits {
 // is set; a server that mounts it itself lists
 // moehostv1connect.ModuleServiceName in reflection.
 func NewModuleHandler(m Modules, auth Authenticator, limits UploadLimits, codes Codes) (string, http.Handler) {
+	return newModuleHandler(m, auth, limits, codes, nil)
+}
+
+// newModuleHandler is NewModuleHandler with metrics, which count its
+// calls.
+func newModuleHandler(m Modules, auth Authenticator, limits UploadLimits, codes Codes, metrics *Metrics) (string, http.Handler) {
 	if m == nil || auth == nil {
 		panic("BUG: rpc.NewModuleHandler needs Modules and an Authenticator")
 	}
 	limits = limits.withDefaults()
 	path, h := moehostv1connect.NewModuleServiceHandler(&moduleService{m: m, maxUpload: limits.MaxBytes},
-		connect.WithInterceptors(codes.Interceptor(), gate(authGate{auth: auth, required: true, service: "ModuleService"}.caller)),
+		metrics.interceptors(codes.Interceptor(), gate(authGate{auth: auth, required: true, service: "ModuleService"}.caller)),
 		readLimit(maxModuleMessageBytes),
 		connect.WithCompressMinBytes(math.MaxInt),
 	)

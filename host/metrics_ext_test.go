@@ -1,0 +1,121 @@
+package host_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
+	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/host"
+	"github.com/moehost/moehost/sdk/client"
+)
+
+// scrape GETs addr's /metrics, as Prometheus does, and returns its
+// samples by series, each written as name{label="value",...} with the
+// labels sorted (as the text format writes them).
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("/metrics: %s: %s", res.Status, b)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		cut := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[cut+1:], 64)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		out[line[:cut]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// series writes name and labels (name, value pairs) as scrape keys them.
+func series(name string, labels ...string) string {
+	type kv struct{ k, v string }
+	var kvs []kv
+	for i := 0; i+1 < len(labels); i += 2 {
+		kvs = append(kvs, kv{labels[i], labels[i+1]})
+	}
+	slices.SortFunc(kvs, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+	var parts []string
+	for _, p := range kvs {
+		parts = append(parts, p.k+`="`+p.v+`"`)
+	}
+	return name + "{" + strings.Join(parts, ",") + "}"
+}
+
+// TestMetricsCountRPCs calls a real server over Connect and gRPC-Web and
+// checks that /metrics counts each call by service, method and code, a
+// refusal by the rooms (an unknown expert) and one at the door (no token)
+// included, and times them.
+func TestMetricsCountRPCs(t *testing.T) {
+	const h = 8
+	ctx := context.Background()
+	srv, err := ckptServer(t, t.TempDir(), wasmexperts.FFN, h, host.CheckpointConfig{}, host.WithAdminToken("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(ctx)
+	c := client.New(srv.Addr())
+	defer c.Close()
+	forward(t, c, h)
+	forward(t, c, h)
+	x := client.Float32([]int64{1, h}, make([]float32, h))
+	if _, err := c.Expert("nope.0").Forward(ctx, x); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("Forward of an unknown expert: %v, want NotFound", err)
+	}
+	cc := moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, "http://"+srv.Addr(), connect.WithGRPCWeb())
+	if _, err := cc.List(ctx, connect.NewRequest(&moehostv1.CheckpointServiceListRequest{Uid: "ffn.0"})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("List with no token: %v, want Unauthenticated", err)
+	}
+
+	got := scrape(t, srv.Addr())
+	const es, cs = "moehost.v1.ExpertService", "moehost.v1.CheckpointService"
+	for _, tt := range []struct {
+		name   string
+		series string
+		want   float64
+	}{
+		{"forwards that answered", series("moehost_rpc_requests_total", "service", es, "method", "Forward", "code", "ok"), 2},
+		{"a forward to an unknown expert", series("moehost_rpc_requests_total", "service", es, "method", "Forward", "code", "not_found"), 1},
+		{"a call refused for its missing token", series("moehost_rpc_requests_total", "service", cs, "method", "List", "code", "unauthenticated"), 1},
+		{"forwards timed", series("moehost_rpc_duration_seconds_count", "service", es, "method", "Forward"), 3},
+		{"refused calls timed", series("moehost_rpc_duration_seconds_count", "service", cs, "method", "List"), 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if v, ok := got[tt.series]; !ok || v != tt.want {
+				t.Errorf("%s = %v (present %v), want %v", tt.series, v, ok, tt.want)
+			}
+		})
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "moehost_rpc_requests_total{") && strings.Contains(k, `code="ok"`) && strings.Contains(k, `service="`+cs+`"`) {
+			t.Errorf("%s: a refused call counted as ok", k)
+		}
+	}
+}
