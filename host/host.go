@@ -138,7 +138,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	prom := prometheus.NewRegistry()
-	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	s := &Server{
 		cfg:        cfg,
 		log:        cfg.logger,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,7 +73,7 @@ func series(name string, labels ...string) string {
 // TestMetricsCountRPCs calls a real server over Connect and gRPC-Web and
 // checks that /metrics counts each call by service, method and code, a
 // refusal by the rooms (an unknown expert) and one at the door (no token)
-// included, and times them.
+// included, and times them; and that it says which build serves.
 func TestMetricsCountRPCs(t *testing.T) {
 	const h = 8
 	ctx := context.Background()
@@ -112,6 +113,10 @@ func TestMetricsCountRPCs(t *testing.T) {
 				t.Errorf("%s = %v (present %v), want %v", tt.series, v, ok, tt.want)
 			}
 		})
+	}
+	build := series("moehost_build_info", "version", host.Version(), "commit", host.Commit(), "go_version", runtime.Version())
+	if v, ok := got[build]; !ok || v != 1 {
+		t.Errorf("%s = %v (present %v), want 1", build, v, ok)
 	}
 	for k := range got {
 		if strings.HasPrefix(k, "moehost_rpc_requests_total{") && strings.Contains(k, `code="ok"`) && strings.Contains(k, `service="`+cs+`"`) {
