@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -121,6 +123,56 @@ func TestMetricsCountRPCs(t *testing.T) {
 	for k := range got {
 		if strings.HasPrefix(k, "moehost_rpc_requests_total{") && strings.Contains(k, `code="ok"`) && strings.Contains(k, `service="`+cs+`"`) {
 			t.Errorf("%s: a refused call counted as ok", k)
+		}
+	}
+}
+
+// TestMetricsCountCheckpointSaves saves over the CheckpointService and
+// checks the save's count and time in /metrics, and that an undeploy
+// forgets them.
+func TestMetricsCountCheckpointSaves(t *testing.T) {
+	const h = 8
+	ctx := context.Background()
+	srv, err := ckptServer(t, t.TempDir(), wasmexperts.FFN, h, host.CheckpointConfig{}, host.WithAdminToken("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(ctx)
+	c := client.New(srv.Addr())
+	defer c.Close()
+	train(t, c, h, 1, rand.New(rand.NewPCG(1, 2)))
+	okSaves := series("moehost_checkpoint_saves_total", "expert", "ffn.0", "result", "ok")
+	last := series("moehost_checkpoint_last_save_timestamp_seconds", "expert", "ffn.0")
+	if got := scrape(t, srv.Addr()); got[okSaves] != 0 || got[last] != 0 {
+		t.Fatalf("before any save: %s = %v, %s = %v", okSaves, got[okSaves], last, got[last])
+	}
+	cc := moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, "http://"+srv.Addr())
+	before := time.Now()
+	for range 2 {
+		req := connect.NewRequest(&moehostv1.CheckpointServiceSaveRequest{Uid: "ffn.0"})
+		req.Header().Set("Authorization", "Bearer s3cret")
+		if _, err := cc.Save(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := time.Now()
+	got := scrape(t, srv.Addr())
+	if v := got[okSaves]; v != 2 {
+		t.Errorf("%s = %v, want 2", okSaves, v)
+	}
+	if v, ok := got[series("moehost_checkpoint_saves_total", "expert", "ffn.0", "result", "error")]; ok && v != 0 {
+		t.Errorf("%v failed saves counted, want none", v)
+	}
+	// The text format writes the time to the millisecond or finer.
+	if v := got[last]; v < float64(before.Unix()) || v > float64(after.UnixNano())/1e9+1e-3 {
+		t.Errorf("%s = %v, want between %v and %v", last, v, float64(before.UnixNano())/1e9, float64(after.UnixNano())/1e9)
+	}
+	if err := srv.Undeploy(ctx, "ffn.0"); err != nil {
+		t.Fatal(err)
+	}
+	for k := range scrape(t, srv.Addr()) {
+		if strings.HasPrefix(k, "moehost_checkpoint_") {
+			t.Errorf("%s is left after its expert was undeployed", k)
 		}
 	}
 }
