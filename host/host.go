@@ -160,6 +160,7 @@ func New(opts ...Option) (*Server, error) {
 		Checkpoints:        cfg.checkpointConfig(),
 		Metrics:            experts.NewMetrics(prom),
 	})
+	prom.MustRegister(s.experts.HealthCollector())
 	return s, nil
 }
 

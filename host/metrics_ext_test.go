@@ -176,3 +176,54 @@ func TestMetricsCountCheckpointSaves(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsExpertHealth checks moehost_expert_healthy: 1 for an expert
+// that serves, 0 for one whose batches failed UnhealthyAfter times in a
+// row, and 1 again after it succeeds.
+func TestMetricsExpertHealth(t *testing.T) {
+	ctx := context.Background()
+	trap := host.ModuleBytes(host.TrapWasm())
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
+		host.WithExperts(host.ExpertConfig{UID: "trap.0", Module: trap}, host.ExpertConfig{UID: "trap.1", Module: trap}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(ctx)
+	c := client.New(srv.Addr())
+	defer c.Close()
+	in := func(first float32) client.Tensor { return client.Float32([]int64{1, 4}, []float32{first, 0, 0, 0}) }
+	health := func(uid string) float64 {
+		t.Helper()
+		s := series("moehost_expert_healthy", "expert", uid)
+		v, ok := scrape(t, srv.Addr())[s]
+		if !ok {
+			t.Fatalf("%s is missing", s)
+		}
+		return v
+	}
+	for _, uid := range []string{"trap.0", "trap.1"} {
+		if v := health(uid); v != 1 {
+			t.Errorf("%s healthy = %v before any call, want 1", uid, v)
+		}
+	}
+	for range 3 { // experts.UnhealthyAfter
+		if _, err := c.Expert("trap.0").Forward(ctx, in(-1)); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Fatalf("trap: %v, want FailedPrecondition", err)
+		}
+	}
+	if v := health("trap.0"); v != 0 {
+		t.Errorf("trap.0 healthy = %v after 3 traps in a row, want 0", v)
+	}
+	if v := health("trap.1"); v != 1 {
+		t.Errorf("trap.1 healthy = %v while only trap.0 failed, want 1", v)
+	}
+	if _, err := c.Expert("trap.0").Forward(ctx, in(1)); err != nil {
+		t.Fatal(err)
+	}
+	if v := health("trap.0"); v != 1 {
+		t.Errorf("trap.0 healthy = %v after a success, want 1", v)
+	}
+}

@@ -249,3 +249,27 @@ func (s *poolStats) snapshot() *moehostv1.PoolStats {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 var _ batch.Observer = (*poolStats)(nil)
+
+// healthDesc describes moehost_expert_healthy.
+var healthDesc = prometheus.NewDesc("moehost_expert_healthy",
+	"1 while the expert is healthy, 0 after UnhealthyAfter failed batches in a row until one succeeds (as Info's healthy).",
+	[]string{"expert"}, nil)
+
+// HealthCollector returns a collector of moehost_expert_healthy over r's
+// experts, read at each scrape: an expert that is undeployed leaves no
+// series behind.
+func (r *Registry) HealthCollector() prometheus.Collector { return healthCollector{r} }
+
+type healthCollector struct{ r *Registry }
+
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- healthDesc }
+
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, e := range c.r.All() {
+		v := 0.0
+		if e.stats.healthy() {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(healthDesc, prometheus.GaugeValue, v, e.uid)
+	}
+}
