@@ -227,3 +227,88 @@ func TestMetricsExpertHealth(t *testing.T) {
 		t.Errorf("trap.0 healthy = %v after a success, want 1", v)
 	}
 }
+
+// TestMetricsCountRefusalsAtTheDoor checks moehost_http_refused_total,
+// which counts what the services never see: a POST with no Content-Type
+// or another content type (415), a PUT (405), and a body that stalls
+// until its idle deadline cuts it.
+func TestMetricsCountRefusalsAtTheDoor(t *testing.T) {
+	ctx := context.Background()
+	srv, err := host.New(host.WithListen("127.0.0.1:*"), host.WithDataDir(t.TempDir()),
+		host.WithBodyTimeouts(200*time.Millisecond, 5*time.Second),
+		host.WithExperts(host.ExpertConfig{UID: "trap.0", Module: host.ModuleBytes(host.TrapWasm())}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(ctx)
+	url := "http://" + srv.Addr() + moehostv1connect.ExpertServiceInfoProcedure
+	post := func(contentType string) int {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"uid":"trap.0"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, ct := range []string{"", "text/plain"} {
+		if code := post(ct); code != http.StatusUnsupportedMediaType {
+			t.Fatalf("POST with Content-Type %q: %d, want 415", ct, code)
+		}
+	}
+	if code := post("application/json"); code != http.StatusOK {
+		t.Fatalf("a good POST: %d, want 200", code)
+	}
+	put, err := http.NewRequest(http.MethodPut, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.DefaultClient.Do(put)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("PUT: %d, want 405", res.StatusCode)
+	}
+	// A body that sends nothing after its first bytes is cut at its idle
+	// deadline.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequest(http.MethodPost, url, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	go pw.Write([]byte(`{"uid":`))
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+
+	got := scrape(t, srv.Addr())
+	for _, tt := range []struct {
+		reason string
+		want   float64
+	}{
+		{"content_type", 2},
+		{"method", 1},
+		{"body_idle", 1},
+		{"body_timeout", 0},
+	} {
+		s := series("moehost_http_refused_total", "reason", tt.reason)
+		if v, ok := got[s]; !ok || v != tt.want {
+			t.Errorf("%s = %v (present %v), want %v", s, v, ok, tt.want)
+		}
+	}
+}

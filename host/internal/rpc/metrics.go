@@ -19,11 +19,23 @@ import (
 // (NotFound, ResourceExhausted for a full queue) are counted by code,
 // but connect-go reads a unary request's body before any interceptor
 // runs, so a body over the size cap or one cut by BodyDeadlines is
-// answered without passing here.
+// answered without passing here. The refusals of this package's own HTTP
+// wrappers are counted apart, by reason, in moehost_http_refused_total:
+// bodies cut by BodyDeadlines or an upload's deadlines (body_idle,
+// body_timeout), and the 415 and 405 answers (content_type, method).
 type Metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	refused  *prometheus.CounterVec
 }
+
+// The reasons of moehost_http_refused_total.
+const (
+	refusedBodyIdle    = "body_idle"
+	refusedBodyTimeout = "body_timeout"
+	refusedContentType = "content_type"
+	refusedMethod      = "method"
+)
 
 // NewMetrics makes the RPC series, moehost_rpc_requests_total and
 // moehost_rpc_duration_seconds, and registers them with reg (nil: none,
@@ -39,11 +51,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time an RPC took in its handler, from its request decoded to its response or error, by service and method.",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18), // 100µs to 13s
 		}, []string{"service", "method"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "moehost", Name: "http_refused_total",
+			Help: "Requests refused before they reached a service, by reason: body_idle and body_timeout (a body cut by its deadlines), content_type (415) and method (405).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{refusedBodyIdle, refusedBodyTimeout, refusedContentType, refusedMethod} {
+		m.refused.WithLabelValues(r) // every reason shows, at 0 until it happens
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration)
+		reg.MustRegister(m.requests, m.duration, m.refused)
 	}
 	return m
+}
+
+// refuse counts a refusal for reason; a nil m counts nothing.
+func (m *Metrics) refuse(reason string) {
+	if m != nil {
+		m.refused.WithLabelValues(reason).Inc()
+	}
 }
 
 // interceptors returns the interceptors of a service: m's first, so that

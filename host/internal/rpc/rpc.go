@@ -171,5 +171,8 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, readLimit(smallMessageBytes), counted))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, readLimit(smallMessageBytes), counted))
-	return BodyDeadlines(withCORS(needContentType(mux), opts.CORSOrigins), opts.Bodies)
+	if opts.Bodies.Metrics == nil {
+		opts.Bodies.Metrics = opts.Metrics
+	}
+	return BodyDeadlines(withCORS(needContentType(mux, opts.Metrics), opts.CORSOrigins), opts.Bodies)
 }
