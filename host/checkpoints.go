@@ -119,7 +119,7 @@ func (s *Server) checkpointHandler(ln net.Listener) (http.Handler, bool) {
 	if !loopback {
 		auth = authenticator{s}
 	}
-	_, h := rpc.NewCheckpointHandler(ckptService{s.experts}, auth, loopback, errorCodes)
+	_, h := rpc.NewCheckpointHandler(ckptService{s.experts}, auth, loopback, errorCodes, s.rpcMetrics)
 	return h, true
 }
 

@@ -70,9 +70,11 @@ type Server struct {
 	cfg config
 	log *slog.Logger
 
-	prom    *prometheus.Registry // /metrics
-	history *ui.History          // the dashboard's load charts
-	experts *experts.Registry
+	prom *prometheus.Registry // /metrics
+	// rpcMetrics count every RPC, whichever listener serves it.
+	rpcMetrics *rpc.Metrics
+	history    *ui.History // the dashboard's load charts
+	experts    *experts.Registry
 
 	mu       sync.Mutex
 	front    front            // the port and its HTTP server
@@ -136,13 +138,14 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	prom := prometheus.NewRegistry()
-	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	s := &Server{
-		cfg:     cfg,
-		log:     cfg.logger,
-		prom:    prom,
-		history: ui.NewHistory(historyLen, historyInterval),
-		life:    lifecycle{ready: make(chan struct{}), done: make(chan struct{})},
+		cfg:        cfg,
+		log:        cfg.logger,
+		prom:       prom,
+		rpcMetrics: rpc.NewMetrics(prom),
+		history:    ui.NewHistory(historyLen, historyInterval),
+		life:       lifecycle{ready: make(chan struct{}), done: make(chan struct{})},
 	}
 	s.experts = experts.New(experts.Config{
 		Log:                cfg.logger,
@@ -157,6 +160,7 @@ func New(opts ...Option) (*Server, error) {
 		Checkpoints:        cfg.checkpointConfig(),
 		Metrics:            experts.NewMetrics(prom),
 	})
+	prom.MustRegister(s.experts.HealthCollector())
 	return s, nil
 }
 
@@ -289,6 +293,7 @@ func (s *Server) serveHTTP(ln net.Listener, discovery rpc.Discovery) {
 		Discovery:       discovery,
 		Codes:           errorCodes,
 		Bodies:          s.bodyLimits(),
+		Metrics:         s.rpcMetrics,
 	}
 	if s.tenants != nil {
 		opts.Auth, opts.Modules, opts.Uploads = authenticator{s}, moduleAPI{s}, s.uploadLimits()

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
@@ -133,3 +134,15 @@ func plural(n int, one string) string {
 }
 
 var _ rpc.Server = describer{}
+
+// buildInfo is moehost_build_info, 1 with the version, commit and Go
+// version of the binary as labels, so that a dashboard can tell which
+// build each server runs (and join it onto the other series).
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "moehost", Name: "build_info",
+		Help: "Always 1; its labels say which moehost build the server runs.",
+	}, []string{"version", "commit", "go_version"})
+	g.WithLabelValues(Version(), Commit(), runtime.Version()).Set(1)
+	return g
+}

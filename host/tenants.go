@@ -76,7 +76,7 @@ func (s *Server) uploadLimits() rpc.UploadLimits {
 
 // bodyLimits are WithBodyTimeouts, for rpc, which applies the defaults.
 func (s *Server) bodyLimits() rpc.BodyLimits {
-	return rpc.BodyLimits{IdleTimeout: s.cfg.bodyIdle, Timeout: s.cfg.bodyTimeout}
+	return rpc.BodyLimits{IdleTimeout: s.cfg.bodyIdle, Timeout: s.cfg.bodyTimeout, Metrics: s.rpcMetrics}
 }
 
 // openTenants opens the tenants file, with the configured experts' uids

@@ -309,8 +309,19 @@ func (c *checkpointer) maxBytes() int64 {
 
 // save snapshots e on the device worker (or directly when onWorker is
 // false, once the worker has stopped) and writes it, unless its step was
-// saved already and force is false. It returns the step written.
+// saved already and force is false. It returns the step written. Each
+// save that wrote or failed is counted in /metrics; one with nothing to
+// write is not.
 func (c *checkpointer) save(ctx context.Context, e *Expert, onWorker, force bool) (int64, bool, error) {
+	step, wrote, err := c.write(ctx, e, onWorker, force)
+	if wrote || err != nil {
+		c.reg.cfg.Metrics.saved(e.uid, err)
+	}
+	return step, wrote, err
+}
+
+// write is save without the metrics.
+func (c *checkpointer) write(ctx context.Context, e *Expert, onWorker, force bool) (int64, bool, error) {
 	if !force {
 		// Nothing stepped or restored since the last write or restore:
 		// the files hold this state already, and copying it (134 MB for

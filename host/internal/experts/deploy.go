@@ -596,6 +596,7 @@ func (m *Metrics) forget(uid string) {
 	for _, v := range []*prometheus.MetricVec{
 		m.batches.MetricVec, m.failed.MetricVec, m.samples.MetricVec, m.queueDepth.MetricVec,
 		m.batchSize.MetricVec, m.queueWait.MetricVec, m.runTime.MetricVec, m.restarts.MetricVec,
+		m.saves.MetricVec, m.lastSave.MetricVec,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -28,6 +28,10 @@ type Metrics struct {
 	queueWait  *prometheus.HistogramVec
 	runTime    *prometheus.HistogramVec
 	restarts   *prometheus.CounterVec
+	// saves counts checkpoint writes by expert and result (ok, error);
+	// lastSave is the Unix time of each expert's last one that wrote.
+	saves    *prometheus.CounterVec
+	lastSave *prometheus.GaugeVec
 }
 
 // NewMetrics makes the experts' series and registers them with reg (nil:
@@ -64,10 +68,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: "moehost", Name: "instance_restarts_total",
 		Help: "Wasm instances started to replace one that trapped or ran past its call timeout.",
 	}, []string{"expert"})
+	m.saves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "moehost", Name: "checkpoint_saves_total",
+		Help: "Checkpoint saves that wrote (result ok) or failed (result error); a periodic save of an expert that did not train since writes nothing and is not counted.",
+	}, []string{"expert", "result"})
+	m.lastSave = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "moehost", Name: "checkpoint_last_save_timestamp_seconds",
+		Help: "Unix time of the expert's last checkpoint save that wrote.",
+	}, []string{"expert"})
 	if reg != nil {
-		reg.MustRegister(m.restarts, m.batches, m.failed, m.samples, m.queueDepth, m.batchSize, m.queueWait, m.runTime)
+		reg.MustRegister(m.restarts, m.batches, m.failed, m.samples, m.queueDepth, m.batchSize, m.queueWait, m.runTime, m.saves, m.lastSave)
 	}
 	return m
+}
+
+// saved records a checkpoint save of uid that wrote (err nil) or failed.
+func (m *Metrics) saved(uid string, err error) {
+	if err != nil {
+		m.saves.WithLabelValues(uid, "error").Inc()
+		return
+	}
+	m.saves.WithLabelValues(uid, "ok").Inc()
+	m.lastSave.WithLabelValues(uid).SetToCurrentTime()
 }
 
 type batchRecord struct {
@@ -227,3 +249,27 @@ func (s *poolStats) snapshot() *moehostv1.PoolStats {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 var _ batch.Observer = (*poolStats)(nil)
+
+// healthDesc describes moehost_expert_healthy.
+var healthDesc = prometheus.NewDesc("moehost_expert_healthy",
+	"1 while the expert is healthy, 0 after UnhealthyAfter failed batches in a row until one succeeds (as Info's healthy).",
+	[]string{"expert"}, nil)
+
+// HealthCollector returns a collector of moehost_expert_healthy over r's
+// experts, read at each scrape: an expert that is undeployed leaves no
+// series behind.
+func (r *Registry) HealthCollector() prometheus.Collector { return healthCollector{r} }
+
+type healthCollector struct{ r *Registry }
+
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- healthDesc }
+
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, e := range c.r.All() {
+		v := 0.0
+		if e.stats.healthy() {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(healthDesc, prometheus.GaugeValue, v, e.uid)
+	}
+}

@@ -90,7 +90,7 @@ func TestCheckpointGate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			mux := http.NewServeMux()
-			mux.Handle(rpc.NewCheckpointHandler(callerCheckpoints{}, tt.auth, tt.loopback, nil))
+			mux.Handle(rpc.NewCheckpointHandler(callerCheckpoints{}, tt.auth, tt.loopback, nil, nil))
 			srv := httptest.NewServer(mux)
 			defer srv.Close()
 			client := moehostv1connect.NewCheckpointServiceClient(srv.Client(), srv.URL)

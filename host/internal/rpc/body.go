@@ -19,6 +19,9 @@ type BodyLimits struct {
 	// Timeout cuts a body that is not all in this long after the call
 	// began, however it trickles. Default DefaultBodyTimeout (30s).
 	Timeout time.Duration
+	// Metrics, when set, count the bodies cut. NewHandler sets it to
+	// Options.Metrics when it is nil.
+	Metrics *Metrics
 }
 
 // The defaults of BodyLimits.
@@ -53,7 +56,7 @@ func BodyDeadlines(h http.Handler, limits BodyLimits) http.Handler {
 			return
 		}
 		now := time.Now()
-		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), what: "the request body", idle: limits.IdleTimeout, total: limits.Timeout, end: now.Add(limits.Timeout), coded: true}
+		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), what: "the request body", idle: limits.IdleTimeout, total: limits.Timeout, end: now.Add(limits.Timeout), coded: true, metrics: limits.Metrics}
 		// The first deadline is set before the handler runs, so that a
 		// body that the handler never reads is bounded too while the
 		// server drains it. It is cleared when the body ends (Read).

@@ -35,10 +35,10 @@ type Checkpoints interface {
 // loopback (a server without tenants or an admin token), and is refused
 // otherwise: with tenants, being local proves nothing (RATIONALE: "Who
 // may use the CheckpointService?"). codes maps c's errors to Connect
-// codes.
-func NewCheckpointHandler(c Checkpoints, auth Authenticator, loopbackOperator bool, codes Codes) (string, http.Handler) {
+// codes, and m (nil: none) counts the calls.
+func NewCheckpointHandler(c Checkpoints, auth Authenticator, loopbackOperator bool, codes Codes, m *Metrics) (string, http.Handler) {
 	return moehostv1connect.NewCheckpointServiceHandler(&checkpointService{c: c},
-		connect.WithInterceptors(codes.Interceptor(), gate(checkpointGate{auth: auth, loopback: loopbackOperator}.admit)),
+		m.interceptors(codes.Interceptor(), gate(checkpointGate{auth: auth, loopback: loopbackOperator}.admit)),
 		readLimit(smallMessageBytes), // requests name an expert, no more
 		connect.WithCompressMinBytes(math.MaxInt),
 	)

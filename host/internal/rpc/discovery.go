@@ -34,11 +34,12 @@ const (
 )
 
 // discoveryHandler returns DiscoveryService's path and handler over d:
-// its requests are small ones, and its errors are coded by codes. It asks
+// its requests are small ones, its errors are coded by codes, and m
+// counts its calls. It asks
 // for no token: anyone may look experts up.
-func discoveryHandler(d Discovery, codes Codes) (string, http.Handler) {
+func discoveryHandler(d Discovery, codes Codes, m *Metrics) (string, http.Handler) {
 	return moehostv1connect.NewDiscoveryServiceHandler(discoveryService{d},
-		connect.WithInterceptors(codes.Interceptor()),
+		m.interceptors(codes.Interceptor()),
 		readLimit(smallMessageBytes),
 	)
 }

@@ -142,16 +142,22 @@ func (u UploadLimits) withDefaults() UploadLimits {
 // is set; a server that mounts it itself lists
 // moehostv1connect.ModuleServiceName in reflection.
 func NewModuleHandler(m Modules, auth Authenticator, limits UploadLimits, codes Codes) (string, http.Handler) {
+	return newModuleHandler(m, auth, limits, codes, nil)
+}
+
+// newModuleHandler is NewModuleHandler with metrics, which count its
+// calls.
+func newModuleHandler(m Modules, auth Authenticator, limits UploadLimits, codes Codes, metrics *Metrics) (string, http.Handler) {
 	if m == nil || auth == nil {
 		panic("BUG: rpc.NewModuleHandler needs Modules and an Authenticator")
 	}
 	limits = limits.withDefaults()
 	path, h := moehostv1connect.NewModuleServiceHandler(&moduleService{m: m, maxUpload: limits.MaxBytes},
-		connect.WithInterceptors(codes.Interceptor(), gate(authGate{auth: auth, required: true, service: "ModuleService"}.caller)),
+		metrics.interceptors(codes.Interceptor(), gate(authGate{auth: auth, required: true, service: "ModuleService"}.caller)),
 		readLimit(maxModuleMessageBytes),
 		connect.WithCompressMinBytes(math.MaxInt),
 	)
-	return path, uploadDeadlines(h, limits.IdleTimeout, limits.Timeout)
+	return path, uploadDeadlines(h, limits.IdleTimeout, limits.Timeout, metrics)
 }
 
 // uploadDeadlines wraps h so that an UploadModule stream's body must keep
@@ -159,13 +165,14 @@ func NewModuleHandler(m Modules, auth Authenticator, limits UploadLimits, codes 
 // total after the stream began. The server's own timeouts cannot do this
 // per stream: an HTTP/2 connection carries many, and a ReadTimeout on an
 // HTTP/1 connection would also cut a long Forward after its body is in.
-func uploadDeadlines(h http.Handler, idle, total time.Duration) http.Handler {
+// m counts the streams cut.
+func uploadDeadlines(h http.Handler, idle, total time.Duration, m *Metrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != moehostv1connect.ModuleServiceUploadModuleProcedure {
 			h.ServeHTTP(w, r)
 			return
 		}
-		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), what: "the upload", idle: idle, total: total, end: time.Now().Add(total)}
+		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), what: "the upload", idle: idle, total: total, end: time.Now().Add(total), metrics: m}
 		r = r.WithContext(context.WithValue(r.Context(), deadlineKey{}, b))
 		r.Body = b
 		h.ServeHTTP(w, r)
@@ -187,6 +194,9 @@ type deadlineBody struct {
 	// unary calls, whose body connect reads before any code of ours
 	// runs; connect passes a *connect.Error from the body on as it is.
 	coded bool
+
+	// metrics count the cut, once (nil: not).
+	metrics *Metrics
 
 	mu  sync.Mutex
 	cut error // set once a deadline cut the body
@@ -211,10 +221,16 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	}
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		b.mu.Lock()
+		first := b.cut == nil
+		reason := refusedBodyIdle
 		if time.Now().Before(b.end) {
 			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s sent nothing for %v; it was cut", b.what, b.idle))
 		} else {
+			reason = refusedBodyTimeout
 			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s took longer than %v; it was cut", b.what, b.total))
+		}
+		if first {
+			b.metrics.refuse(reason)
 		}
 		if b.coded {
 			err = b.cut

@@ -94,6 +94,10 @@ type Options struct {
 	// Bodies bound every other request's body (BodyDeadlines); zero
 	// fields take the defaults.
 	Bodies BodyLimits
+
+	// Metrics, when set, count and time every call of every service
+	// served (NewMetrics). Nil counts nothing.
+	Metrics *Metrics
 }
 
 // smallMessageBytes caps the requests of the services whose requests
@@ -116,6 +120,8 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 	if opts.Auth != nil {
 		interceptors = append(interceptors, gate(authGate{auth: opts.Auth, service: "this service"}.caller))
 	}
+	intercepted := opts.Metrics.interceptors(interceptors...)
+	counted := opts.Metrics.interceptors()
 	mux := http.NewServeMux()
 	mux.Handle(moehostv1connect.NewExpertServiceHandler(
 		&service{experts: experts},
@@ -124,14 +130,14 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		// gzip shrinks by a few percent at the cost of more CPU than the
 		// expert's own kernels. Compressed requests are still accepted.
 		connect.WithCompressMinBytes(math.MaxInt),
-		connect.WithInterceptors(interceptors...),
+		intercepted,
 	))
 	names := []string{moehostv1connect.ExpertServiceName}
 	if opts.Server != nil {
 		mux.Handle(moehostv1connect.NewServerServiceHandler(
 			serverService{server: opts.Server},
 			readLimit(smallMessageBytes),
-			connect.WithInterceptors(interceptors...),
+			intercepted,
 		))
 		names = append(names, moehostv1connect.ServerServiceName)
 	}
@@ -140,14 +146,14 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		if up.MaxBytes <= 0 {
 			up.MaxBytes = opts.MaxUploadBytes
 		}
-		mux.Handle(NewModuleHandler(opts.Modules, opts.Auth, up, opts.Codes))
+		mux.Handle(newModuleHandler(opts.Modules, opts.Auth, up, opts.Codes, opts.Metrics))
 		names = append(names, moehostv1connect.ModuleServiceName)
 	}
 	if opts.Discovery != nil {
-		mux.Handle(discoveryHandler(opts.Discovery, opts.Codes))
+		mux.Handle(discoveryHandler(opts.Discovery, opts.Codes, opts.Metrics))
 		names = append(names, moehostv1connect.DiscoveryServiceName)
 	}
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...), readLimit(smallMessageBytes)))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...), readLimit(smallMessageBytes), counted))
 	resolver, err := reflectionResolver()
 	if err != nil {
 		panic(err) // the embedded set is generated with the code: a bad one is a build bug
@@ -163,7 +169,10 @@ func NewHandler(experts Experts, opts Options) http.Handler {
 		grpcreflect.NamerFunc(func() []string { return reflected }),
 		grpcreflect.WithDescriptorResolver(resolver),
 	)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector, readLimit(smallMessageBytes)))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, readLimit(smallMessageBytes)))
-	return BodyDeadlines(withCORS(needContentType(mux), opts.CORSOrigins), opts.Bodies)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, readLimit(smallMessageBytes), counted))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, readLimit(smallMessageBytes), counted))
+	if opts.Bodies.Metrics == nil {
+		opts.Bodies.Metrics = opts.Metrics
+	}
+	return BodyDeadlines(withCORS(needContentType(mux, opts.Metrics), opts.CORSOrigins), opts.Bodies)
 }

@@ -56,16 +56,17 @@ const contentTypeHelp = "send a POST with Content-Type: application/json (Connec
 // (method) of the procedures say what to send. A POST without a
 // Content-Type is answered here; connect answers the rest, and
 // helpfulStatus adds the body to its empty answer, so that the rules for
-// what connect accepts stay connect's.
-func needContentType(next http.Handler) http.Handler {
+// what connect accepts stay connect's. m counts every 415 and 405.
+func needContentType(next http.Handler, m *Metrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.Header.Get("Content-Type") == "" {
+			m.refuse(refusedContentType)
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusUnsupportedMediaType)
 			io.WriteString(w, contentTypeHelp)
 			return
 		}
-		next.ServeHTTP(&helpfulStatus{ResponseWriter: w}, r)
+		next.ServeHTTP(&helpfulStatus{ResponseWriter: w, metrics: m}, r)
 	})
 }
 
@@ -74,10 +75,17 @@ func needContentType(next http.Handler) http.Handler {
 // drops whatever body follows. Other statuses pass through untouched.
 type helpfulStatus struct {
 	http.ResponseWriter
-	helped bool
+	metrics *Metrics
+	helped  bool
 }
 
 func (w *helpfulStatus) WriteHeader(code int) {
+	switch code {
+	case http.StatusUnsupportedMediaType:
+		w.metrics.refuse(refusedContentType)
+	case http.StatusMethodNotAllowed:
+		w.metrics.refuse(refusedMethod)
+	}
 	if (code == http.StatusUnsupportedMediaType || code == http.StatusMethodNotAllowed) && w.Header().Get("Content-Type") == "" {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.ResponseWriter.WriteHeader(code)
