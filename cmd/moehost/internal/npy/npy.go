@@ -146,7 +146,7 @@ func parseHeader(h string) ([]int64, error) {
 			switch {
 			case p.word("False"):
 			case p.word("True"):
-				return nil, errors.New("Fortran order; want C order (numpy.ascontiguousarray)")
+				return nil, errors.New("fortran_order is True; want C order (numpy.ascontiguousarray)")
 			default:
 				return nil, errors.New("fortran_order: want False")
 			}

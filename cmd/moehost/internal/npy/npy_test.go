@@ -99,7 +99,7 @@ func TestReadErrors(t *testing.T) {
 		{name: "version", in: []byte("\x93NUMPY\x04\x00\x10\x00"), want: "format version 4.0"},
 		{name: "float64", in: v2(strings.Replace(ok, "<f4", "<f8", 1), 1, 2, 3, 4), want: `dtype "<f8"`},
 		{name: "big endian", in: v2(strings.Replace(ok, "<f4", ">f4", 1), 1, 2), want: `dtype ">f4"`},
-		{name: "fortran", in: v2(strings.Replace(ok, "False", "True", 1), 1, 2), want: "Fortran order"},
+		{name: "fortran", in: v2(strings.Replace(ok, "False", "True", 1), 1, 2), want: "fortran_order is True"},
 		{name: "unknown key", in: v2("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", 1, 2), want: `unknown key "x"`},
 		{name: "missing shape", in: v2("{'descr': '<f4', 'fortran_order': False}"), want: "want 'descr', 'fortran_order' and 'shape'"},
 		{name: "negative dim", in: v2("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}"), want: "non-negative"},
