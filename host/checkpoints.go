@@ -2,18 +2,18 @@ package host
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/host/checkpoint"
 	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/rpc"
+	"github.com/moehost/moehost/sdk/wire"
 )
 
 // ckptService is the server's CheckpointService backend.
@@ -91,15 +91,7 @@ func (cs ckptService) Parameters(ctx context.Context, uid string) (int64, []*moe
 	}
 	out := make([]*moehostv1.NamedTensor, len(snap.Params))
 	for i, p := range snap.Params {
-		shape := make([]int64, len(p.Shape))
-		for j, d := range p.Shape {
-			shape[j] = int64(d)
-		}
-		data := make([]byte, 0, 4*len(p.Data))
-		for _, v := range p.Data {
-			data = binary.LittleEndian.AppendUint32(data, math.Float32bits(v))
-		}
-		out[i] = &moehostv1.NamedTensor{Name: p.Name, Tensor: &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: shape, Data: data}}
+		out[i] = &moehostv1.NamedTensor{Name: p.Name, Tensor: &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT32, Shape: wire.Dims64(p.Shape), Data: wire.Encode(abi.DTypeFloat32, p.Data)}}
 	}
 	return snap.Step, out, nil
 }

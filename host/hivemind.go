@@ -198,11 +198,7 @@ func (h hivemindExperts) call(ctx context.Context, uid string, inputs, gradOutpu
 func hivemindRaws(ts []hivemind.Tensor) []wire.Raw {
 	out := make([]wire.Raw, len(ts))
 	for i, t := range ts {
-		shape := make([]int64, len(t.Shape))
-		for j, d := range t.Shape {
-			shape[j] = int64(d)
-		}
-		out[i] = wire.Raw{DType: t.DType, Shape: shape, Data: t.Data}
+		out[i] = wire.Raw{DType: t.DType, Shape: wire.Dims64(t.Shape), Data: t.Data}
 	}
 	return out
 }

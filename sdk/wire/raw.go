@@ -28,6 +28,15 @@ func (r Raw) Proto() *moehostv1.Tensor {
 	return &moehostv1.Tensor{Dtype: moehostv1.DType(r.DType), Shape: r.Shape, Data: r.Data}
 }
 
+// Dims64 is a device tensor's shape as the wire writes it.
+func Dims64(shape []int) []int64 {
+	out := make([]int64, len(shape))
+	for i, d := range shape {
+		out[i] = int64(d)
+	}
+	return out
+}
+
 // Meta is what the schema check reads of r.
 func (r Raw) Meta() Meta { return Meta{DType: r.DType, Shape: r.Shape} }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/abi/half"
+	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/sdk/wire"
 )
@@ -99,25 +100,33 @@ func (e *Expert) admitTensors(inputs, gradOutputs []wire.Meta, backward bool, by
 // wireIn admits wire tensors: once they fit the schema, each one's bytes
 // must match its shape.
 func (e *Expert) wireIn(inputs, gradOutputs []Wire, backward bool) ([]*gpuhost.Tensor, error) {
-	all := slices.Concat(inputs, gradOutputs)
-	metas := make([]wire.Meta, len(all))
+	var inline [4]wire.Meta // most experts take a tensor or two
+	metas := inline[:0]
 	var bytes int64
-	for i, w := range all {
-		metas[i] = w.Meta()
-		bytes += deviceBytes(w)
+	for _, ws := range [...][]Wire{inputs, gradOutputs} {
+		for _, w := range ws {
+			metas = append(metas, w.Meta())
+			bytes += deviceBytes(w)
+		}
 	}
 	dev := e.Device()
 	return e.admitTensors(metas[:len(inputs)], metas[len(inputs):], backward, bytes, func(i int) (*gpuhost.Tensor, error) {
-		sch := e.schema.inputs
-		j := i
-		if i >= len(inputs) {
-			sch, j = e.schema.outputs, i-len(inputs)
+		// The schema check passed: each tensor has its declared spec.
+		var (
+			w    Wire
+			spec *moehostv1.TensorSchema
+		)
+		if i < len(inputs) {
+			w, spec = inputs[i], e.schema.inputs[i]
+		} else {
+			j := i - len(inputs)
+			w, spec = gradOutputs[j], e.schema.outputs[j]
 		}
-		shape, err := all[i].Dims(sch[j])
+		shape, err := w.Dims(spec)
 		if err != nil {
 			return nil, err
 		}
-		return toDevice(dev, all[i], shape)
+		return toDevice(dev, w, shape)
 	})
 }
 
@@ -129,11 +138,7 @@ func (e *Expert) wireOut(ts []*gpuhost.Tensor, dt abi.DType) ([]Wire, error) {
 	defer dev.Release(ts...)
 	out := make([]Wire, len(ts))
 	for i, t := range ts {
-		shape := make([]int64, len(t.Shape()))
-		for j, d := range t.Shape() {
-			shape[j] = int64(d)
-		}
-		w := Wire{DType: t.DType(), Shape: shape}
+		w := Wire{DType: t.DType(), Shape: wire.Dims64(t.Shape())}
 		if t.DType() == abi.DTypeFloat32 && half.Is(dt) {
 			f, err := dev.Float32s(t)
 			if err != nil {
@@ -217,11 +222,7 @@ func (e *Expert) deviceIn(inputs, gradOutputs []*gpuhost.Tensor, backward bool) 
 			}
 			return nil, fmt.Errorf("%w: %s is not a tensor of the server's device", ErrBadTensors, what)
 		}
-		shape := make([]int64, len(t.Shape()))
-		for j, d := range t.Shape() {
-			shape[j] = int64(d)
-		}
-		metas[i] = wire.Meta{DType: t.DType(), Shape: shape}
+		metas[i] = wire.Meta{DType: t.DType(), Shape: wire.Dims64(t.Shape())}
 		bytes += int64(t.ByteSize())
 	}
 	return e.admitTensors(metas[:len(inputs)], metas[len(inputs):], backward, bytes, func(i int) (*gpuhost.Tensor, error) {
