@@ -136,16 +136,6 @@ func (r *Registry) live() (*loader, error) {
 	return r.loader, nil
 }
 
-// Store returns the module store, nil before Open.
-func (r *Registry) Store() *modules.Store {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.loader == nil {
-		return nil
-	}
-	return r.loader.store
-}
-
 // Get returns the expert uid.
 func (r *Registry) Get(uid string) (*Expert, bool) {
 	r.mu.Lock()
