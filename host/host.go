@@ -21,6 +21,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -402,8 +403,10 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-s.life.done:
 	case err = <-s.front.serveErr:
 	}
-	s.log.Info("moehost shutting down")
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	s.log.Info("moehost shutting down", "drain_timeout", s.drainTimeout())
+	// The batches get the drain timeout (release); the rest, closing
+	// connections and withdrawing DHT records, up to 20 s more.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.drainTimeout()+20*time.Second)
 	defer cancel()
 	err = errors.Join(err, s.Shutdown(sctx))
 	s.log.Info("moehost stopped", "err", err)
@@ -432,6 +435,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.life.shutdownErr
 }
 
+// drainTimeout is how long shutdown lets the batches in flight finish.
+func (s *Server) drainTimeout() time.Duration {
+	return cmp.Or(s.cfg.drainTimeout, DefaultDrainTimeout)
+}
+
 // release frees whatever start made. It runs without s.mu held while it
 // waits, because in-flight requests still look experts up.
 func (s *Server) release(ctx context.Context) error {
@@ -446,7 +454,7 @@ func (s *Server) release(ctx context.Context) error {
 	// Fail what is queued and refuse what comes, then let the running
 	// batch finish, so that every handler can answer before HTTP stops.
 	s.stopHistory()
-	s.experts.Stop(ctx)
+	s.experts.Stop(ctx, s.drainTimeout())
 	var errs []error
 	if f.httpSrv != nil {
 		if err := f.httpSrv.Shutdown(ctx); err != nil {

@@ -65,6 +65,8 @@ type config struct {
 	uploadIdle, uploadTimeout time.Duration
 	// bodyIdle and bodyTimeout are WithBodyTimeouts'.
 	bodyIdle, bodyTimeout time.Duration
+	// drainTimeout is WithDrainTimeout's.
+	drainTimeout time.Duration
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
 	dht                *DHTConfig
@@ -188,6 +190,18 @@ const (
 // DefaultBodyIdleTimeout and DefaultBodyTimeout.
 func WithBodyTimeouts(idle, total time.Duration) Option {
 	return optionFunc(func(c *config) { c.bodyIdle, c.bodyTimeout = idle, total })
+}
+
+// DefaultDrainTimeout is how long Run lets the batches in flight finish
+// at shutdown before it cancels them.
+const DefaultDrainTimeout = 10 * time.Second
+
+// WithDrainTimeout bounds how long Run, once its context ends, waits for
+// the batches in flight to finish before it cancels them (a guest that
+// spins is then stopped at once, not at its call timeout). Zero takes
+// DefaultDrainTimeout.
+func WithDrainTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.drainTimeout = d })
 }
 
 // OptimizerConfig selects the optimizer applied after each backward batch,

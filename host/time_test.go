@@ -359,3 +359,72 @@ func TestSpinningExpertIsQuarantined(t *testing.T) {
 	}
 	t.Logf("%d answers from the other expert, %d timeouts, %d refused in %v", answers, timeouts, unavailable, elapsed)
 }
+
+// TestSnapshotOfASpinningExpert: a snapshot (a checkpoint save, on the
+// device worker) of an expert whose guest spins waits for the spin to end
+// without holding the device, so that another of the operator's experts
+// is served meanwhile (it used to wait for the spinning batch), and a
+// tenant's spinning expert cannot deadlock the worker behind a snapshot
+// waiting on the device.
+func TestSnapshotOfASpinningExpert(t *testing.T) {
+	const timeout = 2 * time.Second
+	srv := startTestServer(t, WithGuestLimits(GuestLimits{CallTimeout: timeout}),
+		WithCheckpoints(CheckpointConfig{}), WithExperts(
+			ExpertConfig{UID: "trap.0", Module: ModuleBytes(trapWasm)},
+			ExpertConfig{UID: "small.0", Module: ModuleBytes(wasmexperts.FFNC), Config: map[string]int64{"hidden_dim": smallHidden}},
+		))
+	dev := srv.Device()
+	x := make([]float32, smallHidden)
+	small := func() error {
+		in, err := dev.FromFloat32([]int{1, smallHidden}, x)
+		if err != nil {
+			return err
+		}
+		// Bounded, so that a stuck worker fails the test, not hangs it.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*timeout)
+		defer cancel()
+		_, err = srv.Forward(ctx, "small.0", []*gpuhost.Tensor{in})
+		return err
+	}
+	if err := small(); err != nil {
+		t.Fatal(err)
+	}
+	spun := make(chan error, 1)
+	go func() {
+		_, err := srv.Forward(context.Background(), "trap.0", []*gpuhost.Tensor{rows(t, dev, -1000, 0, 0, 0)})
+		spun <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // trap.0 spins
+	saved := make(chan error, 1)
+	go func() {
+		_, err := srv.experts.SaveCheckpoint(context.Background(), srv.expert("trap.0"))
+		saved <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the save waits for trap.0
+	start := time.Now()
+	for range 10 {
+		if err := small(); err != nil {
+			t.Fatalf("small.0 beside a spinning trap.0 and its snapshot: %v", err)
+		}
+	}
+	if took := time.Since(start); took > timeout/2 {
+		t.Errorf("10 calls of small.0 took %v beside a spinning trap.0 and a snapshot waiting for it (the spin lasts %v)", took, timeout)
+	}
+	select {
+	case err := <-spun:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("the spinning call: %v, want DeadlineExceeded", err)
+		}
+	case <-time.After(3 * timeout):
+		t.Fatal("the spinning call did not end")
+	}
+	select {
+	case err := <-saved:
+		t.Logf("the save after the spin: %v", err)
+	case <-time.After(3 * timeout):
+		t.Fatal("the save of trap.0 never ended: the device worker is stuck")
+	}
+	if err := small(); err != nil {
+		t.Errorf("small.0 after the spin: %v", err)
+	}
+}

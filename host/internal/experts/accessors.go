@@ -42,21 +42,20 @@ func (e *Expert) QueueDepths() (forward, backward int) {
 	return e.pools.fwd.Depth(), e.pools.bwd.Depth()
 }
 
-// Running reports whether a batch of the expert (or of an expert sharing
-// its instance) runs now.
+// Running reports whether a batch of the expert runs now.
 func (e *Expert) Running() bool {
-	if !e.guest.slot.mu.TryLock() {
+	if !e.mu.TryLock() {
 		return true
 	}
-	e.guest.slot.mu.Unlock()
+	e.mu.Unlock()
 	return false
 }
 
-// Barrier returns once no batch of the expert's instance runs, waiting
-// for one that does.
+// Barrier returns once no batch of the expert runs, waiting for one that
+// does.
 func (e *Expert) Barrier() {
-	e.guest.slot.mu.Lock()
-	defer e.guest.slot.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 }
 
 // ClosePools fails what the expert's pools hold with err and refuses what

@@ -21,12 +21,13 @@ import (
 type snapshot = checkpoint.Checkpoint
 
 // takeSnapshot copies e's parameters, optimizer state and counters, and
-// returns the count of updates they reflect. It holds e.guest.slot.mu,
-// so it sees the state between two batches; called on the device worker
-// (or once it has stopped), it waits for nothing.
-func (e *Expert) takeSnapshot() (*snapshot, int64, error) {
-	e.guest.slot.mu.Lock()
-	defer e.guest.slot.mu.Unlock()
+// returns the count of updates they reflect. It holds e.mu, so it sees
+// the state between two batches; called on the device worker (ctx is its
+// task's) or once it has stopped, it waits at most for a batch of e
+// detached in guest code, and then off the device.
+func (e *Expert) takeSnapshot(ctx context.Context) (*snapshot, int64, error) {
+	lockOffDevice(ctx, &e.mu)
+	defer e.mu.Unlock()
 	s, err := e.snapshotLocked()
 	return s, e.trainer.updates.Load(), err
 }
@@ -76,13 +77,13 @@ func (e *Expert) snapshotLocked() (*snapshot, error) {
 // initial values, which are then never drawn; when a read fails
 // (errCheckpointRead), every parameter gets its initial values again and
 // nothing else changes.
-func (e *Expert) restoreFrom(c *snapshot, lazy *checkpoint.Lazy, allowChange bool, warn func(msg string, args ...any)) error {
+func (e *Expert) restoreFrom(ctx context.Context, c *snapshot, lazy *checkpoint.Lazy, allowChange bool, warn func(msg string, args ...any)) error {
 	if lazy == nil {
-		// A serving expert's batches hold the slot: restore between
-		// them. One that serves nothing yet is nobody else's, and the
-		// experts it may share the slot with go on.
-		e.guest.slot.mu.Lock()
-		defer e.guest.slot.mu.Unlock()
+		// A serving expert's batches hold e.mu: restore between them
+		// (ctx is the device worker's task). One that serves nothing
+		// yet is nobody else's.
+		lockOffDevice(ctx, &e.mu)
+		defer e.mu.Unlock()
 	}
 	store := e.guest.binding.Params
 	ps := store.Declared() // a lazy restore leaves the draws undone
@@ -272,7 +273,8 @@ func (c *checkpointer) restore(e *Expert) error {
 			c.reg.log.Warn("skipping a checkpoint that does not load", "uid", e.uid, "step", in.Step, "err", err)
 			continue
 		}
-		err = e.restoreFrom(&ck.Checkpoint, ck, c.cfg.AllowModuleChange, c.reg.log.Warn)
+		// A lazy restore takes no lock, so it needs no worker's context.
+		err = e.restoreFrom(context.Background(), &ck.Checkpoint, ck, c.cfg.AllowModuleChange, c.reg.log.Warn)
 		ck.Close()
 		if errors.Is(err, errCheckpointRead) {
 			c.reg.log.Warn("skipping a checkpoint that does not load", "uid", e.uid, "step", in.Step, "err", err)
@@ -346,11 +348,11 @@ func (c *checkpointer) write(ctx context.Context, e *Expert, onWorker, force boo
 		snapErr error
 	)
 	if onWorker {
-		if err := c.reg.laneOf(e).tasks.run(ctx, func() { snap, gen, snapErr = e.takeSnapshot() }); err != nil {
+		if err := c.reg.laneOf(e).tasks.run(ctx, func(ctx context.Context) { snap, gen, snapErr = e.takeSnapshot(ctx) }); err != nil {
 			return 0, false, err
 		}
 	} else {
-		snap, gen, snapErr = e.takeSnapshot()
+		snap, gen, snapErr = e.takeSnapshot(ctx)
 	}
 	if snapErr != nil {
 		return 0, false, snapErr
@@ -415,8 +417,10 @@ type taskPool struct {
 }
 
 type task struct {
-	at   time.Time
-	fn   func()
+	at time.Time
+	// fn gets the device worker's context for the task, which lets it
+	// wait for a lock off the device (lockOffDevice).
+	fn   func(context.Context)
 	done chan struct{}
 }
 
@@ -429,7 +433,7 @@ func (p *taskPool) Poll() (oldest, readyAt time.Time, ok bool) {
 	return p.tasks[0].at, p.tasks[0].at, true
 }
 
-func (p *taskPool) RunBatch(context.Context) {
+func (p *taskPool) RunBatch(ctx context.Context) {
 	p.mu.Lock()
 	if len(p.tasks) == 0 {
 		p.mu.Unlock()
@@ -438,14 +442,14 @@ func (p *taskPool) RunBatch(context.Context) {
 	t := p.tasks[0]
 	p.tasks = p.tasks[1:]
 	p.mu.Unlock()
-	t.fn()
+	t.fn(ctx)
 	close(t.done)
 }
 
 // run queues fn and waits until the worker has run it, or ctx ends (then
 // fn may still run later, so it must only write what the caller reads
 // after a nil return).
-func (p *taskPool) run(ctx context.Context, fn func()) error {
+func (p *taskPool) run(ctx context.Context, fn func(context.Context)) error {
 	t := task{at: time.Now(), fn: fn, done: make(chan struct{})}
 	p.mu.Lock()
 	p.tasks = append(p.tasks, t)
@@ -583,7 +587,9 @@ func (r *Registry) RestoreCheckpoint(ctx context.Context, e *Expert, step *int64
 		return checkpoint.Info{}, fmt.Errorf("%w: %w", ErrCheckpointUnreadable, err)
 	}
 	var restoreErr error
-	if err := r.laneOf(e).tasks.run(ctx, func() { restoreErr = e.restoreFrom(ck, nil, c.cfg.AllowModuleChange, r.log.Warn) }); err != nil {
+	if err := r.laneOf(e).tasks.run(ctx, func(ctx context.Context) {
+		restoreErr = e.restoreFrom(ctx, ck, nil, c.cfg.AllowModuleChange, r.log.Warn)
+	}); err != nil {
 		return checkpoint.Info{}, err
 	}
 	if restoreErr != nil {
@@ -603,7 +609,7 @@ func (r *Registry) Snapshot(ctx context.Context, e *Expert) (*checkpoint.Checkpo
 		snap    *snapshot
 		snapErr error
 	)
-	if err := r.laneOf(e).tasks.run(ctx, func() { snap, _, snapErr = e.takeSnapshot() }); err != nil {
+	if err := r.laneOf(e).tasks.run(ctx, func(ctx context.Context) { snap, _, snapErr = e.takeSnapshot(ctx) }); err != nil {
 		return nil, err
 	}
 	return snap, snapErr

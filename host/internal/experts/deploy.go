@@ -408,7 +408,7 @@ func (r *Registry) load(ctx context.Context, l *loader, ec Spec) (e *Expert, fre
 	if ec.Batching != nil {
 		lim = *ec.Batching
 	}
-	e.attachPools(lim, r.cfg.Metrics, ln.worker.Notify)
+	e.attachPools(lim, r.cfg.Metrics, ln.worker.Notify, r.kill)
 	return e, fresh, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/moehost/moehost/abi"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
@@ -29,6 +30,10 @@ type Expert struct {
 	// q is the expert's quarantine: its own for the operator's, its
 	// tenant's for a tenant's (see quarantineOf).
 	q *quarantine
+	// mu is held by each batch of the expert, and by snapshots and
+	// restores, which so see its state between two batches. The instance
+	// a batch runs on has its own lock (instanceSlot), taken after mu.
+	mu sync.Mutex
 }
 
 // newExpert instantiates module for uid and reads its schema.
@@ -50,10 +55,10 @@ func newExpert(ctx context.Context, uid string, module *sandbox.Module, dev gpuh
 	}, nil
 }
 
-// instance returns a live instance bound to the expert's parameters,
-// replacing one that trapped. Call with e.guest.slot.mu held.
-func (e *Expert) instance(ctx context.Context) (*sandbox.Instance, error) {
-	inst, replaced, err := e.guest.instance(ctx, e.uid)
+// instance returns st's live instance bound to the expert's parameters,
+// replacing one that trapped. Call with e.mu and st held.
+func (e *Expert) instance(ctx context.Context, st seat) (*sandbox.Instance, error) {
+	inst, replaced, err := e.guest.instance(ctx, e.uid, st)
 	if replaced {
 		e.stats.restarted()
 	}
@@ -104,12 +109,14 @@ func poolError(uid string, err error) error {
 
 // forward runs one batch. Called by the device worker.
 func (e *Expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e.guest.slot.mu.Lock()
-	defer e.guest.slot.mu.Unlock()
+	lockOffDevice(ctx, &e.mu)
+	defer e.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
 		return nil, err
 	}
-	inst, err := e.instance(ctx)
+	st := e.guest.slot.take(ctx)
+	defer st.release()
+	inst, err := e.instance(ctx, st)
 	if err != nil {
 		return nil, err
 	}
@@ -125,12 +132,14 @@ func (e *Expert) forward(ctx context.Context, inputs []*gpuhost.Tensor) ([]*gpuh
 // backward runs one batch and takes one optimizer step. Called by the
 // device worker.
 func (e *Expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) ([]*gpuhost.Tensor, error) {
-	e.guest.slot.mu.Lock()
-	defer e.guest.slot.mu.Unlock()
+	lockOffDevice(ctx, &e.mu)
+	defer e.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
 		return nil, err
 	}
-	gradInputs, gradParams, params, err := e.gradients(ctx, inputs, gradOutputs)
+	st := e.guest.slot.take(ctx)
+	defer st.release()
+	gradInputs, gradParams, params, err := e.gradients(ctx, st, inputs, gradOutputs)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +151,7 @@ func (e *Expert) backward(ctx context.Context, inputs, gradOutputs []*gpuhost.Te
 }
 
 // step takes one optimizer step and releases the parameter gradients.
-// Call with e.guest.slot.mu held.
+// Call with e.mu held.
 func (e *Expert) step(params, gradParams []*gpuhost.Tensor, gradInputs ...[]*gpuhost.Tensor) error {
 	e.trainer.updates.Add(1) // a failed step may have changed some
 	err := e.trainer.opt.Step(params, gradParams)
@@ -214,11 +223,13 @@ func (e *Expert) forwardEach(ctx context.Context, reqs []fwdReq) ([][]*gpuhost.T
 // gradients of the requests that succeed are summed, which is what their
 // batch would have given, and the optimizer takes one step for them all.
 func (e *Expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.Tensor, error) {
-	e.guest.slot.mu.Lock()
-	defer e.guest.slot.mu.Unlock()
+	lockOffDevice(ctx, &e.mu)
+	defer e.mu.Unlock()
 	if err := e.checkQuarantine(); err != nil {
 		return nil, err
 	}
+	st := e.guest.slot.take(ctx)
+	defer st.release()
 	dev := e.Device()
 	res := make([][]*gpuhost.Tensor, len(reqs))
 	errs := make(batch.Errors, len(reqs))
@@ -229,7 +240,7 @@ func (e *Expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.
 		if errs[i] = e.rerun(traps); errs[i] != nil {
 			continue
 		}
-		gradInputs, gradParams, ps, err := e.gradients(ctx, r.inputs, r.gradOutputs)
+		gradInputs, gradParams, ps, err := e.gradients(ctx, st, r.inputs, r.gradOutputs)
 		if err != nil {
 			if trapped(err) {
 				traps++
@@ -268,9 +279,10 @@ func (e *Expert) backwardEach(ctx context.Context, reqs []bwdReq) ([][]*gpuhost.
 
 // gradients runs hivemind's stateless recompute: the guest's forward with
 // the tape on, then the tape backward from gradOutputs. It returns the
-// gradients of the inputs and of the parameters. Call with e.guest.slot.mu held.
-func (e *Expert) gradients(ctx context.Context, inputs, gradOutputs []*gpuhost.Tensor) (gradInputs, gradParams, params []*gpuhost.Tensor, err error) {
-	inst, err := e.instance(ctx)
+// gradients of the inputs and of the parameters. Call with e.mu and st
+// held.
+func (e *Expert) gradients(ctx context.Context, st seat, inputs, gradOutputs []*gpuhost.Tensor) (gradInputs, gradParams, params []*gpuhost.Tensor, err error) {
+	inst, err := e.instance(ctx, st)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -368,7 +380,7 @@ var errTapeTimeout = fmt.Errorf("%w: the tape's backward ran past the call timeo
 // and the instance's failures (traps, timeouts, internal errors) count towards
 // unhealthy: bad inputs, a guest's error code and cancellations come from
 // the request, not from the expert. A call killed at its CallTimeout also
-// quarantines the expert. Call with e.guest.slot.mu held.
+// quarantines the expert. Call with e.mu held.
 func (e *Expert) fail(err error) error {
 	switch {
 	case limited(err), errors.Is(err, sandbox.ErrInvalidInput), errors.Is(err, sandbox.ErrGuest):
@@ -391,7 +403,7 @@ func (e *Expert) fail(err error) error {
 	return err
 }
 
-// succeed records a successful batch. Call with e.guest.slot.mu held.
+// succeed records a successful batch. Call with e.mu held.
 func (e *Expert) succeed() {
 	e.stats.succeeded()
 	e.q.forgive()

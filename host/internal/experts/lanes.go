@@ -16,13 +16,20 @@ type lane struct {
 	tasks  *taskPool
 }
 
+// taskGroup is the task pools' group on the workers, no tenant's (a
+// tenant's name has no NUL) and not the operator's: a snapshot that waits
+// for an expert's batch (one in guest code until its call timeout, say)
+// is in flight meanwhile, and must not count against the operator's
+// batches in flight.
+const taskGroup = "\x00tasks"
+
 // makeLanes gives each device a worker and a task pool.
 func makeLanes(devs []gpuhost.Device) []*lane {
 	lanes := make([]*lane, len(devs))
 	for i, d := range devs {
 		w := sched.NewWorker()
 		tp := &taskPool{notify: w.Notify}
-		w.Add(tp)
+		w.Add(tp, sched.WithGroup(taskGroup, 1))
 		lanes[i] = &lane{dev: d, worker: w, tasks: tp}
 	}
 	return lanes

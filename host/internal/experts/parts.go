@@ -40,22 +40,23 @@ type guest struct {
 	restores []string
 }
 
-// instance returns a live instance bound to the guest's parameters,
-// replacing one that trapped; replaced says whether it did. uid names the
-// expert in errors. Call with g.slot.mu held.
-func (g *guest) instance(ctx context.Context, uid string) (inst *sandbox.Instance, replaced bool, err error) {
-	if g.slot.inst == nil || g.slot.inst.Closed() {
-		replaced = true
+// instance returns st's live instance bound to the guest's parameters,
+// replacing one that trapped (or making the slot's spare); replaced says
+// whether it did. uid names the expert in errors. Call with st held.
+func (g *guest) instance(ctx context.Context, uid string, st seat) (inst *sandbox.Instance, replaced bool, err error) {
+	if *st.inst == nil || (*st.inst).Closed() {
+		// The spare's first instance replaces nothing.
+		replaced = *st.inst != nil || st.inst == &g.slot.inst
 		inst, err := g.module.Instantiate(ctx, g.binding)
 		if err != nil {
 			return nil, true, fmt.Errorf("%w: replacing the instance of %q: %w", ErrNotRun, uid, err)
 		}
-		g.slot.inst = inst
+		*st.inst = inst
 	}
-	if err := g.slot.inst.Bind(g.binding.Params); err != nil {
+	if err := (*st.inst).Bind(g.binding.Params); err != nil {
 		return nil, replaced, fmt.Errorf("binding the parameters of %q: %w", uid, err)
 	}
-	return g.slot.inst, replaced, nil
+	return *st.inst, replaced, nil
 }
 
 // device is where the guest's parameters and tensors live.

@@ -29,7 +29,7 @@ type (
 // collected, Split and Join the tensors they copied from. So device
 // memory goes back when the work is over, not when the garbage collector
 // runs.
-func (e *Expert) attachPools(lim batch.Limits, m *Metrics, notify func()) {
+func (e *Expert) attachPools(lim batch.Limits, m *Metrics, notify func(), kill context.Context) {
 	dev := e.Device()
 	e.stats.restartsC = m.restarts.With(prometheus.Labels{"expert": e.uid})
 	p := &e.pools
@@ -48,7 +48,7 @@ func (e *Expert) attachPools(lim batch.Limits, m *Metrics, notify func()) {
 			return out, err
 		},
 		Run: func(ctx context.Context, reqs []fwdReq) (res [][]*gpuhost.Tensor, err error) {
-			ctx = gated(ctx)
+			ctx = gated(ctx, kill)
 			ins := make([][]*gpuhost.Tensor, len(reqs))
 			for i, r := range reqs {
 				ins[i] = r.inputs
@@ -92,7 +92,7 @@ func (e *Expert) attachPools(lim batch.Limits, m *Metrics, notify func()) {
 			return out, nil
 		},
 		Run: func(ctx context.Context, reqs []bwdReq) (res [][]*gpuhost.Tensor, err error) {
-			ctx = gated(ctx)
+			ctx = gated(ctx, kill)
 			ins := make([][]*gpuhost.Tensor, len(reqs))
 			grads := make([][]*gpuhost.Tensor, len(reqs))
 			for i, r := range reqs {
@@ -134,8 +134,10 @@ func releaseBut(dev gpuhost.Device, keep [][]*gpuhost.Tensor, ts ...*gpuhost.Ten
 
 // gated hands the batch's lease on the device worker to the sandbox, so
 // that the guest's own code runs without holding the device (see
-// sched.Lease and sandbox.Gate).
-func gated(ctx context.Context) context.Context {
+// sched.Lease and sandbox.Gate), and the registry's kill context, which
+// ends the guest at shutdown (sandbox.WithKill).
+func gated(ctx, kill context.Context) context.Context {
+	ctx = sandbox.WithKill(ctx, kill)
 	if l := sched.LeaseFrom(ctx); l != nil {
 		return sandbox.WithGate(ctx, l)
 	}

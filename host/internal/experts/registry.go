@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/moehost/moehost/gpuhost"
 	"github.com/moehost/moehost/host/internal/batch"
@@ -74,6 +75,11 @@ type Registry struct {
 
 	stopSave, saveDone chan struct{} // the periodic saver's
 	devicesClosed      bool
+
+	// kill ends every guest call at once (sandbox.WithKill): Stop
+	// cancels it when its drain is over.
+	kill       context.Context
+	killGuests context.CancelFunc
 }
 
 // errShuttingDown fails what is queued when the server stops.
@@ -94,7 +100,8 @@ func New(cfg Config) *Registry {
 	if cfg.QueueShare == nil {
 		cfg.QueueShare = func(string) float64 { return 1 }
 	}
-	return &Registry{cfg: cfg, log: cfg.Log, experts: map[string]*Expert{}}
+	kill, killGuests := context.WithCancel(context.Background())
+	return &Registry{cfg: cfg, log: cfg.Log, experts: map[string]*Expert{}, kill: kill, killGuests: killGuests}
 }
 
 // Open gives the registry its compilation cache, module store and
@@ -202,16 +209,23 @@ func sortedExperts(experts map[string]*Expert) []*Expert {
 }
 
 // Stop fails what is queued and refuses what comes, stops the periodic
-// saver and the workers (letting running batches end), and saves every
-// expert that trained since its last save when the registry was serving.
-func (r *Registry) Stop(ctx context.Context) {
+// saver and the workers (letting running batches end for up to drain,
+// then cancelling them), and saves every expert that trained since its
+// last save when the registry was serving, within ctx.
+func (r *Registry) Stop(ctx context.Context, drain time.Duration) {
 	r.Refuse()
 	experts := r.All()
 	for _, e := range experts {
 		e.pools.close(errShuttingDown)
 	}
 	r.stopSaving()
-	r.closeWorkers(ctx)
+	// Past the drain, the workers cancel their batches, which stops a
+	// guest between ops; one that spins in guest code is killed.
+	wctx, cancel := context.WithTimeout(ctx, drain)
+	stopKill := context.AfterFunc(wctx, r.killGuests)
+	r.closeWorkers(wctx)
+	stopKill()
+	cancel()
 	r.mu.Lock()
 	c := r.ckpt
 	r.mu.Unlock()

@@ -26,3 +26,20 @@ func gateFrom(ctx context.Context) Gate {
 	g, _ := ctx.Value(gateKey{}).(Gate)
 	return g
 }
+
+type killKey struct{}
+
+// WithKill returns ctx with kill, for Forward and Backward: when kill is
+// done, a call under ctx ends at once, wherever the guest is (its
+// instance is closed, as at its CallTimeout), while ctx's own end only
+// stops it between ops. The server's shutdown uses it once its drain
+// timeout is over, for a guest that spins without calling the host.
+func WithKill(ctx, kill context.Context) context.Context {
+	return context.WithValue(ctx, killKey{}, kill)
+}
+
+// killFrom returns ctx's kill context, or nil.
+func killFrom(ctx context.Context) context.Context {
+	k, _ := ctx.Value(killKey{}).(context.Context)
+	return k
+}

@@ -441,13 +441,19 @@ func specList(specs []Spec) string {
 // who leaves must not cost the instance. The caller's ctx, bounded by
 // CallTimeout too, becomes the call's stop signal instead: host functions
 // refuse to start an op once it is done and kernels stop between chunks,
-// so the guest gets an error code at a safe point and returns.
+// so the guest gets an error code at a safe point and returns. A kill
+// context (WithKill) ends the guest's own context, wherever it is.
 func (inst *Instance) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	timeout := inst.st.limits.CallTimeout
 	stop, cancelStop := context.WithTimeout(ctx, timeout)
 	inst.st.stop = stop
 	run, cancelRun := context.WithTimeout(withState(context.WithoutCancel(ctx), inst.st), timeout)
+	stopKill := func() bool { return false }
+	if kill := killFrom(ctx); kill != nil {
+		stopKill = context.AfterFunc(kill, cancelRun)
+	}
 	return run, func() {
+		stopKill()
 		cancelRun()
 		cancelStop()
 		inst.st.stop = nil

@@ -17,11 +17,13 @@
 // that stays in guest code for offSlice (a guest that spins, or sleeps in
 // a WASI call) is detached: the worker runs other groups' batches, and
 // the detached batch's next Enter waits for its group's turn like a new
-// batch. So another group waits behind a batch for at most one kernel
+// batch. So another pool waits behind a batch for at most one kernel
 // step (the host function that runs when the turn passes) or about
-// 2 × offSlice, whatever the guest does. Each group has at most one batch
-// in flight, detached or not, so one tenant's guests take at most one
-// core of guest code at a time.
+// 2 × offSlice, whatever the guest does. Each pool has at most one batch
+// in flight, and each group at most maxInFlight, detached or not: one
+// guest that spins holds up neither its own group's other pools (the
+// operator's experts all share one group) nor another group's, and one
+// tenant's guests take at most maxInFlight cores of guest code at a time.
 //
 // Between kernel steps, turns are not preemptive. A group that gets work
 // waits for the batch that holds the device and, at most, for one turn of
@@ -101,14 +103,25 @@ type group struct {
 	oldest  time.Time // that request's enqueue time
 	resume  *Lease    // its detached batch, asking for the device back
 
-	// busy is true while a batch of the group is in flight (holding the
-	// device or detached): the group starts no other.
-	busy atomic.Bool
+	// inFlight counts the group's batches in flight (holding the device
+	// or detached); at maxInFlight the group starts no other.
+	inFlight atomic.Int32
 }
+
+// maxInFlight is how many batches of one group may be in flight at once.
+// One batch holds the device at a time, so the others are detached (in
+// guest code): with two, a guest that spins until its call timeout leaves
+// its group's other pools served, and a tenant that spins in several
+// experts at once burns at most two cores of guest code until the first
+// call timeout quarantines it.
+const maxInFlight = 2
 
 type entry struct {
 	p Pool
 	g *group
+	// running is true while a batch of p is in flight: the worker
+	// starts no other of p.
+	running *atomic.Bool
 }
 
 // Worker runs the batches of a set of pools, one at a time.
@@ -170,7 +183,7 @@ func (w *Worker) Add(p Pool, opts ...AddOption) {
 	g.pools++
 	pools := make([]entry, len(w.pools), len(w.pools)+1)
 	copy(pools, w.pools)
-	w.pools = append(pools, entry{p: p, g: g})
+	w.pools = append(pools, entry{p: p, g: g, running: new(atomic.Bool)})
 	w.mu.Unlock()
 	w.Notify()
 }
@@ -312,29 +325,25 @@ func (w *Worker) run(ctx context.Context, p Pool, g *group, timer *time.Timer) {
 		l.grant()
 	} else {
 		w.mu.Lock()
-		live := false
-		for _, e := range w.pools {
-			if e.p == p {
-				live = true
-				break
-			}
-		}
-		if !live {
+		i := slices.IndexFunc(w.pools, func(e entry) bool { return e.p == p })
+		if i < 0 { // removed since pick
 			w.mu.Unlock()
 			return
 		}
 		l = &Lease{w: w, g: g, done: make(chan struct{})}
 		w.inflight[p] = l
-		g.busy.Store(true)
+		g.inFlight.Add(1)
+		running := w.pools[i].running
+		running.Store(true)
 		w.mu.Unlock()
-		go w.batch(ctx, p, l)
+		go w.batch(ctx, p, l, running)
 	}
 	w.hold(l, timer)
 	g.deficit -= float64(w.now().Sub(start))
 }
 
 // batch runs one batch of p in its own goroutine, with l in its context.
-func (w *Worker) batch(ctx context.Context, p Pool, l *Lease) {
+func (w *Worker) batch(ctx context.Context, p Pool, l *Lease, running *atomic.Bool) {
 	p.RunBatch(context.WithValue(ctx, leaseKey{}, l))
 	// The batch's callers were woken on this goroutine's P, where Go
 	// queues them to run next; but the next batch would keep the P, and
@@ -344,7 +353,8 @@ func (w *Worker) batch(ctx context.Context, p Pool, l *Lease) {
 	goruntime.Gosched()
 	w.mu.Lock()
 	delete(w.inflight, p)
-	l.g.busy.Store(false)
+	l.g.inFlight.Add(-1)
+	running.Store(false)
 	w.ended.Broadcast()
 	w.mu.Unlock()
 	close(l.done)
@@ -489,7 +499,9 @@ func (w *Worker) pick(now time.Time) (Pool, *group, time.Time) {
 	for _, l := range resumes {
 		g := l.g
 		mark(g)
-		g.pending, g.resume = true, l
+		if g.resume == nil { // the one that asked first
+			g.pending, g.resume = true, l
+		}
 		anyReady = true
 	}
 	for _, e := range pools {
@@ -500,9 +512,14 @@ func (w *Worker) pick(now time.Time) (Pool, *group, time.Time) {
 			continue
 		}
 		g.pending = true
-		if g.busy.Load() {
-			// Its batch in flight finishes first (or asks to
-			// resume, above).
+		if g.inFlight.Load() >= maxInFlight {
+			// One of its batches in flight finishes first (or
+			// asks to resume, above).
+			continue
+		}
+		if e.running.Load() {
+			// Its own batch in flight is detached: it finishes
+			// first.
 			continue
 		}
 		if !readyAt.After(now) {

@@ -81,6 +81,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		publicBackward                                                      bool
 		uploadIdle, uploadTimeout                                           time.Duration
 		bodyIdle, bodyTimeout                                               time.Duration
+		drainTimeout                                                        time.Duration
 		moduleLimits                                                        moduleLimitFlags
 		prof                                                                profileFlags
 	)
@@ -156,6 +157,7 @@ is bitwise equal, and each restores the other's checkpoints.`,
 				host.WithPublicBackward(publicBackward),
 				host.WithUploadTimeouts(uploadIdle, uploadTimeout),
 				host.WithBodyTimeouts(bodyIdle, bodyTimeout),
+				host.WithDrainTimeout(drainTimeout),
 				host.WithDevice(device),
 			)
 			if err != nil {
@@ -167,6 +169,9 @@ is bitwise equal, and each restores the other's checkpoints.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			// The first signal starts the drain; a second one ends the
+			// process at once (the signals' default action).
+			context.AfterFunc(ctx, stop)
 			err = srv.Run(ctx)
 			if perr := stopProf(); err == nil {
 				err = perr
@@ -218,6 +223,7 @@ is bitwise equal, and each restores the other's checkpoints.`,
 	f.DurationVar(&uploadTimeout, "upload-timeout", host.DefaultUploadTimeout, "with --tenants, longest one module upload may take in all")
 	f.DurationVar(&bodyIdle, "body-idle-timeout", host.DefaultBodyIdleTimeout, "longest a request's body (but a module upload's) may send nothing before the call is cut; the call itself may then run longer")
 	f.DurationVar(&bodyTimeout, "body-timeout", host.DefaultBodyTimeout, "longest a request's body (but a module upload's) may take to arrive in all; the call itself may then run longer")
+	f.DurationVar(&drainTimeout, "drain-timeout", host.DefaultDrainTimeout, "at SIGTERM or SIGINT, longest the batches in flight may run before they are cancelled (a second signal exits at once)")
 	prof.register(f)
 	f.StringVar(&device, "device", "cpu", "devices to run experts on: cpu, cuda (GPU 0), cuda:N, or cuda:N,M,... (experts assigned round-robin, one worker per GPU); CUDA needs a binary from make build-cuda")
 	return cmd
