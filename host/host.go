@@ -144,7 +144,7 @@ func New(opts ...Option) (*Server, error) {
 		log:        cfg.logger,
 		prom:       prom,
 		rpcMetrics: rpc.NewMetrics(prom),
-		history:    ui.NewHistory(historyLen, historyInterval),
+		history:    ui.NewHistory(historyLen, historyRateLen, historyInterval),
 		life:       lifecycle{ready: make(chan struct{}), done: make(chan struct{})},
 	}
 	s.experts = experts.New(experts.Config{
