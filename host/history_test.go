@@ -3,6 +3,7 @@ package host
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,33 +11,55 @@ import (
 	"github.com/moehost/moehost/host/internal/ui"
 )
 
-// TestLoadSampler: a tick's sample is the load of the pools since the
+// TestLoadSampler: a tick's sample is the load of the experts since the
 // previous tick (rates over the interval, the mean batch and run time of
-// its batches, the longest wait in it, the queues now), from the experts'
-// summed running totals, and sampling allocates nothing.
+// its batches, the longest wait in it, the queues now), from each
+// expert's running totals; each expert's rows in the tick go to its rate,
+// and the sample's rows are their sum. An expert deployed since the last
+// tick counts all its load, one undeployed drops out, and sampling
+// allocates nothing.
 func TestLoadSampler(t *testing.T) {
-	hist := ui.NewHistory(8, time.Second)
-	l := &loadSampler{hist: hist}
+	hist := ui.NewHistory(8, 4, time.Second)
+	l := newLoadSampler(hist)
+	all := testServer.experts.All()
+	a, b := all[0], all[1]
 	t0 := time.Unix(1000, 0)
-	// One batch before the baseline.
-	sum := experts.PoolTotals{Batches: 1, Samples: 100, Run: time.Millisecond, WaitMax: time.Millisecond}
-	l.sample(t0, sum)
+	// One batch of a's before the baseline.
+	l.sample(t0, []experts.ExpertTotals{{Expert: a, PoolTotals: experts.PoolTotals{Batches: 1, Samples: 100, Run: time.Millisecond, WaitMax: time.Millisecond}}})
 	if got := hist.Since(0, nil); len(got) != 0 {
 		t.Fatalf("the baseline tick added %v", got)
 	}
 
-	// In the next 2 s: 3 batches of 10+20+30 rows, run 4+6+8 ms, waits
-	// up to 7 ms, 2 requests queued.
-	sum = experts.PoolTotals{Batches: 4, Samples: 160, Run: 19 * time.Millisecond, Depth: 2, WaitMax: 7 * time.Millisecond}
-	l.sample(t0.Add(2*time.Second), sum)
-	// Then a quiet second.
-	sum.WaitMax = 0
-	l.sample(t0.Add(3*time.Second), sum)
+	// In the next 2 s: a runs 3 batches of 10+20+30 rows, run 4+6+8 ms,
+	// waits up to 7 ms, 2 requests queued; b, deployed meanwhile, one of
+	// 40 rows in 2 ms.
+	l.sample(t0.Add(2*time.Second), []experts.ExpertTotals{
+		{Expert: a, PoolTotals: experts.PoolTotals{Batches: 4, Samples: 160, Run: 19 * time.Millisecond, Depth: 2, WaitMax: 7 * time.Millisecond}},
+		{Expert: b, PoolTotals: experts.PoolTotals{Batches: 1, Samples: 40, Run: 2 * time.Millisecond}},
+	})
+	wantRates := []ui.ExpertRows{{UID: a.UID(), RowsPerSecond: 30}, {UID: b.UID(), RowsPerSecond: 20}}
+	if got := hist.Rates(nil); !slices.Equal(got, wantRates) {
+		t.Errorf("rates %+v, want %+v", got, wantRates)
+	}
+	// Then a quiet second, b undeployed.
+	l.sample(t0.Add(3*time.Second), []experts.ExpertTotals{
+		{Expert: a, PoolTotals: experts.PoolTotals{Batches: 4, Samples: 160, Run: 19 * time.Millisecond, Depth: 2}},
+	})
+	wantRates = []ui.ExpertRows{{UID: a.UID(), RowsPerSecond: 15}}
+	if got := hist.Rates(nil); !slices.Equal(got, wantRates) {
+		t.Errorf("rates after b left %+v, want %+v", got, wantRates)
+	}
+	// b deployed again: its new totals are all new.
+	l.sample(t0.Add(4*time.Second), []experts.ExpertTotals{
+		{Expert: a, PoolTotals: experts.PoolTotals{Batches: 4, Samples: 160, Run: 19 * time.Millisecond}},
+		{Expert: b, PoolTotals: experts.PoolTotals{Batches: 1, Samples: 5, Run: time.Millisecond}},
+	})
 
 	got := hist.Since(0, nil)
 	want := []ui.Sample{
-		{UnixMs: 1002000, RowsPerSecond: 30, MeanBatch: 20, QueueDepth: 2, QueueWaitMaxMs: 7, RunMeanMs: 6},
+		{UnixMs: 1002000, RowsPerSecond: 50, MeanBatch: 25, QueueDepth: 2, QueueWaitMaxMs: 7, RunMeanMs: 5},
 		{UnixMs: 1003000, QueueDepth: 2},
+		{UnixMs: 1004000, RowsPerSecond: 5, MeanBatch: 5, RunMeanMs: 1},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("samples %+v, want %+v", got, want)
@@ -47,18 +70,22 @@ func TestLoadSampler(t *testing.T) {
 		}
 	}
 
-	// An undeployed expert takes its totals along: no negative rates.
-	l.sample(t0.Add(4*time.Second), experts.PoolTotals{Batches: 2, Samples: 30, Run: 8 * time.Millisecond, Depth: 2})
-	if s := hist.Since(1003000, nil); len(s) != 1 || s[0].RowsPerSecond != 0 || s[0].MeanBatch != 0 {
-		t.Errorf("after an undeploy: %+v", s)
-	}
-
+	l = newLoadSampler(hist)
 	now := t0.Add(5 * time.Second)
+	l.tick(now, testServer) // sees every expert once
 	if n := testing.AllocsPerRun(100, func() {
 		now = now.Add(time.Second)
-		l.sample(now, testServer.experts.LoadTotals())
+		l.tick(now, testServer)
 	}); n != 0 {
 		t.Errorf("a tick allocates %v times", n)
+	}
+}
+
+// TestHistoryHoldsTheLongestWindow: the server's history holds the
+// dashboard's longest chart window, 15 minutes.
+func TestHistoryHoldsTheLongestWindow(t *testing.T) {
+	if got := time.Duration(testServer.history.Cap()) * testServer.history.Interval(); got < 15*time.Minute {
+		t.Errorf("the history holds %v, want 15 minutes", got)
 	}
 }
 

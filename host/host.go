@@ -145,7 +145,7 @@ func New(opts ...Option) (*Server, error) {
 		log:        cfg.logger,
 		prom:       prom,
 		rpcMetrics: rpc.NewMetrics(prom),
-		history:    ui.NewHistory(historyLen, historyInterval),
+		history:    ui.NewHistory(historyLen, historyRateLen, historyInterval),
 		life:       lifecycle{ready: make(chan struct{}), done: make(chan struct{})},
 	}
 	s.experts = experts.New(experts.Config{
@@ -284,8 +284,7 @@ func (s *Server) start(ctx context.Context) error {
 func (s *Server) serveHTTP(ln net.Listener, discovery rpc.Discovery) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.prom, promhttp.HandlerOpts{}))
-	view := new(swarmView)
-	mux.Handle("/ui/", ui.Handler(ui.API{History: s.history, Swarm: func() ui.Swarm { return view.get(s) }}))
+	mux.Handle("/ui/", ui.Handler(s.dashboardAPI()))
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	opts := rpc.Options{
 		MaxRequestBytes: s.cfg.maxRequestBytes,

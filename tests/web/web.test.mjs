@@ -5,7 +5,10 @@
 // make test-web runs it with MOEHOST_BIN, CHROMIUM and WEB_TEST_OUT set;
 // the screenshot goes to $WEB_TEST_OUT/dashboard.png.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { readFile, mkdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { createServer } from "node:http";
 import { extname, join, normalize } from "node:path";
 import { after, before, test } from "node:test";
@@ -18,6 +21,7 @@ import { startServer } from "../../sdk/ts/test/serve.mjs";
 const HIDDEN = 64;
 const OUT = process.env.WEB_TEST_OUT ?? fileURLToPath(new URL("out", import.meta.url));
 const DIST = fileURLToPath(new URL("dist", import.meta.url));
+const FFN_C = fileURLToPath(new URL("../../examples/wasm-experts/ffn-c/ffn-c.wasm", import.meta.url));
 
 let server;
 let browser;
@@ -64,14 +68,14 @@ after(async () => {
   refused?.srv.close();
 });
 
-/** forwardLoad sends Connect JSON Forward calls until stop() is called. */
-function forwardLoad(baseUrl, workers = 4, rows = 16) {
+/** forwardLoad sends Connect JSON Forward calls to uid until stop() is called. */
+function forwardLoad(baseUrl, workers = 4, rows = 16, uid = "ffn.0") {
   let running = true;
   let calls = 0;
   const data = Buffer.alloc(rows * HIDDEN * 4);
   for (let i = 0; i < rows * HIDDEN; i++) data.writeFloatLE(Math.sin(i), i * 4);
   const body = JSON.stringify({
-    uid: "ffn.0",
+    uid,
     inputs: [{ dtype: "DTYPE_FLOAT32", shape: [String(rows), String(HIDDEN)], data: data.toString("base64") }],
   });
   const loops = Array.from({ length: workers }, async () => {
@@ -101,9 +105,12 @@ test("the dashboard lists the experts, runs a Forward and charts the load", asyn
   page.on("pageerror", (e) => errors.push(String(e)));
   await page.goto(`${server.baseUrl}/ui/`);
 
-  // The experts, with their schema and health.
+  // The experts, with their schema and health, come first on the page.
   const rows = page.locator("#experts tbody tr");
   await rows.first().waitFor();
+  assert.deepEqual(await page.locator("main > section:not([hidden])").evaluateAll((ss) => ss.map((s) => s.id).slice(0, 3)), ["experts", "server", "load"]);
+  const top = async (sel) => (await page.locator(sel).boundingBox()).y;
+  assert.ok((await top("#experts")) < (await top("#load")), "the experts table is below the charts");
   assert.deepEqual(await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.uid)), ["ffn.0", "ffn.1", "ffn.2"]);
   const first = await rows.first().innerText();
   assert.match(first, new RegExp(`x:float32\\[-1,${HIDDEN}\\]`));
@@ -187,11 +194,15 @@ test("the charts draw the server's history at once on load", async () => {
     // poll of the page's own would draw one point.
     const chart = page.locator("#chart-throughput[data-points]");
     await chart.waitFor({ timeout: 10_000 });
+    // At least the samples fetched above that fall in its window.
+    const from = Number(await chart.getAttribute("data-from-ms"));
+    const held = history.unix_ms.filter((t) => t >= from).length;
+    assert.ok(held >= 4, `${held} samples in the chart's window`);
     const points = Number(await chart.getAttribute("data-points"));
-    assert.ok(points >= history.unix_ms.length, `the chart drew ${points} points at load, the server held ${history.unix_ms.length}`);
+    assert.ok(points >= held, `the chart drew ${points} points at load, the server held ${held} in its window`);
     assert.ok(Number(await chart.getAttribute("data-max")) > 0, "the chart shows no rate at load");
     for (const id of ["#chart-batch", "#chart-queue", "#chart-latency"]) {
-      assert.ok(Number(await page.locator(id).getAttribute("data-points")) >= history.unix_ms.length, id);
+      assert.ok(Number(await page.locator(id).getAttribute("data-points")) >= held, id);
     }
     assert.match(await page.locator("#chart-throughput path.line").getAttribute("d"), /^M[\d.]+,[\d.]+(L[\d.]+,[\d.]+)+$/);
 
@@ -227,6 +238,270 @@ test("counts read as counts: parameters in human units, steps singular or plural
   } finally {
     await page.close();
     await tiny.stop();
+  }
+});
+
+/** firstX is the x of a chart's first point, from its line's path. */
+async function firstX(page, id) {
+  const d = await page.locator(`${id} path.line`).getAttribute("d");
+  const m = /^M([\d.]+),/.exec(d);
+  assert.ok(m, `${id}: no line drawn (d=${d})`);
+  return Number(m[1]);
+}
+
+test("the charts' window buttons set their time range, and the axis is labelled with time", async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  try {
+    await page.goto(`${server.baseUrl}/ui/`);
+    const chart = page.locator("#chart-throughput");
+    await page.waitForFunction(() => Number(document.querySelector("#chart-throughput").dataset.points) >= 2, null, { timeout: 30_000 });
+    const attr = async (name, id = "#chart-throughput") => Number(await page.locator(id).getAttribute(`data-${name}`));
+    const labels = () => chart.locator(".ticks span").allInnerTexts();
+    const pressed = () => page.locator('#load .windows button[aria-pressed="true"]').allInnerTexts();
+
+    // 5 minutes at first, labelled from "-5m" to "now".
+    assert.deepEqual(await pressed(), ["5 min"]);
+    assert.equal(await attr("window-ms"), 300_000);
+    assert.deepEqual(await labels(), ["now", "-1m", "-2m", "-3m", "-4m", "-5m"]);
+    // Each tick is titled with its clock time; "now" is the newest sample's.
+    const now = chart.locator(".ticks span", { hasText: "now" });
+    assert.equal(Number(await now.getAttribute("data-t")), await attr("to-ms"));
+    for (const t of await chart.locator(".ticks span").evaluateAll((ss) => ss.map((s) => s.title))) {
+      assert.match(t, /^\d\d:\d\d:\d\d$/);
+    }
+    const x5 = await firstX(page, "#chart-throughput");
+
+    // 1 minute: every chart spans 60 s, ticks every 15 s, and the same
+    // oldest point lies further left (or off the chart).
+    await page.getByRole("button", { name: "1 min" }).click();
+    assert.deepEqual(await pressed(), ["1 min"]);
+    for (const id of ["#chart-throughput", "#chart-batch", "#chart-queue", "#chart-latency"]) {
+      assert.equal(await attr("window-ms", id), 60_000, id);
+      assert.equal((await attr("to-ms", id)) - (await attr("from-ms", id)), 60_000, id);
+    }
+    assert.deepEqual(await labels(), ["now", "-15s", "-30s", "-45s", "-1m"]);
+    const x1 = await firstX(page, "#chart-throughput");
+    assert.ok(x1 < x5, `the first point at x=${x1} in 1 min, x=${x5} in 5 min`);
+    const points1 = await attr("points");
+
+    // 15 minutes: ticks every 3 minutes, every point the server holds.
+    await page.getByRole("button", { name: "15 min" }).click();
+    assert.deepEqual(await labels(), ["now", "-3m", "-6m", "-9m", "-12m", "-15m"]);
+    assert.equal((await attr("to-ms")) - (await attr("from-ms")), 900_000);
+    assert.ok((await firstX(page, "#chart-throughput")) > x5);
+    assert.ok((await attr("points")) >= points1);
+    const history = await (await fetch(`${server.baseUrl}/ui/api/history`)).json();
+    assert.ok((await attr("points")) >= history.unix_ms.length - 2, "15 min shows less than the server holds");
+
+    // The choice is kept for the next visit.
+    await page.reload();
+    await page.locator("#chart-throughput[data-window-ms]").waitFor();
+    assert.deepEqual(await pressed(), ["15 min"]);
+    assert.equal(await attr("window-ms"), 900_000);
+    await mkdir(OUT, { recursive: true });
+    await page.locator("#load").screenshot({ path: join(OUT, "load.png") });
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+/**
+ * headlineAndRows reads, in one go, the throughput chart's headline (its
+ * value and its text) and the experts table's rows/s (values and texts).
+ */
+function headlineAndRows(page) {
+  return page.evaluate(() => {
+    const chart = document.querySelector("#chart-throughput");
+    const cells = [...document.querySelectorAll("#experts tbody td.rows")];
+    return {
+      value: Number(chart.dataset.current),
+      text: chart.querySelector(".value").textContent,
+      rows: cells.map((c) => Number(c.dataset.rows)),
+      texts: cells.map((c) => c.textContent),
+    };
+  });
+}
+
+/** num reads a number as fmt prints it: "611", "1.22k", "2.5M". */
+function num(text) {
+  const m = /^(-?[\d.]+)([kMG]?)/.exec(text.trim());
+  assert.ok(m, `not a number: ${text}`);
+  return Number(m[1]) * { "": 1, k: 1e3, M: 1e6, G: 1e9 }[m[2]];
+}
+
+test("the throughput headline is the sum of the experts' rows/s, under load and after it", async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  const check = async (when) => {
+    const h = await headlineAndRows(page);
+    assert.equal(h.rows.length, 3, when);
+    const sum = h.rows.reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(h.value - sum) <= 1e-9 * Math.max(1, sum), `${when}: headline ${h.value}, experts' sum ${sum} (${h.rows})`);
+    // What a reader adds up: the texts, each rounded to 3 digits.
+    const shown = h.texts.map(num).reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(num(h.text) - shown) <= 0.01 * Math.max(shown, 100), `${when}: headline "${h.text}", experts ${h.texts.join(" + ")}`);
+    return h;
+  };
+  try {
+    await page.goto(`${server.baseUrl}/ui/`);
+    await page.locator("#experts tbody td.rows").first().waitFor();
+    const loads = [forwardLoad(server.baseUrl, 2, 16, "ffn.0"), forwardLoad(server.baseUrl, 2, 16, "ffn.1")];
+    try {
+      await page.waitForFunction(() => {
+        const r = [...document.querySelectorAll("#experts tbody td.rows")].map((c) => Number(c.dataset.rows));
+        return r.length === 3 && r[0] > 50 && r[1] > 50;
+      }, null, { timeout: 60_000, polling: 250 });
+      for (let i = 0; i < 3; i++) {
+        const h = await check(`under load, poll ${i}`);
+        assert.ok(h.value > 0);
+        await page.waitForTimeout(1000);
+      }
+    } finally {
+      for (const l of loads) await l.stop();
+    }
+    // After the load stops, the two fall together: no window of one
+    // keeps the rate that the other dropped.
+    for (let i = 0; i < 4; i++) {
+      await page.waitForTimeout(1000);
+      await check(`${i + 1} s after the load`);
+    }
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test("the experts table shows each expert's last checkpoint once it is saved", async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  try {
+    await page.goto(`${server.baseUrl}/ui/`);
+    const ck = page.locator("#experts tbody tr[data-uid='ffn.2'] td.checkpoint");
+    await ck.waitFor();
+    assert.equal(await ck.innerText(), "–");
+    assert.equal(await page.locator("#experts thead th:nth-child(12)").innerText(), "last checkpoint");
+    // Train ffn.2 a step, then save it (the server is on loopback
+    // without tenants: its CheckpointService takes no token there).
+    const x = { dtype: "DTYPE_FLOAT32", shape: ["1", String(HIDDEN)], data: Buffer.alloc(4 * HIDDEN, 1).toString("base64") };
+    const post = async (path, body) => {
+      const res = await fetch(`${server.baseUrl}/moehost.v1.${path}`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      const text = await res.text();
+      assert.equal(res.status, 200, text);
+      return JSON.parse(text);
+    };
+    await post("ExpertService/Backward", { uid: "ffn.2", inputs: [x], gradOutputs: [x] });
+    const saved = await post("CheckpointService/Save", { uid: "ffn.2" });
+    const step = saved.checkpoint.step;
+    assert.ok(Number(step) >= 1, JSON.stringify(saved));
+    await ck.filter({ hasText: new RegExp(`^step ${step} · \\d\\d:\\d\\d:\\d\\d$`) }).waitFor({ timeout: 10_000 });
+    assert.equal(await ck.getAttribute("data-step"), String(step));
+    assert.match(await ck.getAttribute("title"), new RegExp(`^step ${step}, written `));
+    // The others have none.
+    assert.equal(await page.locator("#experts tbody tr[data-uid='ffn.1'] td.checkpoint").innerText(), "–");
+    // Without --tenants there are no tenants or modules to show.
+    assert.ok(await page.locator("#tenants").isHidden());
+    assert.ok(await page.locator("#modules").isHidden());
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test("under --tenants, the tenants and modules sections show what the token may see, and never a token", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "moehost-web-tenants-"));
+  const file = join(dir, "tenants.json");
+  const cli = (...args) => execFileSync(process.env.MOEHOST_BIN, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, MOEHOST_TOKEN: "" } }).trim().split("\n").at(-1);
+  const alice = cli("tenant", "add", "alice", "--prefix", "alice", "--tenants", file);
+  const bob = cli("tenant", "add", "bob", "--prefix", "bob", "--prefix", "shared.bob", "--tenants", file);
+  const admin = "admin-" + alice.slice(0, 8);
+  const srv = await startServer(["--tenants", file, "--admin-token", admin, "--no-dht", "--no-checkpoints", "--experts", "ffn.0", "--module", "ffn-c", "--hidden-dim", "8"]);
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  try {
+    const digest = cli("upload", "--server", srv.baseUrl, "--token", alice, "--name", "ffn-c", FFN_C);
+    cli("deploy", "--server", srv.baseUrl, "--token", alice, "--module", digest, "--experts", "alice.ffn.[0:2]", "--config", "hidden_dim=8");
+    cli("deploy", "--server", srv.baseUrl, "--token", alice, "--module", digest, "--experts", "alice.secret.0", "--config", "hidden_dim=8", "--forward-access", "owner");
+
+    // The experts' rates and checkpoints name only the experts that
+    // ListExperts lists to the same token: not alice's private one to
+    // anyone else.
+    const uidsFor = async (token) => {
+      const res = await fetch(`${srv.baseUrl}/ui/api/experts`, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+      const text = await res.text();
+      return res.ok ? JSON.parse(text).experts.map((x) => x.uid) : res.status;
+    };
+    assert.deepEqual(await uidsFor(""), ["alice.ffn.0", "alice.ffn.1", "ffn.0"]);
+    assert.deepEqual(await uidsFor(bob), ["alice.ffn.0", "alice.ffn.1", "ffn.0"]);
+    assert.deepEqual(await uidsFor(alice), ["alice.ffn.0", "alice.ffn.1", "alice.secret.0", "ffn.0"]);
+    assert.deepEqual(await uidsFor(admin), ["alice.ffn.0", "alice.ffn.1", "alice.secret.0", "ffn.0"]);
+    assert.equal(await uidsFor("not-a-token"), 401);
+
+    await page.goto(`${srv.baseUrl}/ui/`);
+    // Without a token: both sections, saying what to enter.
+    const note = page.locator("#tenants-note");
+    await note.waitFor({ timeout: 30_000 });
+    assert.match(await note.innerText(), /need a token.*admin-token/);
+    assert.ok(await page.locator("#modules-note").isVisible());
+    assert.equal(await page.locator("#tenants-table tbody tr").count(), 0);
+    // alice's public experts are listed to anyone, as ListExperts does.
+    await page.locator("#experts tbody tr[data-uid='alice.ffn.1']").waitFor();
+
+    const signIn = async (token) => {
+      await page.fill("#token", token);
+      await page.locator("#token").dispatchEvent("change");
+    };
+    const tenantRows = page.locator("#tenants-table tbody tr");
+    const moduleRows = page.locator("#modules-table tbody tr");
+
+    // The admin token: every tenant, every module, the operator's too.
+    await signIn(admin);
+    await tenantRows.nth(1).waitFor({ timeout: 10_000 });
+    assert.deepEqual(await tenantRows.evaluateAll((trs) => trs.map((tr) => tr.dataset.tenant)), ["alice", "bob"]);
+    assert.match(await page.locator('#tenants-table tr[data-tenant="alice"]').innerText(), /^alice\s+alice\s+1\s+1\s+alice\.ffn\.0, alice\.ffn\.1, alice\.secret\.0$/);
+    assert.match(await page.locator('#tenants-table tr[data-tenant="bob"]').innerText(), /^bob\s+bob, shared\.bob\s+1\s+0\s+–$/);
+    const aliceModule = page.locator(`#modules-table tr[data-owner="alice"][data-digest="${digest}"]`);
+    await aliceModule.waitFor();
+    assert.match(await aliceModule.innerText(), new RegExp(`^alice\\s+ffn-c\\s+${digest.slice(7, 19)}\\s.*alice\\.ffn\\.0, alice\\.ffn\\.1, alice\\.secret\\.0$`));
+    assert.equal(await aliceModule.locator("td.digest").getAttribute("title"), digest);
+    const operator = page.locator('#modules-table tr[data-owner=""]');
+    assert.ok((await operator.count()) >= 1, "the operator's module is not listed");
+    assert.match(await operator.first().innerText(), /^operator\s.*ffn\.0$/);
+    assert.equal(await page.locator("#tenant-count").innerText(), "2 tenants");
+
+    // alice's token: alice alone.
+    await signIn(alice);
+    await page.waitForFunction(() => document.querySelectorAll("#tenants-table tbody tr").length === 1, null, { timeout: 10_000 });
+    assert.deepEqual(await tenantRows.evaluateAll((trs) => trs.map((tr) => tr.dataset.tenant)), ["alice"]);
+    assert.deepEqual(await moduleRows.evaluateAll((trs) => trs.map((tr) => tr.dataset.owner)), ["alice"]);
+
+    // No token, nor a token's hash, is on the page or in what it reads.
+    const hashes = JSON.parse(readFileSync(file, "utf8")).tenants.flatMap((t) => t.token_hashes).map((h) => h.replace(/^sha256:/, ""));
+    assert.equal(hashes.length, 2);
+    const html = await page.evaluate(() => document.body.outerHTML);
+    const asAdmin = await (await fetch(`${srv.baseUrl}/ui/api/tenants`, { headers: { Authorization: `Bearer ${admin}` } })).text();
+    for (const secret of [alice, bob, admin, ...hashes]) {
+      assert.ok(!html.includes(secret), "the page shows a token or its hash");
+      assert.ok(!asAdmin.includes(secret), "/ui/api/tenants holds a token or its hash");
+    }
+    await mkdir(OUT, { recursive: true });
+    await signIn(admin);
+    await tenantRows.nth(1).waitFor({ timeout: 10_000 });
+    await page.screenshot({ path: join(OUT, "tenants.png"), fullPage: true });
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+    await srv.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

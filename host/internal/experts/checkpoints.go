@@ -251,6 +251,9 @@ type checkpointer struct {
 
 	mu    sync.Mutex       // serialises writes
 	saved map[string]int64 // last step written, by uid
+	// savedTime is when the checkpoint at saved[uid] was written, for
+	// the dashboard.
+	savedTime map[string]time.Time
 	// savedAt is each expert's trainer.updates when its state was last
 	// written or restored: while they match, a save has nothing to do.
 	savedAt map[string]int64
@@ -290,7 +293,7 @@ func (c *checkpointer) restore(e *Expert) error {
 			return err
 		}
 		c.mu.Lock()
-		c.saved[e.uid] = ck.Step
+		c.saved[e.uid], c.savedTime[e.uid] = ck.Step, in.Time
 		c.savedAt[e.uid] = e.trainer.updates.Load() // nothing else runs it yet
 		c.mu.Unlock()
 		c.reg.log.Info("restored checkpoint", "uid", e.uid, "step", ck.Step, "examples", ck.Examples)
@@ -317,9 +320,19 @@ func (c *checkpointer) maxBytes() int64 {
 func (c *checkpointer) save(ctx context.Context, e *Expert, onWorker, force bool) (int64, bool, error) {
 	step, wrote, err := c.write(ctx, e, onWorker, force)
 	if wrote || err != nil {
-		c.reg.cfg.Metrics.saved(e.uid, err)
+		_, at, _ := c.last(e.uid)
+		c.reg.cfg.Metrics.saved(e.uid, at, err)
 	}
 	return step, wrote, err
+}
+
+// last returns the step and time of the checkpoint of uid last written
+// or restored.
+func (c *checkpointer) last(uid string) (step int64, at time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	step, ok = c.saved[uid]
+	return step, c.savedTime[uid], ok
 }
 
 // write is save without the metrics.
@@ -368,7 +381,7 @@ func (c *checkpointer) write(ctx context.Context, e *Expert, onWorker, force boo
 	if err := c.store.Save(snap); err != nil {
 		return 0, false, err
 	}
-	c.saved[e.uid] = snap.Step
+	c.saved[e.uid], c.savedTime[e.uid] = snap.Step, time.Now()
 	c.savedAt[e.uid] = gen
 	return snap.Step, true, nil
 }
@@ -476,7 +489,7 @@ func openCheckpointer(cfg CheckpointConfig, r *Registry) (*checkpointer, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &checkpointer{store: store, cfg: cfg, reg: r, saved: map[string]int64{}, savedAt: map[string]int64{}}, nil
+	return &checkpointer{store: store, cfg: cfg, reg: r, saved: map[string]int64{}, savedTime: map[string]time.Time{}, savedAt: map[string]int64{}}, nil
 }
 
 // StartSaving starts saving every period the checkpoints of the experts
@@ -548,6 +561,17 @@ func (c *checkpointer) find(uid string, step int64) (checkpoint.Info, error) {
 	return checkpoint.Info{UID: uid, Step: step}, nil
 }
 
+// LastCheckpoint returns the step of uid's checkpoint that the server
+// last wrote or restored, and when it was written; ok is false when there
+// is none, or checkpoints are off.
+func (r *Registry) LastCheckpoint(uid string) (step int64, at time.Time, ok bool) {
+	c, err := r.checkpointer()
+	if err != nil {
+		return 0, time.Time{}, false
+	}
+	return c.last(uid)
+}
+
 // Checkpoints lists uid's stored checkpoints, newest first.
 func (r *Registry) Checkpoints(uid string) ([]checkpoint.Info, error) {
 	c, err := r.checkpointer()
@@ -596,7 +620,7 @@ func (r *Registry) RestoreCheckpoint(ctx context.Context, e *Expert, step *int64
 		return checkpoint.Info{}, restoreErr
 	}
 	c.mu.Lock()
-	c.saved[uid] = ck.Step
+	c.saved[uid], c.savedTime[uid] = ck.Step, pick.Time
 	c.mu.Unlock()
 	r.log.Info("restored checkpoint on request", "uid", uid, "step", ck.Step)
 	return *pick, nil

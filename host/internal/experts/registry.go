@@ -264,11 +264,19 @@ func (r *Registry) CloseDevices(closeFn func([]gpuhost.Device) error) error {
 	return closeFn(devs)
 }
 
-// LoadTotals sums the running totals of every expert's pools, for the
-// dashboard's load history; each pool's longest wait restarts.
-func (r *Registry) LoadTotals() PoolTotals {
-	var sum PoolTotals
+// ExpertTotals are one expert's running totals, its forward and backward
+// pools summed.
+type ExpertTotals struct {
+	Expert *Expert
+	PoolTotals
+}
+
+// LoadTotals appends every expert's running totals to dst, in uid order,
+// and returns it, for the dashboard's load history; each pool's longest
+// wait restarts. It allocates nothing when dst has room.
+func (r *Registry) LoadTotals(dst []ExpertTotals) []ExpertTotals {
 	for _, e := range r.All() {
+		sum := ExpertTotals{Expert: e}
 		for _, p := range [...]*poolStats{e.pools.fwdStats, e.pools.bwdStats} {
 			if p == nil {
 				continue
@@ -280,8 +288,9 @@ func (r *Registry) LoadTotals() PoolTotals {
 			sum.Depth += t.Depth
 			sum.WaitMax = max(sum.WaitMax, t.WaitMax)
 		}
+		dst = append(dst, sum)
 	}
-	return sum
+	return dst
 }
 
 // LiveStore returns the module store of a serving registry, or ErrNotRun.

@@ -82,14 +82,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// saved records a checkpoint save of uid that wrote (err nil) or failed.
-func (m *Metrics) saved(uid string, err error) {
+// saved records a checkpoint save of uid that wrote at (err nil) or
+// failed.
+func (m *Metrics) saved(uid string, at time.Time, err error) {
 	if err != nil {
 		m.saves.WithLabelValues(uid, "error").Inc()
 		return
 	}
 	m.saves.WithLabelValues(uid, "ok").Inc()
-	m.lastSave.WithLabelValues(uid).SetToCurrentTime()
+	m.lastSave.WithLabelValues(uid).Set(float64(at.UnixNano()) / 1e9)
 }
 
 type batchRecord struct {

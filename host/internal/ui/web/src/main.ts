@@ -1,6 +1,8 @@
 // The moehost dashboard: polls ListExperts and GetServerInfo over Connect
 // from the page's own origin, charts the load the server samples every
-// second (/ui/api/history: drawn whole at load, then what is new), and
+// second (/ui/api/history: drawn whole at load, then what is new), shows
+// each expert's rate and last checkpoint (/ui/api/experts) and, on a
+// server with tenants, its tenants and modules (/ui/api/tenants), and
 // runs Forward on random input. See ../ui.go for how it is served.
 import {
   ConnectError,
@@ -17,13 +19,14 @@ import {
   type TensorSchema,
 } from "@moehost/client";
 
-import { Chart, count, fmt } from "./chart";
+import { Chart, WINDOWS_MS, clock, count, fmt, shortDuration } from "./chart";
 import "./style.css";
 
 const POLL_MS = 1000;
 // The server's history: 15 minutes at one sample a second.
 const HISTORY_POINTS = 900;
 const TOKEN_KEY = "moehost.token";
+const WINDOW_KEY = "moehost.window";
 
 const $ = <T extends HTMLElement = HTMLElement>(sel: string) => document.querySelector<T>(sel)!;
 
@@ -31,9 +34,17 @@ let client: MoehostClient = newClient();
 let experts: ExpertInfo[] = [];
 let server: GetServerInfoResponse | undefined;
 let serverFetchedAt = 0;
+// When the slow polls (server info, swarm, tenants: every 5 s) last ran.
+let slowPolledAt = 0;
 
 function newClient(): MoehostClient {
   return createMoehostClient({ baseUrl: location.origin, token: sessionStorage.getItem(TOKEN_KEY) ?? undefined });
+}
+
+/** authHeaders sends the token field's token, as the Connect client does. */
+function authHeaders(): HeadersInit {
+  const t = sessionStorage.getItem(TOKEN_KEY);
+  return t ? { Authorization: `Bearer ${t}` } : {};
 }
 
 // The token lives in session storage: it survives a reload, not the tab.
@@ -44,6 +55,8 @@ tokenInput.addEventListener("change", () => {
   if (t) sessionStorage.setItem(TOKEN_KEY, t);
   else sessionStorage.removeItem(TOKEN_KEY);
   client = newClient();
+  // What the token may see changes: ask for it all again now.
+  slowPolledAt = 0;
   void poll();
 });
 
@@ -56,6 +69,24 @@ const charts = {
     { label: "batch run, mean", className: "s0" },
   ], HISTORY_POINTS),
 };
+
+// The charts' window: 1, 5 or 15 minutes, kept for the next visit.
+const windowButtons = [...document.querySelectorAll<HTMLButtonElement>("#load .windows button")];
+function setWindow(ms: number): void {
+  for (const c of Object.values(charts)) c.setWindow(ms);
+  for (const b of windowButtons) b.setAttribute("aria-pressed", String(Number(b.dataset.windowMs) === ms));
+}
+for (const b of windowButtons) {
+  b.addEventListener("click", () => {
+    const ms = Number(b.dataset.windowMs);
+    localStorage.setItem(WINDOW_KEY, String(ms));
+    setWindow(ms);
+  });
+}
+{
+  const kept = Number(localStorage.getItem(WINDOW_KEY));
+  setWindow(WINDOWS_MS.includes(kept) ? kept : WINDOWS_MS[1]);
+}
 
 /** History is /ui/api/history's body (see ../history.go): columns, oldest first. */
 interface History {
@@ -80,33 +111,48 @@ async function pollHistory(): Promise<void> {
   const n = h.unix_ms.length;
   if (!n) return;
   historySince = h.unix_ms[n - 1];
-  charts.throughput.append([h.rows_per_second]);
-  charts.batch.append([h.mean_batch]);
-  charts.queue.append([h.queue_depth]);
-  charts.latency.append([h.queue_wait_max_ms, h.run_mean_ms]);
+  charts.throughput.append(h.unix_ms, [h.rows_per_second]);
+  charts.batch.append(h.unix_ms, [h.mean_batch]);
+  charts.queue.append(h.unix_ms, [h.queue_depth]);
+  charts.latency.append(h.unix_ms, [h.queue_wait_max_ms, h.run_mean_ms]);
+}
+
+/** ExpertsView is /ui/api/experts's body (see ../ui.go). */
+interface ExpertsView {
+  rate_window_ms: number;
+  experts: { uid: string; rows_per_second: number; checkpoint: { step: number; unix_ms: number } | null }[];
+}
+
+let expertsView: ExpertsView = { rate_window_ms: 0, experts: [] };
+
+async function pollExpertsView(): Promise<ExpertsView> {
+  const res = await fetch("/ui/api/experts", { cache: "no-store", headers: authHeaders() });
+  if (!res.ok) throw new Error(`/ui/api/experts: ${res.status} ${(await res.text()).trim()}`);
+  return (await res.json()) as ExpertsView;
 }
 
 function pools(e: ExpertInfo): PoolStats[] {
   return [e.forwardPool, e.backwardPool].filter((p): p is PoolStats => p !== undefined);
 }
 
-/** load sums the experts' pools into the numbers of the experts table. */
+/**
+ * load sums the experts' pools into the numbers of the experts table
+ * (but rows/s, which comes from /ui/api/experts).
+ */
 function load(list: ExpertInfo[]) {
-  let rows = 0;
   let batches = 0;
   let batchRows = 0;
   let queue = 0;
   let wait = 0;
   let run = 0;
   for (const p of list.flatMap(pools)) {
-    rows += p.samplesPerSecond;
     batches += p.batchesPerSecond;
     batchRows += p.batchesPerSecond * p.meanBatchSize;
     queue += Number(p.queueDepth);
     wait = Math.max(wait, p.queueWaitP99Ms);
     run = Math.max(run, p.runTimeMeanMs);
   }
-  return { rows, batch: batches > 0 ? batchRows / batches : 0, queue, wait, run };
+  return { batch: batches > 0 ? batchRows / batches : 0, queue, wait, run };
 }
 
 function schemaText(s: TensorSchema[]): string {
@@ -127,8 +173,17 @@ function params(n: number): HTMLTableCellElement {
   return td;
 }
 
+/**
+ * renderExperts fills the experts table, and the throughput chart's
+ * headline with the sum of its rows/s column: both come from the server's
+ * per-expert rates (/ui/api/experts), each over the same window of the
+ * same ticks that the chart draws, so that they cannot disagree.
+ */
 function renderExperts(): void {
   const body = $("#experts tbody");
+  const view = new Map(expertsView.experts.map((x) => [x.uid, x]));
+  const windowText = shortDuration(expertsView.rate_window_ms);
+  let total = 0;
   const rows = experts.map((e) => {
     const tr = document.createElement("tr");
     tr.dataset.uid = e.uid;
@@ -141,6 +196,19 @@ function renderExperts(): void {
     schema.title = cfg;
     const ps = pools(e);
     const l = load([e]);
+    const v = view.get(e.uid);
+    const rate = v?.rows_per_second ?? 0;
+    total += rate;
+    const rateCell = cell(fmt(rate), "num rows");
+    rateCell.dataset.rows = String(rate);
+    rateCell.title = `${rate.toFixed(1)} rows/s, the mean over the last ${windowText}`;
+    const ck = cell("–", "num checkpoint muted");
+    if (v?.checkpoint) {
+      ck.textContent = `step ${v.checkpoint.step} · ${clock(v.checkpoint.unix_ms)}`;
+      ck.className = "num checkpoint";
+      ck.dataset.step = String(v.checkpoint.step);
+      ck.title = `step ${v.checkpoint.step}, written ${new Date(v.checkpoint.unix_ms).toLocaleString()}`;
+    }
     tr.append(
       cell(e.uid, "mono uid"),
       health,
@@ -149,15 +217,19 @@ function renderExperts(): void {
       // Tenants' experts name their owner; the operator's have none.
       cell(e.owner || "operator", e.owner ? "mono owner" : "muted owner"),
       params(Number(e.parameterCount)),
-      cell(fmt(l.rows), "num"),
+      rateCell,
       cell(l.batch ? l.batch.toFixed(1) : "–", "num"),
       cell(String(l.queue), "num"),
       cell(ps.length ? `${fmt(l.wait)} ms` : "–", "num"),
       cell(count(Number(e.stats?.backwardBatches ?? 0n), "step"), "num"),
+      ck,
     );
     return tr;
   });
   body.replaceChildren(...rows);
+  const what = `the experts' rows/s summed, each the mean over the last ${windowText}`;
+  $("#rows-head").title = `rows/s: the mean over the last ${windowText}`;
+  charts.throughput.setHeadline(total, what);
   $("#expert-count").textContent = `${experts.length} hosted`;
 
   const select = $<HTMLSelectElement>("#forward-uid");
@@ -336,6 +408,70 @@ function renderSwarm(sw: Swarm): void {
   );
 }
 
+/** TenantsView is /ui/api/tenants's body (see ../ui.go): never a token. */
+interface TenantsView {
+  tenants: { name: string; prefixes: string[]; tokens: number; modules: number; experts: string[] }[];
+  modules: { owner: string; digest: string; name: string; size_bytes: number; uploaded_unix_ms: number; experts: string[] }[];
+}
+
+/**
+ * pollTenants shows the tenants and modules sections on a server with
+ * tenants (404 without): what the token field's token may see, or what
+ * to enter to see it.
+ */
+async function pollTenants(): Promise<void> {
+  const res = await fetch("/ui/api/tenants", { cache: "no-store", headers: authHeaders() });
+  const on = res.status !== 404;
+  $("#tenants").hidden = !on;
+  $("#modules").hidden = !on;
+  if (!on) return;
+  const refused = res.status === 401;
+  if (!res.ok && !refused) throw new Error(`/ui/api/tenants: ${res.status} ${(await res.text()).trim()}`);
+  const note = refused ? `${(await res.text()).trim()}. Enter it in the token field above.` : "";
+  for (const id of ["#tenants-note", "#modules-note"]) {
+    $(id).textContent = note;
+    $(id).hidden = !refused;
+  }
+  $("#tenants-table").hidden = refused;
+  $("#modules-table").hidden = refused;
+  const view: TenantsView = refused ? { tenants: [], modules: [] } : await res.json();
+  $("#tenant-count").textContent = refused ? "" : count(view.tenants.length, "tenant");
+  $("#module-count").textContent = refused ? "" : count(view.modules.length, "module");
+  $("#tenants-table tbody").replaceChildren(
+    ...view.tenants.map((t) => {
+      const tr = document.createElement("tr");
+      tr.dataset.tenant = t.name;
+      tr.append(
+        cell(t.name, "mono uid"),
+        cell(t.prefixes.join(", "), "mono"),
+        cell(String(t.tokens), "num"),
+        cell(String(t.modules), "num"),
+        cell(t.experts.join(", ") || "–", t.experts.length ? "mono experts" : "muted experts"),
+      );
+      return tr;
+    }),
+  );
+  $("#modules-table tbody").replaceChildren(
+    ...view.modules.map((m) => {
+      const tr = document.createElement("tr");
+      tr.dataset.digest = m.digest;
+      tr.dataset.owner = m.owner;
+      const digest = cell(m.digest.replace(/^sha256:/, "").slice(0, 12), "mono digest");
+      digest.title = m.digest;
+      const uploaded = cell(new Date(m.uploaded_unix_ms).toLocaleString(), "");
+      tr.append(
+        cell(m.owner || "operator", m.owner ? "mono owner" : "muted owner"),
+        cell(m.name || "–", m.name ? "" : "muted"),
+        digest,
+        cell(`${fmt(m.size_bytes)} B`, "num"),
+        uploaded,
+        cell(m.experts.join(", ") || "–", m.experts.length ? "mono experts" : "muted experts"),
+      );
+      return tr;
+    }),
+  );
+}
+
 function duration(s: number): string {
   const d = Math.floor(s / 86400);
   const h = Math.floor((s % 86400) / 3600);
@@ -362,16 +498,21 @@ function codeName(err: ConnectError): string {
 async function poll(): Promise<void> {
   try {
     const now = Date.now();
-    const [list, info] = await Promise.all([
+    const slow = now - slowPolledAt > 5000;
+    const [list, view, info] = await Promise.all([
       client.experts.listExperts({}),
-      now - serverFetchedAt > 5000 ? client.info() : Promise.resolve(undefined),
+      pollExpertsView(),
+      slow ? client.info() : Promise.resolve(undefined),
       pollHistory(),
-      now - serverFetchedAt > 5000 ? pollSwarm() : Promise.resolve(),
+      slow ? pollSwarm() : Promise.resolve(),
+      slow ? pollTenants() : Promise.resolve(),
     ]);
     experts = list.experts;
+    expertsView = view;
     if (info) {
       server = info;
       serverFetchedAt = now;
+      slowPolledAt = now;
     }
     renderExperts();
     setConnected(true, "live");
