@@ -15,8 +15,8 @@ try:
     from moehost.v1 import expert_pb2, expert_pb2_grpc, tensor_pb2
 except ImportError as e:  # pragma: no cover - a setup error, said plainly
     raise ImportError(
-        "moehost: the gRPC stubs are missing; run scripts/gen-python-stubs.sh "
-        "(needs Debian's python3-grpc-tools)"
+        f"moehost: cannot load its protobuf stubs (moehost.v1): {e}. They ship in the package "
+        "and need protobuf 3.20 or later; in a checkout, `make python-stubs` rewrites them"
     ) from e
 
 # The server's default request cap (moehost serve --max-request-bytes).
