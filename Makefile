@@ -234,16 +234,16 @@ bench-compare: ## hivemind's ffn on moehost (in-process and over RPC) against Py
 PYTHON ?= /usr/bin/python3
 
 .PHONY: python-stubs
-python-stubs: ## Generate sdk/python's gRPC stubs with Debian's python3-grpc-tools, and checkpoint.proto's from host/internal/rpc/descriptors.binpb (installs the Python packages if missing)
-	./scripts/install-python-deps.sh
-	PYTHON=$(PYTHON) ./scripts/gen-python-stubs.sh
+python-stubs: ## Write sdk/python's protobuf and gRPC stubs (moehost/v1, committed) from host/internal/rpc/descriptors.binpb with internal/cmd/pystubs (Go alone; make generate runs it too)
+	$(GO) run ./internal/cmd/pystubs
 
 .PHONY: test-swarm-adversarial
 test-swarm-adversarial: ## The swarm under longer attacks from outside peers against moehost serve: 1,000 strangers flooding the DHT store, 2 minutes of a sybil eclipse, 64 peers flooding a grid prefix
 	MOEHOST_ADVERSARIAL=1 $(GO) test -count=1 -timeout 20m -run '^TestSwarm(StoreBounded|SybilEclipse|PrefixFlood)$$' -v ./tests/
 
 .PHONY: test-python
-test-python: python-stubs ## Test sdk/python against a live `moehost serve` (installs python3-torch, -grpcio, -grpc-tools, -numpy via apt if missing)
+test-python: ## Test sdk/python against a live `moehost serve`, and installed with pip into a fresh venv (installs Debian's python3-torch, -grpcio, -protobuf, -numpy, -venv, -setuptools, -wheel if missing)
+	./scripts/install-python-deps.sh
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
 	MOEHOST_BIN=$(BIN)/moehost $(PYTHON) -m unittest discover -s sdk/python/tests -p 'test_*.py' -v
 
@@ -278,7 +278,7 @@ lint: ## gofmt, then go vet and staticcheck for the default and cudaemu tags (cu
 	else echo "lint: cudaemu tag skipped (no g++)"; fi
 
 .PHONY: generate
-generate: ## Regenerate gen/ and host/internal/rpc/descriptors.binpb from proto/ with buf
+generate: ## Regenerate gen/ and host/internal/rpc/descriptors.binpb from proto/ with buf, and sdk/python's stubs from the descriptors
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
@@ -287,10 +287,13 @@ generate: ## Regenerate gen/ and host/internal/rpc/descriptors.binpb from proto/
 	# The descriptors that server reflection serves, with source info, so
 	# that grpcurl describe shows the comments (host/internal/rpc embeds them).
 	$(BIN)/buf build -o host/internal/rpc/descriptors.binpb
+	$(GO) run ./internal/cmd/pystubs
 
 .PHONY: checkgenerate
 checkgenerate: generate ## Fail if generated code is stale
-	@git diff --exit-code -- gen/ host/internal/rpc/descriptors.binpb || { echo "gen/ or host/internal/rpc/descriptors.binpb is stale: run make generate"; exit 1; }
+	@stale=$$(git status --porcelain -- gen/ host/internal/rpc/descriptors.binpb sdk/python/moehost/v1/); \
+	  if [ -n "$$stale" ]; then git diff --stat -- gen/ host/internal/rpc/descriptors.binpb sdk/python/moehost/v1/; echo "$$stale"; \
+	  echo "gen/, host/internal/rpc/descriptors.binpb or sdk/python/moehost/v1/ is stale: run make generate and commit them"; exit 1; fi
 
 .PHONY: check
 check: lint test checkgenerate ## Everything CI could ask for

@@ -37,10 +37,32 @@ class UnavailableError(MoehostError):
     """The server cannot be reached, or is shutting down."""
 
 
+class UnauthenticatedError(MoehostError):
+    """The call needs a token, or the token given is unknown."""
+
+
+class PermissionDeniedError(MoehostError):
+    """The token is valid but may not do this: another tenant's module or
+    expert, a uid outside the tenant's prefixes."""
+
+
+class ResourceExhaustedError(MoehostError):
+    """A cap is reached: the upload cap, a tenant's quota, a full queue."""
+
+
+class FailedPreconditionError(MoehostError):
+    """The server's state forbids the call: deleting a module that an
+    expert still runs."""
+
+
 _BY_CODE = {
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
 }
 
 

@@ -15,8 +15,8 @@ try:
     from moehost.v1 import expert_pb2, expert_pb2_grpc, tensor_pb2
 except ImportError as e:  # pragma: no cover - a setup error, said plainly
     raise ImportError(
-        "moehost: the gRPC stubs are missing; run scripts/gen-python-stubs.sh "
-        "(needs Debian's python3-grpc-tools)"
+        f"moehost: cannot load its protobuf stubs (moehost.v1): {e}. They ship in the package "
+        "and need protobuf 3.20 or later; in a checkout, `make python-stubs` rewrites them"
     ) from e
 
 # The server's default request cap (moehost serve --max-request-bytes).
@@ -28,6 +28,20 @@ if sys.byteorder != "little":  # pragma: no cover
 
 # TOKEN_ENV holds the bearer token a client sends when given no token.
 TOKEN_ENV = "MOEHOST_TOKEN"
+
+
+def open_channel(endpoint: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.Channel:
+    """A cleartext gRPC channel to endpoint ("host:port" or an http://
+    URL) whose message limit, both ways, is max_message_bytes."""
+    if endpoint.startswith("https://"):
+        raise ValueError("moehost: https endpoints need a channel with TLS credentials: pass channel=grpc.secure_channel(...)")
+    return grpc.insecure_channel(
+        grpc_target(endpoint),
+        options=[
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+        ],
+    )
 
 
 def auth_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
@@ -155,15 +169,7 @@ class RemoteExpert(nn.Module):
         self.uid, self.endpoint, self.timeout = uid, endpoint, timeout
         self._wire = wire_dtypes[wire_dtype]
         if channel is None:
-            if endpoint.startswith("https://"):
-                raise ValueError("moehost: https endpoints need a channel with TLS credentials: pass channel=grpc.secure_channel(...)")
-            channel = grpc.insecure_channel(
-                grpc_target(endpoint),
-                options=[
-                    ("grpc.max_send_message_length", max_message_bytes),
-                    ("grpc.max_receive_message_length", max_message_bytes),
-                ],
-            )
+            channel = open_channel(endpoint, max_message_bytes)
         self._channel = channel
         self._metadata = auth_metadata(token)
         self._stub = expert_pb2_grpc.ExpertServiceStub(channel)

@@ -9,6 +9,15 @@ import threading
 import time
 
 
+def add_tenant(tenants: str, name: str, prefix: str) -> str:
+    """Adds a tenant to the tenants file with `moehost tenant add` (without
+    $MOEHOST_TOKEN) and returns its token."""
+    env = {k: v for k, v in os.environ.items() if k != "MOEHOST_TOKEN"}
+    out = subprocess.run([os.environ.get("MOEHOST_BIN", "moehost"), "tenant", "add", name, "--prefix", prefix,
+                          "--tenants", tenants], env=env, check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
 class Server:
     """A `moehost serve` on a free loopback port, with its own data dir.
 
