@@ -30,10 +30,11 @@ const (
 	zooSeq    = 6  // transformer seq_len
 	zooHeads  = 4  // transformer num_heads (head dim 4)
 	zooBatch  = 3
+	zooDelay  = 200 * time.Millisecond // nop_delay's delay_ms
 )
 
 // TestZoo checks hivemind's expert zoo (examples/wasm-experts: nop,
-// det_dropout, transformer) through a real server over Connect: forward
+// nop_delay, det_dropout, transformer) through a real server over Connect: forward
 // against a float64 reference written here, and backward (input gradients
 // over the wire, parameter gradients as before − after an SGD step with
 // lr 1) against central finite differences of that reference.
@@ -45,6 +46,7 @@ func TestZoo(t *testing.T) {
 		run    func(z *zoo, t *testing.T)
 	}{
 		{"nop", wasmexperts.Nop, map[string]int64{"hidden_dim": zooHidden}, (*zoo).nop},
+		{"nop_delay", wasmexperts.NopDelay, map[string]int64{"hidden_dim": zooHidden, "delay_ms": zooDelay.Milliseconds()}, (*zoo).nopDelay},
 		{"det_dropout", wasmexperts.DetDropout, map[string]int64{"hidden_dim": zooHidden}, (*zoo).detDropout},
 		{"transformer", wasmexperts.Transformer, map[string]int64{"hidden_dim": zooHidden, "seq_len": zooSeq, "num_heads": zooHeads}, (*zoo).transformer},
 	}
@@ -167,6 +169,34 @@ func (z *zoo) nop(t *testing.T) {
 	}
 	if _, ps := z.params(t, uid); len(ps) != 0 {
 		t.Errorf("nop has %d params, want 0", len(ps))
+	}
+}
+
+// nopDelay checks that nop_delay is the identity, forward and backward,
+// and that each takes its delay, as hivemind's sleeps in every forward
+// (a backward reruns it).
+func (z *zoo) nopDelay(t *testing.T) {
+	const uid, n, h = "nop_delay.0", zooBatch, zooHidden
+	rng := rand.New(rand.NewPCG(17, 18))
+	x := tensor([]int64{n, h}, randVec(rng, n*h))
+	start := time.Now()
+	y := z.forward(t, uid, x)
+	fwd := time.Since(start)
+	if !bytes.Equal(y.GetData(), x.GetData()) || !slices.Equal(y.GetShape(), x.GetShape()) {
+		t.Errorf("forward: got %v%v, want the input back unchanged", y.GetDtype(), y.GetShape())
+	}
+	gy := tensor([]int64{n, h}, randVec(rng, n*h))
+	start = time.Now()
+	gx := z.backward(t, uid, []*moehostv1.Tensor{x}, gy)[0]
+	bwd := time.Since(start)
+	if !bytes.Equal(gx.GetData(), gy.GetData()) {
+		t.Errorf("backward: grad x differs from grad y")
+	}
+	t.Logf("forward took %v, backward %v (delay %v)", fwd, bwd, zooDelay)
+	for what, took := range map[string]time.Duration{"forward": fwd, "backward": bwd} {
+		if took < zooDelay {
+			t.Errorf("%s took %v, want at least %v", what, took, zooDelay)
+		}
 	}
 }
 
