@@ -254,7 +254,7 @@ hivemind1: ## Build hivemind 1.1.11 and its p2pd into .tmp/hivemind1 from the sh
 	./scripts/build-hivemind.sh $(HIVEMIND1)
 
 .PHONY: test-hivemind
-test-hivemind: hivemind1 ## The unmodified hivemind 1.1.11 client against `moehost serve --hivemind`: DHT lookup, Forward/Backward against PyTorch, a 2x2 mixture training beside hivemind's own server, a mixed swarm, streaming and bad input
+test-hivemind: hivemind1 ## The unmodified hivemind 1.1.11 client against `moehost serve --hivemind`: DHT lookup, Forward/Backward against PyTorch, a 2x2 mixture training beside hivemind's own server, a mixed swarm, streaming and bad input; det_dropout (int64 mask), transformer (bool mask) and nop_delay with hivemind's schemas
 	$(GO) build -o $(BIN)/moehost ./cmd/moehost
 	MOEHOST_BIN=$(BIN)/moehost $(HIVEMIND1)/bin/python tests/hivemind_e2e.py -v
 

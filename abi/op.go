@@ -26,8 +26,9 @@ import "strconv"
 // # Dtypes
 //
 // Every tensor arg is float32, except the ids of OpEmbedding and the
-// targets of OpCrossEntropy (int32 or int64) and the key padding mask of
-// OpAttention (bool). Results are float32.
+// targets of OpCrossEntropy (int32 or int64), the key padding mask of
+// OpAttention (bool) and the x of OpCast (float32, int32, int64 or
+// bool). Results are float32.
 type Op int32
 
 // Ops of ABI v1.
@@ -290,6 +291,19 @@ const (
 	//	attrs: eps (finite, >= 0, default 1e-5)
 	//	result: the larger shape
 	OpAddLayerNorm Op = 38
+
+	// OpCast: x converted to float32, as torch's x.to(torch.float32),
+	// so that an expert can compute with the integer and bool inputs
+	// that hivemind's experts declare (det_dropout's int64 mask). An
+	// int32 or int64 is rounded to the nearest float32 (ties to even),
+	// a bool is 0 for false and 1 for true (any nonzero byte is true),
+	// and a float32 is copied. The gradient flows through a float32 x;
+	// an integer or bool x gets none.
+	//	args:  x (float32, int32, int64 or bool)
+	//	attrs: dtype (the abi.DType of the result; DTypeFloat32, the
+	//	       default, is the only one of v1)
+	//	result: shape of x
+	OpCast Op = 39
 )
 
 // opNames holds each op's name, indexed by its code.
@@ -332,6 +346,7 @@ var opNames = [...]string{
 	36: "attention",
 	37: "linear_gelu_tanh",
 	38: "add_layer_norm",
+	39: "cast",
 }
 
 // Ops returns every op of ABI v1, in code order. The slice is new, so a

@@ -9,8 +9,8 @@ import (
 
 func TestOps(t *testing.T) {
 	ops := abi.Ops()
-	if len(ops) != 38 {
-		t.Errorf("len(Ops()) = %d, want 38", len(ops))
+	if len(ops) != 39 {
+		t.Errorf("len(Ops()) = %d, want 39", len(ops))
 	}
 	names := map[string]bool{}
 	for i, o := range ops {

@@ -288,6 +288,13 @@ func backwardOp(dev Device, gs *gradSet, needs map[*Tensor]bool, r *record, gys 
 			return err
 		}
 		return addAll(gs, a, gt)
+	case abi.OpCast:
+		// Only a float32 x can need a gradient (the wrt tensors are
+		// float32): its cast is a copy, whose gradient is gy.
+		if !needs[a[0]] {
+			return nil
+		}
+		return gs.add(a[0], gy, false)
 	case abi.OpReshape:
 		if !needs[a[0]] {
 			return nil

@@ -495,6 +495,31 @@ func (d *cpuDevice) embeddingBackward(gtable, ids, gy *Tensor) error {
 	})
 }
 
+// cast implements kernels.cast. Go's integer-to-float conversion rounds
+// to nearest, ties to even, as torch's does.
+func (d *cpuDevice) cast(dst, src *Tensor) error {
+	b, o := src.mem.([]byte), dst.f32()
+	return d.parallelFor(dst.stop, dst.n, grainCheap, func(lo, hi int) {
+		switch src.dt {
+		case abi.DTypeInt32:
+			for i := lo; i < hi; i++ {
+				o[i] = float32(int32(binary.LittleEndian.Uint32(b[4*i:])))
+			}
+		case abi.DTypeInt64:
+			for i := lo; i < hi; i++ {
+				o[i] = float32(int64(binary.LittleEndian.Uint64(b[8*i:])))
+			}
+		default: // bool
+			for i := lo; i < hi; i++ {
+				o[i] = 0
+				if b[i] != 0 {
+					o[i] = 1
+				}
+			}
+		}
+	})
+}
+
 // crossEntropy implements kernels.crossEntropy.
 func (d *cpuDevice) crossEntropy(loss, lse, logits, targets *Tensor, ignore int64) (int, error) {
 	b := targets.mem.([]byte)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/moehost/moehost/abi"
 	"github.com/moehost/moehost/gpuhost/internal/cuda"
 )
 
@@ -134,6 +135,23 @@ func (d *cudaDevice) unaryBackward(fn unaryFn, p float64, gx, x, y, gy *Tensor) 
 // binary implements kernels.binary.
 func (d *cudaDevice) binary(fn binaryFn, dst, a, b *Tensor) error {
 	return d.launch1D("moe_binary_f32", dst.n, int32(fn), dst.dptr(), a.dptr(), int64(a.n), b.dptr(), int64(b.n), int64(dst.n))
+}
+
+// castKind is moe_cast_f32's source dtype, as elementwise.cu's
+// MOE_CAST_* constants number them.
+func castKind(dt abi.DType) int32 {
+	switch dt {
+	case abi.DTypeInt32:
+		return 0
+	case abi.DTypeInt64:
+		return 1
+	}
+	return 2 // bool
+}
+
+// cast implements kernels.cast.
+func (d *cudaDevice) cast(dst, src *Tensor) error {
+	return d.launch1D("moe_cast_f32", dst.n, dst.dptr(), src.dptr(), castKind(src.dt), int64(dst.n))
 }
 
 // sgdStep implements kernels.sgdStep; a nil buf is a null pointer.

@@ -113,9 +113,9 @@ func nearCase(rng *rand.Rand, dev gpuhost.Device, op abi.Op) ([]*gpuhost.Tensor,
 		}
 		dt := abi.DTypeFloat32
 		switch kind {
-		case kIDs32:
+		case kIDs32, kWide32:
 			dt = abi.DTypeInt32
-		case kIDs64, kTarget:
+		case kIDs64, kTarget, kWide64:
 			dt = abi.DTypeInt64
 		case kPadMask:
 			dt = abi.DTypeBool

@@ -188,6 +188,12 @@ type opKernels interface {
 	// ids; the ids are valid.
 	embeddingBackward(gtable, ids, gy *Tensor) error
 
+	// cast sets dst to src (int32, int64 or bool, src's length)
+	// converted to float32 as torch does: an integer rounded to the
+	// nearest float32, ties to even; a bool 0 for a zero byte and 1 for
+	// any other.
+	cast(dst, src *Tensor) error
+
 	// crossEntropy sets loss[r] = logsumexp(logits[r]) − logits[r, t_r]
 	// and lse[r] = logsumexp(logits[r]) for the [N, C] logits and the
 	// int32 or int64 targets t; rows whose target is ignore get 0. It

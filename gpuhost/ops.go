@@ -16,9 +16,10 @@ const maxVarArgs = 64
 
 // Arg kinds: what dtype an op accepts for one arg.
 const (
-	argFloat = iota // float32
-	argIDs          // int32 or int64
-	argMask         // bool
+	argFloat    = iota // float32
+	argIDs             // int32 or int64
+	argMask            // bool
+	argCastable        // float32, int32, int64 or bool (cast's x)
 )
 
 // opSpec is what Apply checks before it looks at shapes.
@@ -71,6 +72,7 @@ var opSpecs = map[abi.Op]opSpec{
 
 	abi.OpLinearGeluTanh: {minArgs: 2, maxArgs: 3},
 	abi.OpAddLayerNorm:   {minArgs: 4, maxArgs: 4, maxAttrs: 1},
+	abi.OpCast:           {minArgs: 1, maxArgs: 1, maxAttrs: 1, kinds: []int{argCastable}},
 }
 
 // Defaults of attrs.
@@ -134,7 +136,7 @@ type attrs interface {
 	internal() []*Tensor
 }
 
-// noAttrs are those of gelu_tanh, embedding and reshape: nothing.
+// noAttrs are those of gelu_tanh, embedding, reshape and cast: nothing.
 type noAttrs struct{}
 
 // scalarAttrs are a unary op's parameter (scale, add_scalar) or
@@ -627,6 +629,11 @@ func prepareShapes(dev Device, rec *record, attrs []float64) ([][]int, error) {
 		return one(x.shape)
 	case abi.OpEmbedding:
 		return prepareEmbedding(rec)
+	case abi.OpCast:
+		if dt := attrOr(attrs, 0, float64(abi.DTypeFloat32)); dt != float64(abi.DTypeFloat32) {
+			return nil, fmt.Errorf("%w: cast: dtype %v: ABI v1 casts to float32 (%d) only", ErrArgument, dt, abi.DTypeFloat32)
+		}
+		return one(args[0].shape)
 	case abi.OpCrossEntropy:
 		return prepareCrossEntropy(dev, rec, attrs)
 	case abi.OpBatchMatMul:
@@ -1113,6 +1120,11 @@ func forward(dev Device, rec *record) error {
 		return dev.embedding(out, a[0], a[1])
 	case abi.OpReshape:
 		return dev.copy(out, a[0])
+	case abi.OpCast:
+		if a[0].dt == abi.DTypeFloat32 {
+			return dev.copy(out, a[0])
+		}
+		return dev.cast(out, a[0])
 	}
 	panic("BUG: forward of unprepared op " + rec.op.String())
 }
@@ -1214,6 +1226,12 @@ func checkArg(dev Device, t *Tensor, kind int) error {
 	case argMask:
 		if t.dt != abi.DTypeBool {
 			return fmt.Errorf("dtype %s, want bool", t.dt)
+		}
+	case argCastable:
+		switch t.dt {
+		case abi.DTypeFloat32, abi.DTypeInt32, abi.DTypeInt64, abi.DTypeBool:
+		default:
+			return fmt.Errorf("dtype %s, want float32, int32, int64 or bool", t.dt)
 		}
 	default:
 		if t.dt != abi.DTypeFloat32 {

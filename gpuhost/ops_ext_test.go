@@ -25,6 +25,8 @@ const (
 	kIDs32                  // int32 ids in [0, ids)
 	kTarget                 // int64 targets in [0, ids), row 1 = ignore
 	kPadMask                // bool [B,Tk]: batch 0 pads its last key, batch 1 all keys, others none
+	kWide64                 // int64 of any sign up to ±2^53 (exact in float64, rounded in float32)
+	kWide32                 // int32 of any sign
 )
 
 // opCase is one row of the gradient table.
@@ -143,6 +145,10 @@ var gradCases = []opCase{
 	{name: "add_layer_norm", op: abi.OpAddLayerNorm, shapes: [][]int{{4, 6}, {4, 6}, {6}, {6}}},
 	{name: "add_layer_norm-bcast-r-eps", op: abi.OpAddLayerNorm, shapes: [][]int{{2, 3, 5}, {3, 5}, {5}, {5}}, attrs: []float64{1e-3}},
 	{name: "add_layer_norm-bcast-x", op: abi.OpAddLayerNorm, shapes: [][]int{{7}, {3, 7}, {7}, {7}}, attrs: []float64{1e-12}},
+	{name: "cast-int64", op: abi.OpCast, shapes: [][]int{{3, 4}}, kinds: []argKind{kWide64}},
+	{name: "cast-int32", op: abi.OpCast, shapes: [][]int{{2, 3, 2}}, kinds: []argKind{kWide32}, attrs: []float64{1}},
+	{name: "cast-bool", op: abi.OpCast, shapes: [][]int{{3, 4}}, kinds: []argKind{kPadMask}},
+	{name: "cast-float32", op: abi.OpCast, shapes: [][]int{{2, 5}}},
 	{name: "attention-causal-tq>tk-mask", op: abi.OpAttention, shapes: [][]int{{2, 1, 5, 3}, {2, 1, 3, 3}, {2, 1, 3, 2}, {2, 3}}, attrs: []float64{1}, kinds: []argKind{kFloat, kFloat, kFloat, kPadMask}},
 }
 
@@ -203,6 +209,23 @@ func makeArg(t *testing.T, dev gpuhost.Device, rng *rand.Rand, tc opCase, j int,
 		}
 		if n > 1 {
 			v[1] = ign
+		}
+		return v, ints(abi.DTypeInt64, v)
+	case kWide64, kWide32:
+		// Magnitudes from 0 to about 2^52 (2^30 for int32), so that most
+		// round in float32.
+		top := 52
+		if kind == kWide32 {
+			top = 30
+		}
+		for i := range v {
+			v[i] = float64(rng.Int64N(1 << rng.IntN(top+1)))
+			if rng.IntN(2) == 0 {
+				v[i] = -v[i]
+			}
+		}
+		if kind == kWide32 {
+			return v, ints(abi.DTypeInt32, v)
 		}
 		return v, ints(abi.DTypeInt64, v)
 	case kPadMask:

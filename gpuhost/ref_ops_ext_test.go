@@ -367,6 +367,8 @@ func refOpExt(op abi.Op, args [][]float64, shapes [][]int, attrs []float64) (y [
 			}
 			return s
 		}), true
+	case abi.OpCast: // ids and bools arrive as their float64 values
+		return append([]float64(nil), x...), true
 	case abi.OpDropout:
 		kp := refAttr(attrs, 0, 1)
 		return refBinary(x, args[1], func(a, m float64) float64 { return a * m / kp }), true

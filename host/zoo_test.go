@@ -3,18 +3,23 @@ package host
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/moehost/moehost/abi"
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
 	"github.com/moehost/moehost/gen/moehost/v1/moehostv1connect"
+	"github.com/moehost/moehost/host/internal/hivemind"
 	"github.com/moehost/moehost/internal/testing/ref"
 )
 
@@ -25,10 +30,11 @@ const (
 	zooSeq    = 6  // transformer seq_len
 	zooHeads  = 4  // transformer num_heads (head dim 4)
 	zooBatch  = 3
+	zooDelay  = 200 * time.Millisecond // nop_delay's delay_ms
 )
 
 // TestZoo checks hivemind's expert zoo (examples/wasm-experts: nop,
-// det_dropout, transformer) through a real server over Connect: forward
+// nop_delay, det_dropout, transformer) through a real server over Connect: forward
 // against a float64 reference written here, and backward (input gradients
 // over the wire, parameter gradients as before − after an SGD step with
 // lr 1) against central finite differences of that reference.
@@ -40,6 +46,7 @@ func TestZoo(t *testing.T) {
 		run    func(z *zoo, t *testing.T)
 	}{
 		{"nop", wasmexperts.Nop, map[string]int64{"hidden_dim": zooHidden}, (*zoo).nop},
+		{"nop_delay", wasmexperts.NopDelay, map[string]int64{"hidden_dim": zooHidden, "delay_ms": zooDelay.Milliseconds()}, (*zoo).nopDelay},
 		{"det_dropout", wasmexperts.DetDropout, map[string]int64{"hidden_dim": zooHidden}, (*zoo).detDropout},
 		{"transformer", wasmexperts.Transformer, map[string]int64{"hidden_dim": zooHidden, "seq_len": zooSeq, "num_heads": zooHeads}, (*zoo).transformer},
 	}
@@ -165,6 +172,34 @@ func (z *zoo) nop(t *testing.T) {
 	}
 }
 
+// nopDelay checks that nop_delay is the identity, forward and backward,
+// and that each takes its delay, as hivemind's sleeps in every forward
+// (a backward reruns it).
+func (z *zoo) nopDelay(t *testing.T) {
+	const uid, n, h = "nop_delay.0", zooBatch, zooHidden
+	rng := rand.New(rand.NewPCG(17, 18))
+	x := tensor([]int64{n, h}, randVec(rng, n*h))
+	start := time.Now()
+	y := z.forward(t, uid, x)
+	fwd := time.Since(start)
+	if !bytes.Equal(y.GetData(), x.GetData()) || !slices.Equal(y.GetShape(), x.GetShape()) {
+		t.Errorf("forward: got %v%v, want the input back unchanged", y.GetDtype(), y.GetShape())
+	}
+	gy := tensor([]int64{n, h}, randVec(rng, n*h))
+	start = time.Now()
+	gx := z.backward(t, uid, []*moehostv1.Tensor{x}, gy)[0]
+	bwd := time.Since(start)
+	if !bytes.Equal(gx.GetData(), gy.GetData()) {
+		t.Errorf("backward: grad x differs from grad y")
+	}
+	t.Logf("forward took %v, backward %v (delay %v)", fwd, bwd, zooDelay)
+	for what, took := range map[string]time.Duration{"forward": fwd, "backward": bwd} {
+		if took < zooDelay {
+			t.Errorf("%s took %v, want at least %v", what, took, zooDelay)
+		}
+	}
+}
+
 func (z *zoo) detDropout(t *testing.T) {
 	const uid, n, h = "det_dropout.0", zooBatch, zooHidden
 	rng := rand.New(rand.NewPCG(13, 14))
@@ -173,14 +208,18 @@ func (z *zoo) detDropout(t *testing.T) {
 		t.Fatalf("params %v, want %v", names, want)
 	}
 	x := randVec(rng, n*h)
+	// The mask is int64, as hivemind's server declares it (its sample
+	// input is torch.randint): mostly 0 and 1, and, as torch's x·mask
+	// takes any integer, one 3 and one −2.
 	mask := make([]float64, n*h)
 	for i := range mask {
 		if rng.Float64() < 0.8 {
 			mask[i] = 1
 		}
 	}
+	mask[5], mask[n*h-1] = 3, -2
 	shape := []int64{n, h}
-	inputs := []*moehostv1.Tensor{tensor(shape, x), tensor(shape, mask)}
+	inputs := []*moehostv1.Tensor{tensor(shape, x), int64Tensor(shape, mask)}
 	forward := func(ps [][]float64) []float64 { return detDropoutRef(h, x, mask, ps) }
 
 	y := floats(t, z.forward(t, uid, inputs...))
@@ -191,12 +230,56 @@ func (z *zoo) detDropout(t *testing.T) {
 	}
 
 	grads := z.checkGrads(t, uid, inputs, x, randVec(rng, n*h), shape, forward)
-	// Like hivemind's DeterministicDropoutFunction, the mask gets no
-	// gradient.
-	for i, g := range floats(t, grads[1]) {
-		if g != 0 {
-			t.Fatalf("grad mask[%d] = %g, want 0", i, g)
+	// Like hivemind's ModuleBackend, the mask (not floating point) gets
+	// zeros of its own dtype.
+	if g := grads[1]; g.GetDtype() != moehostv1.DType_DTYPE_INT64 || !slices.Equal(g.GetShape(), shape) || !bytes.Equal(g.GetData(), make([]byte, 8*n*h)) {
+		t.Errorf("grad mask: %v%v with %d bytes, want int64 zeros of %v", g.GetDtype(), g.GetShape(), len(g.GetData()), shape)
+	}
+
+	// Admission: what does not fit the int64 mask is refused whole, on
+	// both wires, with the input named.
+	x32 := tensor(shape, x)
+	z.refuses(t, uid, []*moehostv1.Tensor{x32, tensor(shape, mask)}, "input 1: dtype float32, want mask:int64[-1,16] with batch 3")
+	short := int64Tensor(shape, mask)
+	short.Data = short.Data[:4*n*h]
+	z.refuses(t, uid, []*moehostv1.Tensor{x32, short}, "input 1: 192 data bytes for shape [3 16] of int64, want 384 bytes (mask:int64[-1,16])")
+	z.refuses(t, uid, []*moehostv1.Tensor{x32, int64Tensor([]int64{n, h + 1}, make([]float64, n*(h+1)))}, "input 1: shape [3 17], want mask:int64[-1,16] with batch 3")
+}
+
+// int64Tensor is v as an int64 wire tensor.
+func int64Tensor(shape []int64, v []float64) *moehostv1.Tensor {
+	data := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(data[8*i:], uint64(int64(x)))
+	}
+	return &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_INT64, Shape: shape, Data: data}
+}
+
+// refuses checks that a forward with inputs is refused with
+// InvalidArgument and a message ending in msg over Connect, and with
+// hivemind's ErrInvalid and the same message on the hivemind room's
+// path, before any batch runs.
+func (z *zoo) refuses(t *testing.T, uid string, inputs []*moehostv1.Tensor, msg string) {
+	t.Helper()
+	before := z.srv.expert(uid).Info().GetForwardPool().GetBatches()
+	_, err := z.c.Forward(context.Background(), connect.NewRequest(&moehostv1.ForwardRequest{Uid: uid, Inputs: inputs}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.HasSuffix(messageOf(err), msg) {
+		t.Errorf("Connect: %v, want InvalidArgument ending in %q", err, msg)
+	}
+	hm := make([]hivemind.Tensor, len(inputs))
+	for i, pb := range inputs {
+		shape := make([]int, len(pb.GetShape()))
+		for j, d := range pb.GetShape() {
+			shape[j] = int(d)
 		}
+		hm[i] = hivemind.Tensor{DType: abi.DType(pb.GetDtype()), Shape: shape, Data: pb.GetData()}
+	}
+	_, err = hivemindExperts{z.srv.experts}.HivemindForward(context.Background(), uid, hm)
+	if !errors.Is(err, hivemind.ErrInvalid) || !strings.HasSuffix(err.Error(), msg) {
+		t.Errorf("hivemind: %v, want ErrInvalid ending in %q", err, msg)
+	}
+	if after := z.srv.expert(uid).Info().GetForwardPool().GetBatches(); after != before {
+		t.Errorf("%d batches ran for refused requests", after-before)
 	}
 }
 
@@ -260,6 +343,18 @@ func (z *zoo) transformer(t *testing.T) {
 	if g := grads[1]; g.GetDtype() != moehostv1.DType_DTYPE_BOOL || !bytes.Equal(g.GetData(), make([]byte, n*seq)) {
 		t.Errorf("grad key_padding_mask: %v%v %v, want bool zeros", g.GetDtype(), g.GetShape(), g.GetData())
 	}
+
+	// Admission: a bool is 0 or 1, as torch.bool is; 2 is refused
+	// (a device would read it as true), as are other dtypes and sizes.
+	x32 := inputs[0]
+	two := slices.Clone(padBytes)
+	two[7] = 2
+	z.refuses(t, uid, []*moehostv1.Tensor{x32, {Dtype: moehostv1.DType_DTYPE_BOOL, Shape: []int64{n, seq}, Data: two}},
+		"input 1: bool element 7 is 2, want 0 or 1 (key_padding_mask:bool[-1,6])")
+	z.refuses(t, uid, []*moehostv1.Tensor{x32, {Dtype: moehostv1.DType_DTYPE_BOOL, Shape: []int64{n, seq}, Data: padBytes[:n*seq-1]}},
+		"input 1: 17 data bytes for shape [3 6] of bool, want 18 bytes (key_padding_mask:bool[-1,6])")
+	z.refuses(t, uid, []*moehostv1.Tensor{x32, int64Tensor([]int64{n, seq}, make([]float64, n*seq))},
+		"input 1: dtype int64, want key_padding_mask:bool[-1,6] with batch 3")
 }
 
 // detDropoutRef is hivemind's DeterministicDropoutNetwork in training

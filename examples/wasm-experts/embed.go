@@ -27,8 +27,16 @@ var FFNC []byte
 //go:embed nop/nop.wasm
 var Nop []byte
 
+// NopDelay is hivemind's nop_delay expert, the identity after a sleep of
+// delay_ms (default 500) per batch (examples/wasm-experts/nop_delay).
+//
+// Rebuild: GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared -o nop_delay/nop_delay.wasm ./nop_delay
+//
+//go:embed nop_delay/nop_delay.wasm
+var NopDelay []byte
+
 // DetDropout is hivemind's det_dropout expert, with the dropout mask as an
-// input (examples/wasm-experts/det_dropout).
+// int64 input, as hivemind declares it (examples/wasm-experts/det_dropout).
 //
 // Rebuild: GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared -o det_dropout/det_dropout.wasm ./det_dropout
 //
@@ -52,9 +60,10 @@ var Transformer []byte
 var STEReLU []byte
 
 // Builtin returns the embedded module called name: "ffn", "ffn-c", "nop",
-// "det_dropout", "transformer" or "ste_relu".
+// "nop_delay", "det_dropout", "transformer" or "ste_relu". All but ffn-c
+// and ste_relu are hivemind's expert_cls names, for the same experts.
 func Builtin(name string) ([]byte, bool) {
-	m := map[string][]byte{"ffn": FFN, "ffn-c": FFNC, "nop": Nop, "det_dropout": DetDropout, "transformer": Transformer, "ste_relu": STEReLU}[name]
+	m := map[string][]byte{"ffn": FFN, "ffn-c": FFNC, "nop": Nop, "nop_delay": NopDelay, "det_dropout": DetDropout, "transformer": Transformer, "ste_relu": STEReLU}[name]
 	return m, m != nil
 }
 
@@ -74,5 +83,5 @@ func Twins(name string) []string {
 // BuiltinNames lists the names Builtin knows, in the order the docs give
 // them.
 func BuiltinNames() []string {
-	return []string{"ffn", "ffn-c", "nop", "det_dropout", "transformer", "ste_relu"}
+	return []string{"ffn", "ffn-c", "nop", "nop_delay", "det_dropout", "transformer", "ste_relu"}
 }

@@ -177,8 +177,8 @@ func Max(x Tensor, axis int, keepdim bool) Tensor {
 
 // Dropout returns x·mask/keepProb, hivemind's deterministic dropout: the
 // float32 mask (usually 0|1, x's shape or a suffix of it) is an input, so
-// that forward and backward drop the same units. The gradient flows to x
-// only (abi.OpDropout).
+// that forward and backward drop the same units; an int64 or bool mask
+// goes through Cast first. The gradient flows to x only (abi.OpDropout).
 func Dropout(x, mask Tensor, keepProb float64) Tensor {
 	return op(abi.OpDropout, []float64{keepProb}, x, mask)
 }
@@ -245,6 +245,12 @@ func LinearGeluTanh(x, w, b Tensor) Tensor {
 func AddLayerNorm(x, r, w, b Tensor, eps float64) Tensor {
 	return fused(abi.OpAddLayerNorm, []float64{eps}, []Tensor{x, r, w, b}, func() Tensor { return LayerNorm(Add(x, r), w, b, eps) })
 }
+
+// Cast returns x (float32, int32, int64 or bool) as float32, as torch's
+// x.float(): integers rounded to nearest, a bool 0 or 1. It lets an
+// expert compute with an integer or bool input, such as hivemind's int64
+// dropout mask; only a float32 x gets a gradient (abi.OpCast).
+func Cast(x Tensor) Tensor { return op(abi.OpCast, nil, x) }
 
 // hostLacks records the fused ops that the host answered with
 // ErrUnknownOp (a host older than the op), so that they run as their

@@ -55,6 +55,7 @@ var sdkFuncs = map[abi.Op]string{
 
 	abi.OpLinearGeluTanh: "LinearGeluTanh",
 	abi.OpAddLayerNorm:   "AddLayerNorm",
+	abi.OpCast:           "Cast",
 }
 
 // TestFusedFallsBackOnOldHost checks that a fused op runs as its parts on

@@ -46,7 +46,7 @@ const maxElements = 1 << 34
 
 // Dims checks that r, which fits schema (Fit said so, and schema names it
 // in messages), carries exactly the bytes its shape and dtype say, and
-// returns its shape as ints.
+// that each byte of a bool is 0 or 1, and returns its shape as ints.
 func (r Raw) Dims(schema *moehostv1.TensorSchema) ([]int, error) {
 	shape := make([]int, len(r.Shape))
 	n := int64(1)
@@ -59,6 +59,15 @@ func (r Raw) Dims(schema *moehostv1.TensorSchema) ([]int, error) {
 	}
 	if want := elements(r.Shape) * int64(r.DType.Size()); int64(len(r.Data)) != want {
 		return nil, fmt.Errorf("%d data bytes for shape %v of %v, want %d bytes (%s)", len(r.Data), r.Shape, r.DType, want, SpecString(schema))
+	}
+	if r.DType == abi.DTypeBool {
+		// One meaning per value: a device reads any nonzero byte as
+		// true, and hivemind's torch.bool is 0 or 1.
+		for i, b := range r.Data {
+			if b > 1 {
+				return nil, fmt.Errorf("bool element %d is %d, want 0 or 1 (%s)", i, b, SpecString(schema))
+			}
+		}
 	}
 	return shape, nil
 }

@@ -59,13 +59,24 @@ func TestFitOneThenDims(t *testing.T) {
 		{"bfloat16 for float32", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_BFLOAT16, Shape: []int64{2, 3}, Data: make([]byte, 12)}, 2, ""},
 		{"float16 with float32 bytes", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT16, Shape: []int64{2, 3}, Data: make([]byte, 24)}, -1, "want 12 bytes"},
 		{"float16 for int32", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_FLOAT16, Shape: []int64{2}, Data: make([]byte, 4)}, -1, "dtype float16"},
+		{"int64", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_INT64, Shape: []int64{2, 3}, Data: make([]byte, 48)}, -1, ""},
+		{"int64 with float32 bytes", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_INT64, Shape: []int64{2, 3}, Data: make([]byte, 24)}, -1, "24 data bytes for shape [2 3] of int64, want 48 bytes (mask:int64[-1,3])"},
+		{"float32 for int64", &moehostv1.Tensor{Dtype: f32, Shape: []int64{2, 3}, Data: make([]byte, 24)}, -1, "dtype float32, want mask:int64[-1,3]"},
+		{"bool", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_BOOL, Shape: []int64{2, 3}, Data: []byte{0, 1, 1, 0, 0, 1}}, -1, ""},
+		{"bool of 2", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_BOOL, Shape: []int64{2, 3}, Data: []byte{0, 1, 1, 0, 2, 1}}, -1, "bool element 4 is 2, want 0 or 1 (pad:bool[-1,3])"},
+		{"bool short", &moehostv1.Tensor{Dtype: moehostv1.DType_DTYPE_BOOL, Shape: []int64{2, 3}, Data: []byte{0, 1}}, -1, "2 data bytes for shape [2 3] of bool, want 6 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			sch := schema
-			if tt.name == "float16 for int32" {
+			switch {
+			case tt.name == "float16 for int32":
 				sch = &moehostv1.TensorSchema{Name: "ids", Dtype: moehostv1.DType_DTYPE_INT32, Shape: []int64{-1}}
+			case strings.Contains(tt.name, "int64"):
+				sch = &moehostv1.TensorSchema{Name: "mask", Dtype: moehostv1.DType_DTYPE_INT64, Shape: []int64{-1, 3}}
+			case strings.HasPrefix(tt.name, "bool"):
+				sch = &moehostv1.TensorSchema{Name: "pad", Dtype: moehostv1.DType_DTYPE_BOOL, Shape: []int64{-1, 3}}
 			}
 			w, err := decode(tt.in, sch, tt.batch)
 			if tt.err == "" {

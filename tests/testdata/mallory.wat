@@ -3,8 +3,8 @@
 ;; (x: float32[-1, 8] -> y: float32[-1, 8]); its config's "mode" picks what
 ;; moe_forward does:
 ;;   0  spins forever without calling the host;
-;;   1  asks WASI's poll_oneoff for 1 s of sleep (the sandbox gives guests
-;;      no real sleep: it returns at once), then answers y = x;
+;;   1  asks WASI's poll_oneoff for 1 s of sleep (which the sandbox waits
+;;      out, off the device), then answers y = x;
 ;;   2  answers y = x at once.
 ;;
 ;; Rebuild: wat2wasm tests/testdata/mallory.wat -o tests/testdata/mallory.wasm

@@ -4,10 +4,14 @@
 //
 //	y = linear_out(relu(linear_in(x·mask/0.8)))
 //
-// with linear_in: h→2h and linear_out: 2h→h. The dropout mask is an input
-// (float32, 0 or 1, x's shape), so that the caller picks it and forward and
-// backward drop the same units. The hidden size h comes from the config
-// key "hidden_dim" (default 1024).
+// with linear_in: h→2h and linear_out: 2h→h. The dropout mask is an input,
+// so that the caller picks it and forward and backward drop the same units.
+// It is declared as hivemind's server declares it, int64 of x's shape
+// (its sample input is torch.randint), so that an unmodified hivemind
+// client's mask is taken as sent; like torch's x·mask, any int64 value is
+// used as its float32 (0 and 1 in practice). It gets no gradient: a
+// backward returns int64 zeros for it, as hivemind's does. The hidden size
+// h comes from the config key "hidden_dim" (default 1024).
 //
 // Build with
 //
@@ -34,7 +38,7 @@ func (d *detDropout) Init(c *expert.InitContext) error {
 	if err := c.Input("x", expert.Float32, expert.Batch, h); err != nil {
 		return err
 	}
-	if err := c.Input("mask", expert.Float32, expert.Batch, h); err != nil {
+	if err := c.Input("mask", expert.Int64, expert.Batch, h); err != nil {
 		return err
 	}
 	if err := c.Output("y", expert.Float32, expert.Batch, h); err != nil {
@@ -49,7 +53,7 @@ func (d *detDropout) Init(c *expert.InitContext) error {
 }
 
 func (d *detDropout) Forward(c *expert.Call) error {
-	x := expert.Dropout(c.Input(0), c.Input(1), keepProb)
+	x := expert.Dropout(c.Input(0), expert.Cast(c.Input(1)), keepProb)
 	return c.SetOutput(0, d.linearOut.Forward(expert.Relu(d.linearIn.Forward(x))))
 }
 

@@ -130,6 +130,7 @@ enum {
 	   than them returns MOE_ERR_UNKNOWN_OP, and the guest runs the pair. */
 	MOE_OP_LINEAR_GELU_TANH = 37, /* x, W, b (optional): gelu_tanh(linear) */
 	MOE_OP_ADD_LAYER_NORM = 38,   /* x, r, w, b; attrs eps (1e-5): layer_norm(x + r) */
+	MOE_OP_CAST = 39,             /* x (float32|int32|int64|bool); attrs dtype (1, float32): x as float32 */
 };
 
 #define MOE_IMPORT(name) __attribute__((import_module("moehost_v1"), import_name(name)))

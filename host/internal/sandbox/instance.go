@@ -60,10 +60,6 @@ type Instance struct {
 // Instantiate makes an instance of m bound to b and runs its moe_init.
 func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) {
 	stderr := &headBuffer{max: 4096}
-	cfg := wazero.NewModuleConfig().
-		WithName("").
-		WithStartFunctions(). // reactors: _initialize is called below
-		WithStderr(stderr)
 	st := &state{
 		dev:    b.Device,
 		params: b.Params,
@@ -71,6 +67,13 @@ func (m *Module) Instantiate(ctx context.Context, b Binding) (*Instance, error) 
 		limits: m.rt.limits,
 		phase:  phaseStart,
 	}
+	clock := &guestClock{st: st}
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(). // reactors: _initialize is called below
+		WithStderr(stderr).
+		WithNanotime(clock.nanotime, clockResolution).
+		WithNanosleep(clock.nanosleep)
 	st.nextCall, st.paramBase = newHandleState()
 	// With LowPriorityInit, InitTimeout is CPU time (lowPriority) and wall
 	// time gets initWallFactor times as long, for a thread that nice 19
@@ -467,6 +470,11 @@ func (inst *Instance) call(ctx context.Context, f api.Function, name string) err
 	res, err := inst.invoke(ctx, f)
 	if err != nil {
 		return inst.trap(name, err)
+	}
+	if stop := inst.st.stop; inst.st.sleepCut && stop != nil && stop.Err() != nil {
+		// The guest did not get the sleep it asked for: whatever it
+		// returned, the call ends as stopped.
+		return fmt.Errorf("%s stopped in a sleep: %w", name, stop.Err())
 	}
 	if code := int32(res[0]); code < 0 {
 		if stop := inst.st.stop; stop != nil && stop.Err() != nil {

@@ -116,6 +116,9 @@ type state struct {
 	// stop is done once the call's callers have left or its time is up;
 	// ops check it (see Instance.callContext).
 	stop context.Context
+	// sleepCut is set when stop ended a sleep of the guest's (see
+	// guestClock): the call then fails as stopped.
+	sleepCut bool
 
 	// The current moe_backward call.
 	callGradOutputs []int32
@@ -146,6 +149,7 @@ func (st *state) beginCall(ph phase, inputs, gradOutputs []*gpuhost.Tensor, batc
 	st.batch = batch
 	st.tape = tape
 	st.ops, st.bytes, st.hostCalls = 0, 0, 0
+	st.sleepCut = false
 	st.guestErr, st.lastErr = "", ""
 }
 

@@ -35,7 +35,7 @@ func TestServeErrors(t *testing.T) {
 		{"port in use suggests a free one", []string{"--module", "nop", "--no-dht", "--listen", taken.Addr().String()}, []string{"address already in use", "--listen 127.0.0.1:*"}},
 		{"host's own errors", []string{"--update-period", "0s"}, []string{"update period 0s is not positive"}},
 		{"not wasm names the file", []string{"--module", notWasm}, []string{notWasm, "not a WebAssembly module"}},
-		{"typo lists the built-ins", []string{"--module", "ffnn"}, []string{`"ffnn"`, "ffn, ffn-c, nop, det_dropout, transformer, ste_relu"}},
+		{"typo lists the built-ins", []string{"--module", "ffnn"}, []string{`"ffnn"`, "ffn, ffn-c, nop, nop_delay, det_dropout, transformer, ste_relu"}},
 		{"hidden dim 0 blames dim 1", []string{"--module", "ste_relu", "--hidden-dim", "0"}, []string{"dim 1 of shape [-1 0] is 0"}},
 		// A bad config value is the caller's: the message says so, and
 		// names the value and the module's reason.

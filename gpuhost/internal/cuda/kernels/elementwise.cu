@@ -157,6 +157,29 @@ extern "C" __global__ void moe_binary_f32(int fn, float *dst, const float *a, lo
   }
 }
 
+// Source dtypes of moe_cast_f32: gpuhost's castKind values.
+#define MOE_CAST_INT32 0
+#define MOE_CAST_INT64 1
+#define MOE_CAST_BOOL 2
+
+// moe_cast_f32 sets dst[i] = src[i] converted to float32, src being int32,
+// int64 or bool (kind): an integer rounded to nearest, ties to even (the
+// conversion's rn mode, as the CPU device's Go conversion), a bool 0 for a
+// zero byte and 1 for any other.
+extern "C" __global__ void moe_cast_f32(float *dst, const void *src, int kind, long long n) {
+  for (long long i = moe_grid_start(); i < n; i += moe_grid_stride()) {
+    float v;
+    if (kind == MOE_CAST_INT32) {
+      v = (float)((const int *)src)[i];
+    } else if (kind == MOE_CAST_INT64) {
+      v = (float)((const long long *)src)[i];
+    } else {
+      v = ((const unsigned char *)src)[i] != 0 ? 1.0f : 0.0f;
+    }
+    dst[i] = v;
+  }
+}
+
 // moe_sum_squares_partial_f64 is the first pass of Σ x² in float64: block b
 // writes the sum over its share of the grid-stride loop to partial[b].
 extern "C" __global__ void moe_sum_squares_partial_f64(double *partial, const float *x, long long n) {
