@@ -43,6 +43,9 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 		WithExperts(
 			ExpertConfig{UID: "ffn.0", Module: ModuleBytes(wasmexperts.FFN), Config: map[string]int64{"hidden_dim": 16}},
 			ExpertConfig{UID: "trap.0", Module: ModuleBytes(trapWasm)},
+			// Loops beside trap.0 (on the instance's spare), so that the
+			// operator has its two batches in flight and alias.0 queues.
+			ExpertConfig{UID: "trap.1", Module: ModuleBytes(trapWasm)},
 			// Its moe_backward fails a batch of more than one row (its
 			// parameter gradient is the output gradient, which fits only
 			// a batch of one), so a batch of three one-row requests is
@@ -165,9 +168,21 @@ func TestTensorsReleasedWithoutGC(t *testing.T) {
 		}
 	})
 	waitDepth(0) // running
+	go1(func() {
+		if err := call(ctx, "trap.1", x(1, -1000), nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("trap.1's looping request: %v, want DeadlineExceeded", err)
+		}
+	})
+	trap1 := srv.expert("trap.1")
+	for deadline := time.Now().Add(10 * time.Second); !trap1.Running(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("trap.1's looping request does not run")
+		}
+	}
 	time.Sleep(20 * time.Millisecond)
-	// Three one-row backward requests of alias.0 queue behind it, and
-	// run as one batch once it stops.
+	// Three one-row backward requests of alias.0 queue behind the two
+	// (the operator's two batches in flight), and run as one batch once
+	// one stops.
 	aliasSteps := alias.Info().GetStats().GetBackwardBatches()
 	for i := range 3 {
 		go1(func() {

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -11,13 +12,24 @@ import (
 	"github.com/moehost/moehost/host/internal/sandbox"
 )
 
+// compileCache is make test's shared compilation cache, which holds the
+// built-ins (nop_delay among them) compiled, or else a fresh one: a Go
+// module's compile takes seconds under -race, and holds the process's
+// compile lock meanwhile, which other tests' compiles wait for.
+func compileCache(t *testing.T) string {
+	if dir := os.Getenv("MOEHOST_COMPILE_CACHE"); dir != "" {
+		return dir
+	}
+	return t.TempDir()
+}
+
 // TestGuestSleeps runs nop_delay (time.Sleep in moe_forward): within a
 // call its sleep really waits, its callers leaving cut it short, and the instance then answers the next call.
 func TestGuestSleeps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const delay = 300 * time.Millisecond
-	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{CallTimeout: 2 * time.Second})
+	rt, err := sandbox.NewRuntime(ctx, compileCache(t), sandbox.Limits{CallTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +92,7 @@ func TestGuestSleepBoundedByCallTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const timeout = 200 * time.Millisecond
-	rt, err := sandbox.NewRuntime(ctx, "", sandbox.Limits{CallTimeout: timeout})
+	rt, err := sandbox.NewRuntime(ctx, compileCache(t), sandbox.Limits{CallTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
