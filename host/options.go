@@ -59,6 +59,7 @@ type config struct {
 	// WithMaxUploadBytes'.
 	tenantsFile    string
 	maxUploadBytes int64
+	maxUploads     int // WithMaxUploads
 	// publicBackward, uploadIdle and uploadTimeout are
 	// WithPublicBackward's and WithUploadTimeouts' (tenants.go).
 	publicBackward            bool
@@ -67,6 +68,8 @@ type config struct {
 	bodyIdle, bodyTimeout time.Duration
 	// drainTimeout is WithDrainTimeout's.
 	drainTimeout time.Duration
+	// minBodyRate is WithMinBodyRate's.
+	minBodyRate int64
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
 	dht                *DHTConfig
@@ -190,6 +193,20 @@ const (
 // DefaultBodyIdleTimeout and DefaultBodyTimeout.
 func WithBodyTimeouts(idle, total time.Duration) Option {
 	return optionFunc(func(c *config) { c.bodyIdle, c.bodyTimeout = idle, total })
+}
+
+// DefaultMinBodyRate is the slowest a request body or a module upload
+// may arrive on average, in bytes a second, once rpc.MinRateGrace (5 s)
+// is over.
+const DefaultMinBodyRate = rpc.DefaultMinBodyRate
+
+// WithMinBodyRate cuts, with DeadlineExceeded, a request body or a module
+// upload that averages less than rate bytes a second once
+// rpc.MinRateGrace is over: one that trickles a byte every second or two
+// passes every idle deadline. Zero takes DefaultMinBodyRate; negative
+// sets no floor.
+func WithMinBodyRate(rate int64) Option {
+	return optionFunc(func(c *config) { c.minBodyRate = rate })
 }
 
 // DefaultDrainTimeout is how long Run lets the batches in flight finish

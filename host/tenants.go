@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/moehost/moehost/host/internal/rpc"
 	"github.com/moehost/moehost/host/internal/sandbox"
 	"github.com/moehost/moehost/host/tenant"
@@ -71,12 +72,12 @@ func WithUploadTimeouts(idle, total time.Duration) Option {
 // uploadLimits are WithMaxUploadBytes and WithUploadTimeouts, for
 // rpc, which applies the defaults.
 func (s *Server) uploadLimits() rpc.UploadLimits {
-	return rpc.UploadLimits{MaxBytes: s.maxUploadBytes(), IdleTimeout: s.cfg.uploadIdle, Timeout: s.cfg.uploadTimeout}
+	return rpc.UploadLimits{MaxBytes: s.maxUploadBytes(), IdleTimeout: s.cfg.uploadIdle, Timeout: s.cfg.uploadTimeout, MinRate: s.cfg.minBodyRate}
 }
 
 // bodyLimits are WithBodyTimeouts, for rpc, which applies the defaults.
 func (s *Server) bodyLimits() rpc.BodyLimits {
-	return rpc.BodyLimits{IdleTimeout: s.cfg.bodyIdle, Timeout: s.cfg.bodyTimeout, Metrics: s.rpcMetrics}
+	return rpc.BodyLimits{IdleTimeout: s.cfg.bodyIdle, Timeout: s.cfg.bodyTimeout, MinRate: s.cfg.minBodyRate, Metrics: s.rpcMetrics}
 }
 
 // openTenants opens the tenants file, with the configured experts' uids
@@ -280,14 +281,28 @@ type inflight struct {
 // "deploys"), or returns an error wrapping a *tenant.CapError when all
 // are taken; leave gives it back.
 func (f *inflight) enter(kind, tenantName string, limit int64) (leave func(), err error) {
-	key := kind + "\x00" + tenantName
+	return f.take(kind+"\x00"+tenantName, limit, func(n int64) error {
+		return fmt.Errorf("%w in flight; wait for one to finish", &tenant.CapError{Cap: kind, Limit: limit, Want: n + 1})
+	})
+}
+
+// enterServer takes one of the server's slots of kind, whoever asks, or
+// returns a ResourceExhausted that names flag, the limit's.
+func (f *inflight) enterServer(kind, flag string, limit int64) (leave func(), err error) {
+	return f.take(kind, limit, func(int64) error {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the server has %d %s in flight, the most it takes (%s); wait for one to finish", limit, kind, flag))
+	})
+}
+
+// take counts one more under key, or returns full's error at limit.
+func (f *inflight) take(key string, limit int64, full func(n int64) error) (leave func(), err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.counts == nil {
 		f.counts = map[string]int64{}
 	}
 	if n := f.counts[key]; n >= limit {
-		return nil, fmt.Errorf("%w in flight; wait for one to finish", &tenant.CapError{Cap: kind, Limit: limit, Want: n + 1})
+		return nil, full(n)
 	}
 	f.counts[key]++
 	return func() {
@@ -297,6 +312,32 @@ func (f *inflight) enter(kind, tenantName string, limit int64) (leave func(), er
 			delete(f.counts, key)
 		}
 	}, nil
+}
+
+// BeginUpload counts an upload stream from its headers: against the
+// tenant's cap on uploads in flight and the server's (the operator's
+// count there too), so that streams that trickle their first message
+// hold no more than the caps allow.
+func (m moduleAPI) BeginUpload(ctx context.Context, c rpc.Caller) (func(), error) {
+	s := m.Server
+	all, err := s.inflight.enterServer("module uploads", "--max-uploads", s.maxUploadsInFlight())
+	if err != nil {
+		return nil, err
+	}
+	if c.Operator {
+		return all, nil
+	}
+	caps, err := s.caps(c.Tenant)
+	if err != nil {
+		all()
+		return nil, err
+	}
+	mine, err := s.inflight.enter("uploads", c.Tenant, caps.Uploads)
+	if err != nil {
+		all()
+		return nil, err
+	}
+	return func() { mine(); all() }, nil
 }
 
 func (m moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
@@ -312,11 +353,6 @@ func (m moduleAPI) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload)
 			return rpc.ModuleInfo{}, err
 		}
 		q = caps.ModuleQuota()
-		leave, err := s.inflight.enter("uploads", c.Tenant, caps.Uploads)
-		if err != nil {
-			return rpc.ModuleInfo{}, err
-		}
-		defer leave()
 	}
 	st, err := store.Stage(owner(c), u.Name, u.Body, s.maxUploadBytes(), q)
 	if err != nil {
@@ -537,6 +573,24 @@ func (m moduleAPI) Undeploy(ctx context.Context, c rpc.Caller, pattern string) (
 }
 
 // maxUploadBytes resolves WithMaxUploadBytes.
+// DefaultMaxUploads is how many module uploads the server takes in
+// flight at once, all owners together.
+const DefaultMaxUploads = 16
+
+// WithMaxUploads bounds the module uploads in flight at once, all owners
+// together, counted from each stream's headers (a tenant's own cap,
+// tenant.Caps.Uploads, bounds hers). Default DefaultMaxUploads.
+func WithMaxUploads(n int) Option {
+	return optionFunc(func(c *config) { c.maxUploads = n })
+}
+
+func (s *Server) maxUploadsInFlight() int64 {
+	if s.cfg.maxUploads > 0 {
+		return int64(s.cfg.maxUploads)
+	}
+	return DefaultMaxUploads
+}
+
 func (s *Server) maxUploadBytes() int64 {
 	if s.cfg.maxUploadBytes > 0 {
 		return s.cfg.maxUploadBytes

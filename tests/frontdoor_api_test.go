@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,6 +61,14 @@ type frontDoor struct {
 
 func startFrontDoor(t *testing.T) *frontDoor {
 	t.Helper()
+	return startFrontDoorWith(t, "--upload-idle-timeout", "1s", "--upload-timeout", "3s",
+		"--body-idle-timeout", "1s", "--body-timeout", "3s")
+}
+
+// startFrontDoorWith is startFrontDoor with args (the bodies' timeouts)
+// instead of its short timeouts.
+func startFrontDoorWith(t *testing.T, args ...string) *frontDoor {
+	t.Helper()
 	ctx := context.Background()
 	bin := buildMoehost(t, "")
 	dataDir := t.TempDir()
@@ -70,11 +79,9 @@ func startFrontDoor(t *testing.T) *frontDoor {
 	if out, err := exec.Command(bin, "tenant", "caps", "mallory", "--tenants", file, "--cap-init-timeout", "5s").CombinedOutput(); err != nil {
 		t.Fatalf("tenant caps: %v\n%s", err, out)
 	}
-	cmd, addr := startServe(t, bin, "--data-dir", dataDir, "--tenants", file, "--no-dht",
+	cmd, addr := startServe(t, bin, append([]string{"--data-dir", dataDir, "--tenants", file, "--no-dht",
 		"--experts", "ffn.0", "--module", "ffn-c", "--hidden-dim", "8", "--max-upload-bytes", "8388608",
-		"--max-request-bytes", "4194304", "--admin-token", frontAdmin,
-		"--upload-idle-timeout", "1s", "--upload-timeout", "3s",
-		"--body-idle-timeout", "1s", "--body-timeout", "3s")
+		"--max-request-bytes", "4194304", "--admin-token", frontAdmin}, args...)...)
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	url := "http://" + addr
 	f.tenantsHost = &tenantsHost{
@@ -251,11 +258,13 @@ func TestFrontDoorAPI(t *testing.T) {
 	})
 
 	// Item 4: 200 upload streams on their own connections, each
-	// trickling a byte every 2 s, are cut at the idle timeout (1s here),
-	// and their descriptors go once the clients close; a third upload of
-	// mallory's in flight is refused at once.
+	// trickling a byte every 2 s: the two that mallory's cap lets in
+	// are cut at the idle timeout (1s here), the rest refused at their
+	// headers, and their descriptors go once the clients close; a third
+	// upload of mallory's in flight is refused at once.
 	t.Run("trickling uploads", func(t *testing.T) {
-		trickle(t, f, pid, moehostv1connect.ModuleServiceUploadModuleProcedure, f.mallory, "200 trickling uploads")
+		trickleWant(t, f, pid, moehostv1connect.ModuleServiceUploadModuleProcedure, f.mallory, "200 trickling uploads",
+			map[string]int{"8": 198, "4": 2}, 5*time.Second)
 
 		// The cap on uploads in flight: two stall after their first
 		// chunk, the third is refused at once.
@@ -517,6 +526,13 @@ func pollFor(t *testing.T, what string, cond func() bool) {
 // meanwhile.
 func trickle(t *testing.T, f *frontDoor, pid int, proc, token, what string) {
 	t.Helper()
+	trickleWant(t, f, pid, proc, token, what, map[string]int{"4": 200}, 5*time.Second)
+}
+
+// trickleWant is trickle with the stream endings wanted (by grpc-status)
+// and the bound on the time until all have ended.
+func trickleWant(t *testing.T, f *frontDoor, pid int, proc, token, what string, want map[string]int, within time.Duration) {
+	t.Helper()
 	before := fdsOf(t, pid)
 	w := f.watchAlice()
 	const n = 200
@@ -575,13 +591,60 @@ func trickle(t *testing.T, f *frontDoor, pid int, proc, token, what string) {
 		counts[s]++
 	}
 	t.Logf("server descriptors: %d before, %d during, %d after; all %d streams ended after %v: %v", before, during, after, n, cut, counts)
-	if counts["4"] != n { // DEADLINE_EXCEEDED
-		t.Errorf("stream endings %v; want all %d cut with DEADLINE_EXCEEDED (4)", counts, n)
+	if !maps.Equal(counts, want) { // 4: DEADLINE_EXCEEDED, 8: RESOURCE_EXHAUSTED
+		t.Errorf("stream endings by grpc-status %v; want %v", counts, want)
 	}
-	if cut > 5*time.Second {
+	if cut > within {
 		t.Errorf("the streams lived %v", cut)
 	}
 	if after > before+5 {
 		t.Errorf("server descriptors: %d before, %d after", before, after)
+	}
+}
+
+// TestTricklingStreamsAtDefaults: at the default body timeouts (idle
+// 10 s, which a byte every 2 s never reaches), 200 upload streams and 200
+// Forward bodies that trickle a byte every 2 s all end within 15 s: the
+// uploads past mallory's cap of 2 in flight are refused at their headers
+// with ResourceExhausted, and the rest are cut with DeadlineExceeded once
+// their rate, after the 5 s grace, is below --min-body-rate. Before, each
+// was held until the client gave up. Alice's calls go on meanwhile, and
+// the server's descriptors come back.
+//
+// The server's own cap, --max-uploads (3 here), counts every tenant's
+// streams from their headers too.
+func TestTricklingStreamsAtDefaults(t *testing.T) {
+	f := startFrontDoorWith(t, "--max-uploads", "3")
+	pid := f.cmd.Process.Pid
+	trickleWant(t, f, pid, moehostv1connect.ModuleServiceUploadModuleProcedure, f.mallory, "200 trickling uploads at the defaults",
+		map[string]int{"8": 198, "4": 2}, 15*time.Second)
+	trickleWant(t, f, pid, moehostv1connect.ExpertServiceForwardProcedure, f.mallory, "200 trickling forwards at the defaults",
+		map[string]int{"4": 200}, 15*time.Second)
+	// A good upload of alice's after the attack.
+	ctx := context.Background()
+	if _, err := f.upload(ctx, f.alice, wasmexperts.Nop); err != nil {
+		t.Errorf("alice's upload after the attack: %v", err)
+	}
+
+	// Two streams of mallory's and one of alice's that send nothing yet
+	// hold the server's three; alice's second is refused at once.
+	var held []*connect.ClientStreamForClient[moehostv1.UploadModuleRequest, moehostv1.UploadModuleResponse]
+	for _, token := range []string{f.mallory, f.mallory, f.alice} {
+		s := f.modules.UploadModule(ctx)
+		s.RequestHeader().Set("Authorization", "Bearer "+token)
+		s.Send(nil) // the headers only
+		held = append(held, s)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, err := f.upload(ctx, f.alice, wasmexperts.Nop)
+	wantCode(t, "alice's upload beside three held streams", err, connect.CodeResourceExhausted)
+	if err == nil || !strings.Contains(err.Error(), "--max-uploads") {
+		t.Errorf("the refusal %v does not name --max-uploads", err)
+	}
+	for _, s := range held {
+		s.CloseAndReceive()
+	}
+	if _, err := f.upload(ctx, f.alice, wasmexperts.Nop); err != nil {
+		t.Errorf("alice's upload once the streams ended: %v", err)
 	}
 }

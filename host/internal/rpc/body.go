@@ -19,6 +19,10 @@ type BodyLimits struct {
 	// Timeout cuts a body that is not all in this long after the call
 	// began, however it trickles. Default DefaultBodyTimeout (30s).
 	Timeout time.Duration
+	// MinRate cuts a body that has sent less than this many bytes a
+	// second on average, MinRateGrace after the call began. Default
+	// DefaultMinBodyRate; negative: none.
+	MinRate int64
 	// Metrics, when set, count the bodies cut. NewHandler sets it to
 	// Options.Metrics when it is nil.
 	Metrics *Metrics
@@ -55,16 +59,12 @@ func BodyDeadlines(h http.Handler, limits BodyLimits) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		now := time.Now()
-		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), what: "the request body", idle: limits.IdleTimeout, total: limits.Timeout, end: now.Add(limits.Timeout), coded: true, metrics: limits.Metrics}
+		b := newDeadlineBody(r.Body, w, "the request body", limits.IdleTimeout, limits.Timeout, minRate(limits.MinRate), limits.Metrics)
+		b.coded = true
 		// The first deadline is set before the handler runs, so that a
 		// body that the handler never reads is bounded too while the
 		// server drains it. It is cleared when the body ends (Read).
-		d := now.Add(limits.IdleTimeout)
-		if d.After(b.end) {
-			d = b.end
-		}
-		_ = b.rc.SetReadDeadline(d)
+		_ = b.rc.SetReadDeadline(b.deadline(b.start))
 		// The body itself says it is bounded, to an inner BodyDeadlines: a
 		// context value would cost every request a copy of r.
 		r.Body = b

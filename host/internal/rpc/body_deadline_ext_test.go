@@ -148,6 +148,60 @@ func TestBodyDeadlines(t *testing.T) {
 	}
 }
 
+// TestBodyMinRate: a body that trickles 10 bytes a second passes its
+// idle deadline (1 s between bytes would be needed) and is far from its
+// total one, but is cut once MinRateGrace is over, its average below
+// MinRate, with DeadlineExceeded and a message that names the rate.
+func TestBodyMinRate(t *testing.T) {
+	t.Parallel()
+	base := server(t, noExperts{slowExpert{}}, rpc.Options{Bodies: rpc.BodyLimits{IdleTimeout: time.Second, Timeout: time.Minute, MinRate: 1024}})
+	for _, tt := range []struct {
+		name string
+		grpc bool
+		want []string
+	}{
+		{"gRPC", true, []string{"4 ", "below the least average rate of 1024 bytes/s"}},
+		{"Connect", false, []string{"504 ", "deadline_exceeded", "below the least average rate of 1024 bytes/s"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pw, out := rawForward(t, base, tt.grpc)
+			start := time.Now()
+			first := binary.BigEndian.AppendUint32([]byte{0}, 1000)
+			if !tt.grpc {
+				first = []byte{0x0a, 100}
+			}
+			if _, err := pw.Write(first); err != nil {
+				t.Fatal(err)
+			}
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			giveUp := time.After(rpc.MinRateGrace + 5*time.Second)
+			var got string
+		wait:
+			for {
+				select {
+				case got = <-out:
+					break wait
+				case <-tick.C:
+					pw.Write([]byte{'a'})
+				case <-giveUp:
+					t.Fatal("the body was never cut")
+				}
+			}
+			took := time.Since(start)
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("got %q after %v; want it to have %q", got, took, w)
+				}
+			}
+			if took < rpc.MinRateGrace || took > rpc.MinRateGrace+2*time.Second {
+				t.Errorf("cut after %v; want %v to %v", took, rpc.MinRateGrace, rpc.MinRateGrace+2*time.Second)
+			}
+		})
+	}
+}
+
 // TestBodyDeadlinesEndWithTheBody checks that the body timeouts bound
 // only the body: a Forward and a Backward that run for longer than both
 // after their body arrived answer, over HTTP/1.1 (where a read deadline

@@ -33,6 +33,7 @@ type Metrics struct {
 const (
 	refusedBodyIdle    = "body_idle"
 	refusedBodyTimeout = "body_timeout"
+	refusedBodySlow    = "body_slow"
 	refusedContentType = "content_type"
 	refusedMethod      = "method"
 )
@@ -56,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests refused before they reached a service, by reason: body_idle and body_timeout (a body cut by its deadlines), content_type (415) and method (405).",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{refusedBodyIdle, refusedBodyTimeout, refusedContentType, refusedMethod} {
+	for _, r := range []string{refusedBodyIdle, refusedBodyTimeout, refusedBodySlow, refusedContentType, refusedMethod} {
 		m.refused.WithLabelValues(r) // every reason shows, at 0 until it happens
 	}
 	if reg != nil {

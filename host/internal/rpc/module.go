@@ -31,6 +31,12 @@ import (
 // tenant's module is PermissionDenied, a module still deployed
 // FailedPrecondition, a tenant cap ResourceExhausted, and so on).
 type Modules interface {
+	// BeginUpload takes one of the caller's uploads in flight, or
+	// refuses it (a *connect.Error or a coded error), as soon as an
+	// UploadModule stream's headers are in, before its first message:
+	// a stream that trickles counts from its start. end gives it back;
+	// the handler calls it when the stream ends.
+	BeginUpload(ctx context.Context, c Caller) (end func(), err error)
 	// Upload stores the module read from u.Body and returns it. Body is
 	// already capped at Options.MaxUploadBytes; Upload reads it to io.EOF
 	// before it succeeds, and keeps no more of it in memory than it
@@ -115,6 +121,31 @@ type UploadLimits struct {
 	// Timeout cuts an upload that is not complete this long after it
 	// began, however it trickles. Default DefaultUploadTimeout (2m).
 	Timeout time.Duration
+	// MinRate cuts an upload that has sent less than this many bytes a
+	// second on average, MinRateGrace after it began. Default
+	// DefaultMinBodyRate; negative: none.
+	MinRate int64
+}
+
+// DefaultMinBodyRate is the slowest a request body or an upload may
+// arrive on average, in bytes a second, once MinRateGrace is over: a
+// client that sends a byte every second or two passes every idle
+// deadline, and held a stream, a goroutine and a descriptor until the
+// total one.
+const DefaultMinBodyRate = 1 << 10
+
+// MinRateGrace is how long a body may take before its rate counts: a
+// small body is in long before, and a large one has had time to ramp.
+const MinRateGrace = 5 * time.Second
+
+func minRate(r int64) int64 {
+	switch {
+	case r == 0:
+		return DefaultMinBodyRate
+	case r < 0:
+		return 0
+	}
+	return r
 }
 
 // The defaults of UploadLimits' timeouts.
@@ -157,7 +188,7 @@ func newModuleHandler(m Modules, auth Authenticator, limits UploadLimits, codes 
 		readLimit(maxModuleMessageBytes),
 		connect.WithCompressMinBytes(math.MaxInt),
 	)
-	return path, uploadDeadlines(h, limits.IdleTimeout, limits.Timeout, metrics)
+	return path, uploadDeadlines(h, limits.IdleTimeout, limits.Timeout, minRate(limits.MinRate), metrics)
 }
 
 // uploadDeadlines wraps h so that an UploadModule stream's body must keep
@@ -165,14 +196,15 @@ func newModuleHandler(m Modules, auth Authenticator, limits UploadLimits, codes 
 // total after the stream began. The server's own timeouts cannot do this
 // per stream: an HTTP/2 connection carries many, and a ReadTimeout on an
 // HTTP/1 connection would also cut a long Forward after its body is in.
-// m counts the streams cut.
-func uploadDeadlines(h http.Handler, idle, total time.Duration, m *Metrics) http.Handler {
+// Past MinRateGrace, it must also average rate bytes a second (0: no
+// floor). m counts the streams cut.
+func uploadDeadlines(h http.Handler, idle, total time.Duration, rate int64, m *Metrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != moehostv1connect.ModuleServiceUploadModuleProcedure {
 			h.ServeHTTP(w, r)
 			return
 		}
-		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), what: "the upload", idle: idle, total: total, end: time.Now().Add(total), metrics: m}
+		b := newDeadlineBody(r.Body, w, "the upload", idle, total, rate, m)
 		r = r.WithContext(context.WithValue(r.Context(), deadlineKey{}, b))
 		r.Body = b
 		h.ServeHTTP(w, r)
@@ -189,7 +221,10 @@ type deadlineBody struct {
 	// what names the body in the cut's message ("the upload").
 	what        string
 	idle, total time.Duration
-	end         time.Time
+	start, end  time.Time
+	// rate is the least average bytes a second past MinRateGrace (0:
+	// none), and n the bytes read so far.
+	rate, n int64
 	// coded makes Read return the cut's *connect.Error itself, for
 	// unary calls, whose body connect reads before any code of ours
 	// runs; connect passes a *connect.Error from the body on as it is.
@@ -202,16 +237,50 @@ type deadlineBody struct {
 	cut error // set once a deadline cut the body
 }
 
-func (b *deadlineBody) Read(p []byte) (int, error) {
+// newDeadlineBody bounds body, w's request's, from now on.
+func newDeadlineBody(body io.ReadCloser, w http.ResponseWriter, what string, idle, total time.Duration, rate int64, m *Metrics) *deadlineBody {
 	now := time.Now()
+	return &deadlineBody{ReadCloser: body, rc: http.NewResponseController(w), what: what, idle: idle, total: total,
+		start: now, end: now.Add(total), rate: rate, metrics: m}
+}
+
+// slowAt is when the body's average rate, with what it sent so far,
+// falls below b.rate (never before MinRateGrace is over); zero without a
+// floor.
+func (b *deadlineBody) slowAt() time.Time {
+	if b.rate <= 0 {
+		return time.Time{}
+	}
+	at := b.start.Add(time.Duration(float64(b.n) / float64(b.rate) * float64(time.Second)))
+	return later(at, b.start.Add(MinRateGrace))
+}
+
+// deadline is the next read's: the earliest of the idle, the total and
+// the rate deadlines.
+func (b *deadlineBody) deadline(now time.Time) time.Time {
 	d := now.Add(b.idle)
 	if d.After(b.end) {
 		d = b.end
 	}
+	if slow := b.slowAt(); !slow.IsZero() && slow.Before(d) {
+		d = slow
+	}
+	return d
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
 	// A writer that cannot set deadlines (a test's recorder) reads
 	// without one.
-	_ = b.rc.SetReadDeadline(d)
+	_ = b.rc.SetReadDeadline(b.deadline(time.Now()))
 	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
 	if err != nil {
 		// The body has ended, so its deadlines have too. Left set, the
 		// idle deadline fires on HTTP/1.1 during the compile that follows:
@@ -222,12 +291,18 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		b.mu.Lock()
 		first := b.cut == nil
+		now := time.Now()
 		reason := refusedBodyIdle
-		if time.Now().Before(b.end) {
-			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s sent nothing for %v; it was cut", b.what, b.idle))
-		} else {
+		switch slow := b.slowAt(); {
+		case !now.Before(b.end):
 			reason = refusedBodyTimeout
 			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s took longer than %v; it was cut", b.what, b.total))
+		case !slow.IsZero() && !now.Before(slow):
+			reason = refusedBodySlow
+			took := now.Sub(b.start).Round(time.Millisecond)
+			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s sent %d bytes in %v, below the least average rate of %d bytes/s; it was cut", b.what, b.n, took, b.rate))
+		default:
+			b.cut = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%s sent nothing for %v; it was cut", b.what, b.idle))
 		}
 		if first {
 			b.metrics.refuse(reason)
@@ -272,6 +347,11 @@ func (s *moduleService) UploadModule(ctx context.Context, stream *connect.Client
 	if err != nil {
 		return nil, err
 	}
+	end, err := s.m.BeginUpload(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	if !stream.Receive() {
 		if err := deadlineErr(ctx); err != nil {
 			return nil, err

@@ -85,6 +85,8 @@ func (f *fakeModules) record(c rpc.Caller) error {
 	return f.err
 }
 
+func (f *fakeModules) BeginUpload(context.Context, rpc.Caller) (func(), error) { return func() {}, nil }
+
 func (f *fakeModules) Upload(ctx context.Context, c rpc.Caller, u rpc.ModuleUpload) (rpc.ModuleInfo, error) {
 	if err := f.record(c); err != nil {
 		return rpc.ModuleInfo{}, err

@@ -82,6 +82,8 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		uploadIdle, uploadTimeout                                           time.Duration
 		bodyIdle, bodyTimeout                                               time.Duration
 		drainTimeout                                                        time.Duration
+		minBodyRate                                                         = byteSize(host.DefaultMinBodyRate)
+		maxUploads                                                          int
 		moduleLimits                                                        moduleLimitFlags
 		prof                                                                profileFlags
 	)
@@ -158,6 +160,8 @@ is bitwise equal, and each restores the other's checkpoints.`,
 				host.WithUploadTimeouts(uploadIdle, uploadTimeout),
 				host.WithBodyTimeouts(bodyIdle, bodyTimeout),
 				host.WithDrainTimeout(drainTimeout),
+				host.WithMinBodyRate(bodyRate(minBodyRate)),
+				host.WithMaxUploads(maxUploads),
 				host.WithDevice(device),
 			)
 			if err != nil {
@@ -223,10 +227,21 @@ is bitwise equal, and each restores the other's checkpoints.`,
 	f.DurationVar(&uploadTimeout, "upload-timeout", host.DefaultUploadTimeout, "with --tenants, longest one module upload may take in all")
 	f.DurationVar(&bodyIdle, "body-idle-timeout", host.DefaultBodyIdleTimeout, "longest a request's body (but a module upload's) may send nothing before the call is cut; the call itself may then run longer")
 	f.DurationVar(&bodyTimeout, "body-timeout", host.DefaultBodyTimeout, "longest a request's body (but a module upload's) may take to arrive in all; the call itself may then run longer")
+	f.Var(&minBodyRate, "min-body-rate", "least average rate in bytes a second, once 5 s are over, of a request body or a module upload, e.g. 1KiB; slower ones are cut (0: no floor)")
+	f.IntVar(&maxUploads, "max-uploads", host.DefaultMaxUploads, "with --tenants, most module uploads in flight at once, all tenants together, counted from each stream's headers")
 	f.DurationVar(&drainTimeout, "drain-timeout", host.DefaultDrainTimeout, "at SIGTERM or SIGINT, longest the batches in flight may run before they are cancelled (a second signal exits at once)")
 	prof.register(f)
 	f.StringVar(&device, "device", "cpu", "devices to run experts on: cpu, cuda (GPU 0), cuda:N, or cuda:N,M,... (experts assigned round-robin, one worker per GPU); CUDA needs a binary from make build-cuda")
 	return cmd
+}
+
+// bodyRate is --min-body-rate for host.WithMinBodyRate, where 0 means
+// the default and a negative rate none.
+func bodyRate(b byteSize) int64 {
+	if b == 0 {
+		return -1
+	}
+	return int64(b)
 }
 
 // newLogger returns the server's logger for --log-level and --log-format.
