@@ -5,6 +5,7 @@ import (
 	"context"
 	_ "embed"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	wasmexperts "github.com/moehost/moehost/examples/wasm-experts"
 	moehostv1 "github.com/moehost/moehost/gen/moehost/v1"
@@ -107,6 +107,11 @@ func TestFrontDoorSandbox(t *testing.T) {
 	file := filepath.Join(dataDir, "tenants.json")
 	alice := addTenant(t, bin, file, "alice", "alice")
 	mallory := addTenant(t, bin, file, "mallory", "mallory")
+	// Mallory's calls are bounded by her cap, not by each deploy's
+	// limits: a deploy that asks for nothing gets it.
+	if out, err := exec.Command(bin, "tenant", "caps", "mallory", "--tenants", file, "--cap-call-timeout", "3s").CombinedOutput(); err != nil {
+		t.Fatalf("tenant caps: %v\n%s", err, out)
+	}
 	h := startTenantsHost(t, bin, dataDir, file)
 
 	want := h.deployAliceFFN(ctx, t, alice)
@@ -196,8 +201,7 @@ func TestFrontDoorSandbox(t *testing.T) {
 	deploy := func(t *testing.T, uid string, mode int64) {
 		t.Helper()
 		if _, err := h.deploy(ctx, mallory, &moehostv1.DeployExpertRequest{Experts: uid, ModuleDigest: mdigest,
-			Config: map[string]int64{"mode": mode},
-			Limits: &moehostv1.ExpertLimits{CallTimeout: durationpb.New(3 * time.Second)}}); err != nil {
+			Config: map[string]int64{"mode": mode}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,8 +237,11 @@ func TestFrontDoorSandbox(t *testing.T) {
 			took = time.Since(start)
 		})
 		t.Logf("mallory's spinning call ended after %v with %v; alice's worst latency: %v", took, ferr, worst)
-		if ferr == nil {
-			t.Error("mallory's spinning call succeeded")
+		if connect.CodeOf(ferr) != connect.CodeDeadlineExceeded || !strings.Contains(ferr.Error(), "call timeout of 3s") {
+			t.Errorf("mallory's spinning call: %v, want DeadlineExceeded at her 3s cap", ferr)
+		}
+		if took > 5*time.Second {
+			t.Errorf("mallory's spinning call ended after %v; her call timeout cap is 3s", took)
 		}
 		if worst > guestBound {
 			t.Errorf("alice's worst latency %v is past %v", worst, guestBound)
