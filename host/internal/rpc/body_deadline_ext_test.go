@@ -77,6 +77,26 @@ func rawForward(t *testing.T, base string, grpc bool) (*io.PipeWriter, <-chan st
 	return pw, out
 }
 
+// trickleUntilCut writes a byte to pw every every until the call's
+// outcome comes from out, and returns it; it fails the test if none comes
+// within giveUp.
+func trickleUntilCut(t *testing.T, pw *io.PipeWriter, out <-chan string, every, giveUp time.Duration) string {
+	t.Helper()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	deadline := time.After(giveUp)
+	for {
+		select {
+		case got := <-out:
+			return got
+		case <-tick.C:
+			pw.Write([]byte{'a'})
+		case <-deadline:
+			t.Fatal("the body was never cut")
+		}
+	}
+}
+
 // TestBodyDeadlines checks that a unary call's body that stalls is cut
 // after the idle timeout, and one that trickles (a byte more often than
 // the idle timeout) after the total timeout, with DeadlineExceeded and a
@@ -120,21 +140,7 @@ func TestBodyDeadlines(t *testing.T) {
 			if every == 0 {
 				every = time.Hour
 			}
-			tick := time.NewTicker(every)
-			defer tick.Stop()
-			giveUp := time.After(total + 3*time.Second)
-			var got string
-		wait:
-			for {
-				select {
-				case got = <-out:
-					break wait
-				case <-tick.C:
-					pw.Write([]byte{'a'})
-				case <-giveUp:
-					t.Fatal("the body was never cut")
-				}
-			}
+			got := trickleUntilCut(t, pw, out, every, total+3*time.Second)
 			took := time.Since(start)
 			for _, w := range tt.want {
 				if !strings.Contains(got, w) {
@@ -174,21 +180,7 @@ func TestBodyMinRate(t *testing.T) {
 			if _, err := pw.Write(first); err != nil {
 				t.Fatal(err)
 			}
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			giveUp := time.After(rpc.MinRateGrace + 5*time.Second)
-			var got string
-		wait:
-			for {
-				select {
-				case got = <-out:
-					break wait
-				case <-tick.C:
-					pw.Write([]byte{'a'})
-				case <-giveUp:
-					t.Fatal("the body was never cut")
-				}
-			}
+			got := trickleUntilCut(t, pw, out, 100*time.Millisecond, rpc.MinRateGrace+5*time.Second)
 			took := time.Since(start)
 			for _, w := range tt.want {
 				if !strings.Contains(got, w) {

@@ -23,21 +23,30 @@ func compileCache(t *testing.T) string {
 	return t.TempDir()
 }
 
+// compileNopDelay compiles nop_delay on a runtime with callTimeout,
+// closed at the test's end.
+func compileNopDelay(t *testing.T, callTimeout time.Duration) *sandbox.Module {
+	t.Helper()
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, compileCache(t), sandbox.Limits{CallTimeout: callTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(ctx) })
+	m, err := rt.Compile(ctx, wasmexperts.NopDelay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // TestGuestSleeps runs nop_delay (time.Sleep in moe_forward): within a
 // call its sleep really waits, its callers leaving cut it short, and the instance then answers the next call.
 func TestGuestSleeps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const delay = 300 * time.Millisecond
-	rt, err := sandbox.NewRuntime(ctx, compileCache(t), sandbox.Limits{CallTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(ctx)
-	m, err := rt.Compile(ctx, wasmexperts.NopDelay)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := compileNopDelay(t, 2*time.Second)
 	dev := gpuhost.NewCPU(1)
 	start := time.Now()
 	inst, err := m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, []byte("s"), 0),
@@ -92,15 +101,7 @@ func TestGuestSleepBoundedByCallTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const timeout = 200 * time.Millisecond
-	rt, err := sandbox.NewRuntime(ctx, compileCache(t), sandbox.Limits{CallTimeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(ctx)
-	m, err := rt.Compile(ctx, wasmexperts.NopDelay)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := compileNopDelay(t, timeout)
 	dev := gpuhost.NewCPU(1)
 	inst, err := m.Instantiate(ctx, sandbox.Binding{Device: dev, Params: sandbox.NewParamStore(dev, []byte("s"), 0),
 		Config: map[string]int64{"hidden_dim": 2, "delay_ms": 20_000}})
