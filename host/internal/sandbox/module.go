@@ -39,6 +39,9 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if err == nil {
 		err = shape.checkImports()
 	}
+	if err == nil {
+		err = shape.checkCommand()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalidModule, digest, err)
 	}
@@ -111,7 +114,7 @@ func validate(cm wazero.CompiledModule) error {
 		if _, ok := exports[abi.ExportInitialize]; !ok {
 			// A WASI command's exports trap before _start; an expert
 			// must be a reactor, which the host initialises itself.
-			return fmt.Errorf("the module is a WASI command (it exports _start and no %s): build a Go expert with -buildmode=c-shared, a C one with -mexec-model=reactor", abi.ExportInitialize)
+			return errWASICommand
 		}
 	}
 	if _, ok := cm.ExportedMemories()[abi.ExportMemory]; !ok {

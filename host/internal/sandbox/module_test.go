@@ -72,6 +72,28 @@ func TestInvalidModulesAreRefused(t *testing.T) {
 	}
 }
 
+// TestCommandRefusedBeforeCompile: a WASI command is refused from its
+// export section, before any compile: the runtime's compile child is a
+// program that cannot start, so a module that reached the compile would
+// fail with that instead (a real child costs a process start that other
+// tenants' calls felt on a loaded box).
+func TestCommandRefusedBeforeCompile(t *testing.T) {
+	ctx := context.Background()
+	rt, err := sandbox.NewRuntime(ctx, t.TempDir(), sandbox.Limits{}, sandbox.WithCompileChild(filepath.Join(t.TempDir(), "no-such-child")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	wasm, err := badModules.ReadFile("testdata/bad_command.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rt.Compile(ctx, wasm)
+	if !errors.Is(err, sandbox.ErrInvalidModule) || !strings.Contains(err.Error(), "the module is a WASI command") {
+		t.Fatalf("got %v, want ErrInvalidModule naming a WASI command", err)
+	}
+}
+
 // FuzzCompile feeds arbitrary bytes to module validation and
 // instantiation: they must fail cleanly, never panic.
 func FuzzCompile(f *testing.F) {

@@ -147,6 +147,9 @@ type moduleShape struct {
 	codeBytes    int
 	codeBodies   int
 	declaredFunc int // the function section's count
+	// exportsStart and exportsInitialize say whether the module exports
+	// functions named _start and _initialize.
+	exportsStart, exportsInitialize bool
 	codeShape
 }
 
@@ -341,6 +344,24 @@ func (s *moduleShape) section(id byte, r *wasmReader) error {
 		}
 	case 6:
 		s.globals += n
+	case 7:
+		for range n {
+			name, err := r.name()
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			kind, err := r.byte()
+			if err != nil {
+				return fmt.Errorf("export %q: %w", name, err)
+			}
+			if _, err := r.u32(); err != nil {
+				return fmt.Errorf("export %q: %w", name, err)
+			}
+			if kind == 0 {
+				s.exportsStart = s.exportsStart || name == "_start"
+				s.exportsInitialize = s.exportsInitialize || name == abi.ExportInitialize
+			}
+		}
 	case 9:
 		s.elemSegs = n
 		for i := range n {
@@ -384,6 +405,20 @@ var allowedWASI = map[string]bool{
 	"clock_time_get": true, "fd_write": true, "poll_oneoff": true, "proc_exit": true,
 	"random_get": true, "sched_yield": true,
 }
+
+// checkCommand refuses a WASI command (it exports _start and no
+// _initialize) from its bytes, before a compile: its exports trap before
+// _start, and an expert must be a reactor, which the host initialises
+// itself. Compile's validate says the same of a module whose exports it
+// reads from the compiled module.
+func (s *moduleShape) checkCommand() error {
+	if s.exportsStart && !s.exportsInitialize {
+		return errWASICommand
+	}
+	return nil
+}
+
+var errWASICommand = fmt.Errorf("the module is a WASI command (it exports _start and no %s): build a Go expert with -buildmode=c-shared, a C one with -mexec-model=reactor", abi.ExportInitialize)
 
 // checkImports refuses imports of anything but the ABI's functions and
 // allowedWASI's.
