@@ -102,7 +102,7 @@ TEST_TAG ?=
 tagged = $(if $(TEST_TAG),2>&1 | sed -u 's/^/[$(1)] /')
 
 .PHONY: test
-test: examples ## Check formatting, vet, build without cgo, and run every test: with the race detector, and tests/ and the CLI end to end without it (about 6 minutes on 2 idle cores with a warm build cache, 9 from a fresh clone)
+test: examples ## Check formatting, vet, build without cgo, and run every test: with the race detector, and tests/ and the CLI end to end without it (about 3 minutes on 2 idle cores with a warm build cache)
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './gen/*' -not -path './.tmp/*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
