@@ -105,7 +105,7 @@ func TestCheckpointRestoreResumes(t *testing.T) {
 	if err := a.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob(filepath.Join(dirA, "ffn.0", "*"))
+	files, _ := filepath.Glob(filepath.Join(dirA, "ffn.0", "*.safetensors"))
 	if want := []string{"5.optim.safetensors", "5.safetensors"}; len(files) != 2 || filepath.Base(files[0]) != want[0] || filepath.Base(files[1]) != want[1] {
 		t.Fatalf("after shutdown: %v, want %v", files, want)
 	}

@@ -6,10 +6,12 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/internal/rpc"
+	"github.com/moehost/moehost/sdk/swarm"
 )
 
 // DHTConfig configures the server's DHT node. The zero value joins no one
@@ -141,10 +143,14 @@ func (s *Server) startDHT(ctx context.Context) (rpc.Discovery, error) {
 		c.Announce = []string{"http://" + s.Addr()}
 	}
 	period := s.cfg.updatePeriod
+	id, err := s.key.get()
+	if err != nil {
+		return nil, err
+	}
 	d, err := dht.New(ctx, dht.Config{
 		DataDir: s.cfg.dataDir, Listen: c.Listen, KeepPort: keep, InitialPeers: c.InitialPeers, URLs: c.Announce,
 		UpdatePeriod: period, Logger: s.log, Registerer: s.prom,
-		StoreBytes: c.StoreBytes, PeerBytes: c.PeerBytes,
+		StoreBytes: c.StoreBytes, PeerBytes: c.PeerBytes, Identity: id,
 	}, table{s.experts})
 	if err != nil {
 		return nil, err
@@ -190,8 +196,9 @@ func (t table) DHTExperts() []dht.Expert {
 	var out []dht.Expert
 	for _, e := range t.All() {
 		info := e.Info()
+		root, step, _ := t.reg.LatestState(info.GetUid())
 		out = append(out, dht.Expert{
-			UID: info.GetUid(), Digest: info.GetModuleDigest(),
+			UID: info.GetUid(), Digest: info.GetModuleDigest(), StateRoot: root, StateStep: step,
 			QueueDepth:       info.GetForwardPool().GetQueueDepth() + info.GetBackwardPool().GetQueueDepth(),
 			SamplesPerSecond: info.GetForwardPool().GetSamplesPerSecond(),
 		})
@@ -207,4 +214,28 @@ var _ rpc.Discovery = (*dht.Service)(nil)
 // WithoutDHT undoes WithDHT: the server runs no DHT.
 func WithoutDHT() Option {
 	return optionFunc(func(cfg *config) { cfg.dht = nil })
+}
+
+// hostKey is the server's libp2p key, loaded from the data dir once, by
+// whichever needs it first: the DHT node, or the checkpointer signing a
+// state root.
+type hostKey struct {
+	dataDir string
+	once    sync.Once
+	id      *swarm.Identity
+	err     error
+}
+
+func (k *hostKey) get() (*swarm.Identity, error) {
+	k.once.Do(func() { k.id, k.err = dht.LoadIdentity(k.dataDir) })
+	return k.id, k.err
+}
+
+// SignState signs a state root with the host's key (checkpoint.Signer).
+func (k *hostKey) SignState(root string) ([]byte, []byte, error) {
+	id, err := k.get()
+	if err != nil {
+		return nil, nil, err
+	}
+	return id.SignState(root)
 }

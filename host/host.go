@@ -76,6 +76,9 @@ type Server struct {
 	rpcMetrics *rpc.Metrics
 	history    *ui.History // the dashboard's load charts
 	experts    *experts.Registry
+	// key is the server's libp2p key (the DHT node's, and the signer of
+	// its state roots).
+	key *hostKey
 
 	mu       sync.Mutex
 	front    front            // the port and its HTTP server
@@ -148,6 +151,11 @@ func New(opts ...Option) (*Server, error) {
 		history:    ui.NewHistory(historyLen, historyRateLen, historyInterval),
 		life:       lifecycle{ready: make(chan struct{}), done: make(chan struct{})},
 	}
+	s.key = &hostKey{dataDir: cfg.dataDir}
+	ckpts := cfg.checkpointConfig()
+	if ckpts != nil && cfg.dht != nil {
+		ckpts.Signer = s.key
+	}
 	s.experts = experts.New(experts.Config{
 		Log:                cfg.logger,
 		DataDir:            cfg.dataDir,
@@ -158,7 +166,7 @@ func New(opts ...Option) (*Server, error) {
 		QueueShare:         s.queueShare,
 		HasTenant:          s.hasTenant,
 		ExclusiveInstances: cfg.exclusiveInstances,
-		Checkpoints:        cfg.checkpointConfig(),
+		Checkpoints:        ckpts,
 		Metrics:            experts.NewMetrics(prom),
 	})
 	prom.MustRegister(s.experts.HealthCollector())

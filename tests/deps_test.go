@@ -33,6 +33,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/internal/rpc", []string{"abi", "gen/", "sdk/swarm", "sdk/wire"}},
 		{"host/checkpoint", []string{"internal/atomicfile"}},
 		{"host/internal/dht", []string{"gen/", "internal/atomicfile", "sdk/swarm"}},
+		{"host/internal/blob", []string{"host/checkpoint", "internal/atomicfile"}},
 		{"host/internal/hivemind", []string{"abi", "gen/", "internal/atomicfile"}},
 		{"host/internal/ui", nil},
 		{"host/tenant", []string{"abi", "internal/atomicfile", "modules"}},

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -108,14 +109,26 @@ type Info struct {
 
 // Store is a directory of checkpoints.
 type Store struct {
-	dir  string
-	keep int
+	dir    string
+	keep   int
+	signer Signer
 }
+
+// Option configures a Store.
+type Option interface{ apply(*Store) }
+
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(s *Store) { f(s) }
+
+// WithSigner signs each checkpoint's state root as Save writes its
+// manifest. Default: manifests are written unsigned.
+func WithSigner(sg Signer) Option { return optionFunc(func(s *Store) { s.signer = sg }) }
 
 // Open returns the store in dir, creating dir, and removes the temp files
 // a crash mid-write left behind. keep is how many checkpoints per expert
 // Save leaves; keep < 1 keeps all.
-func Open(dir string, keep int) (*Store, error) {
+func Open(dir string, keep int, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating checkpoint dir: %w", err)
 	}
@@ -123,7 +136,11 @@ func Open(dir string, keep int) (*Store, error) {
 	for _, t := range tmps {
 		os.Remove(t)
 	}
-	return &Store{dir: dir, keep: keep}, nil
+	st := &Store{dir: dir, keep: keep}
+	for _, o := range opts {
+		o.apply(st)
+	}
+	return st, nil
 }
 
 // CheckDirName refuses a uid that cannot be a directory name of its own:
@@ -148,35 +165,226 @@ func (s *Store) paths(uid string, step int64) (params, optim string) {
 	return base + ".safetensors", base + ".optim.safetensors"
 }
 
-// Save writes c atomically, the optimizer file first, then prunes the
+func (s *Store) manifestPath(uid string, step int64) string {
+	return filepath.Join(s.dir, uid, strconv.FormatInt(step, 10)+".manifest")
+}
+
+// FileNames returns the names of the files of uid's checkpoint at step, in
+// a manifest's order: the optimizer's, then the parameters'.
+func FileNames(step int64) []string {
+	base := strconv.FormatInt(step, 10)
+	return []string{base + ".optim.safetensors", base + ".safetensors"}
+}
+
+// writeHashed writes data to path atomically and returns the hashes of
+// its chunks, taken as the bytes go to the file.
+func writeHashed(path string, data []byte) (FileHashes, error) {
+	var fh FileHashes
+	err := atomicfile.WriteFrom(path, func(w io.Writer) error {
+		c := newChunkHasher(w, int64(len(data)))
+		if _, err := c.Write(data); err != nil {
+			return err
+		}
+		fh = c.file(filepath.Base(path))
+		return nil
+	})
+	return fh, err
+}
+
+// Save writes c atomically, the optimizer file first, then the
+// parameters (the commit point) and the manifest, then prunes the
 // expert's older checkpoints beyond the store's keep.
 func (s *Store) Save(c *Checkpoint) error {
+	_, err := s.SaveManifest(c)
+	return err
+}
+
+// SaveManifest is Save, and returns the checkpoint's signed manifest.
+func (s *Store) SaveManifest(c *Checkpoint) (*SignedManifest, error) {
+	sm, err := s.save(c)
+	if err != nil {
+		return nil, err
+	}
+	return sm, s.prune(c.UID)
+}
+
+func (s *Store) save(c *Checkpoint) (*SignedManifest, error) {
 	if err := CheckDirName(c.UID); err != nil {
-		return err
+		return nil, err
 	}
 	md, err := c.Meta.encode()
 	if err != nil {
-		return fmt.Errorf("saving %q: %w", c.UID, err)
+		return nil, fmt.Errorf("saving %q: %w", c.UID, err)
 	}
 	params, err := Encode(c.Params, md)
 	if err != nil {
-		return fmt.Errorf("saving %q: params: %w", c.UID, err)
+		return nil, fmt.Errorf("saving %q: params: %w", c.UID, err)
 	}
 	optim, err := Encode(c.Optim, md)
 	if err != nil {
-		return fmt.Errorf("saving %q: optimizer: %w", c.UID, err)
+		return nil, fmt.Errorf("saving %q: optimizer: %w", c.UID, err)
 	}
 	if err := os.MkdirAll(filepath.Join(s.dir, c.UID), 0o755); err != nil {
-		return fmt.Errorf("saving %q: %w", c.UID, err)
+		return nil, fmt.Errorf("saving %q: %w", c.UID, err)
 	}
+	parent := s.parentRoot(c.UID, c.Step)
 	pp, op := s.paths(c.UID, c.Step)
-	if err := atomicfile.Write(op, optim); err != nil {
-		return fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
+	of, err := writeHashed(op, optim)
+	if err != nil {
+		return nil, fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
 	}
-	if err := atomicfile.Write(pp, params); err != nil {
-		return fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
+	pf, err := writeHashed(pp, params)
+	if err != nil {
+		return nil, fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
 	}
-	return s.prune(c.UID)
+	m := &Manifest{UID: c.UID, ModuleDigest: c.ModuleDigest, Config: c.Config, Step: c.Step,
+		Examples: c.Examples, Optimizer: c.Optimizer, Parent: parent, Files: []FileHashes{of, pf}}
+	sm, err := s.writeManifest(m)
+	if err != nil {
+		return nil, fmt.Errorf("saving %q step %d: %w", c.UID, c.Step, err)
+	}
+	return sm, nil
+}
+
+// parentRoot returns the root of uid's newest checkpoint before step, ""
+// if it has none (or its manifest does not read).
+func (s *Store) parentRoot(uid string, step int64) string {
+	steps, _ := s.steps(uid)
+	for _, st := range steps {
+		if st >= step {
+			continue
+		}
+		if sm, err := s.Manifest(uid, st); err == nil {
+			return sm.Root
+		}
+		return ""
+	}
+	return ""
+}
+
+// writeManifest signs m (with the store's signer, if any) and writes it
+// as its step's manifest file.
+func (s *Store) writeManifest(m *Manifest) (*SignedManifest, error) {
+	enc := m.Encode()
+	sm := &SignedManifest{Manifest: m, Encoded: enc, Root: RootOf(enc)}
+	if s.signer != nil {
+		pub, sig, err := s.signer.SignState(sm.Root)
+		if err != nil {
+			return nil, fmt.Errorf("signing the state root: %w", err)
+		}
+		sm.PublicKey, sm.Signature = pub, sig
+	}
+	if err := atomicfile.Write(s.manifestPath(m.UID, m.Step), EncodeSigned(enc, sm.PublicKey, sm.Signature)); err != nil {
+		return nil, err
+	}
+	return sm, nil
+}
+
+// Manifest returns the signed manifest of uid's checkpoint at step. A
+// checkpoint without one (written before manifests, or a crash came
+// between its parameter file and its manifest) gets one now, from its
+// files.
+func (s *Store) Manifest(uid string, step int64) (*SignedManifest, error) {
+	if err := CheckDirName(uid); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(s.manifestPath(uid, step))
+	if err == nil {
+		sm, err := DecodeSigned(b)
+		if err != nil {
+			return nil, fmt.Errorf("manifest of %q step %d: %w", uid, step, err)
+		}
+		if sm.Manifest.UID != uid || sm.Manifest.Step != step {
+			return nil, fmt.Errorf("%w: the manifest of %q step %d names %q step %d", ErrBadManifest, uid, step, sm.Manifest.UID, sm.Manifest.Step)
+		}
+		return sm, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	l, err := s.Open(uid, step, 0)
+	if err != nil {
+		return nil, err
+	}
+	meta := l.Meta
+	l.Close()
+	m := &Manifest{UID: uid, ModuleDigest: meta.ModuleDigest, Config: meta.Config, Step: step,
+		Examples: meta.Examples, Optimizer: meta.Optimizer, Parent: s.parentRoot(uid, step)}
+	pp, op := s.paths(uid, step)
+	for _, p := range []string{op, pp} {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := f.Stat()
+		if err == nil {
+			var fh FileHashes
+			fh, err = HashFile(filepath.Base(p), f, fi.Size())
+			m.Files = append(m.Files, fh)
+		}
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("hashing %s: %w", filepath.Base(p), err)
+		}
+	}
+	return s.writeManifest(m)
+}
+
+// Latest returns the step of uid's newest checkpoint; ok is false when
+// it has none.
+func (s *Store) Latest(uid string) (step int64, ok bool) {
+	if CheckDirName(uid) != nil {
+		return 0, false
+	}
+	steps, err := s.steps(uid)
+	if err != nil || len(steps) == 0 {
+		return 0, false
+	}
+	return steps[0], true
+}
+
+// Path returns the path of the file named name (a manifest's file name)
+// in uid's directory.
+func (s *Store) Path(uid, name string) string { return filepath.Join(s.dir, uid, name) }
+
+// PartPath returns where a pull keeps the file named name of uid while
+// it arrives.
+func (s *Store) PartPath(uid, name string) string {
+	return filepath.Join(s.dir, uid, ".part-"+name)
+}
+
+// Import commits a pulled checkpoint: the files of sm, which lie
+// verified at their PartPath, are synced and renamed into place (the
+// optimizer's first, the parameters' as the commit point), then the
+// signed manifest is written as received.
+func (s *Store) Import(sm *SignedManifest) error {
+	m := sm.Manifest
+	if err := CheckDirName(m.UID); err != nil {
+		return err
+	}
+	names := FileNames(m.Step)
+	if len(m.Files) != len(names) || m.Files[0].Name != names[0] || m.Files[1].Name != names[1] {
+		return fmt.Errorf("%w: the files of %q step %d are not %v", ErrBadManifest, m.UID, m.Step, names)
+	}
+	for _, f := range m.Files {
+		part := s.PartPath(m.UID, f.Name)
+		fd, err := os.OpenFile(part, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("importing %q step %d: %w", m.UID, m.Step, err)
+		}
+		err = fd.Sync()
+		fd.Close()
+		if err != nil {
+			return fmt.Errorf("importing %q step %d: %w", m.UID, m.Step, err)
+		}
+		if err := os.Rename(part, s.Path(m.UID, f.Name)); err != nil {
+			return fmt.Errorf("importing %q step %d: %w", m.UID, m.Step, err)
+		}
+	}
+	if err := atomicfile.Write(s.manifestPath(m.UID, m.Step), EncodeSigned(sm.Encoded, sm.PublicKey, sm.Signature)); err != nil {
+		return fmt.Errorf("importing %q step %d: %w", m.UID, m.Step, err)
+	}
+	return s.prune(m.UID)
 }
 
 // steps returns the expert's saved steps (those with a parameter file),
@@ -225,11 +433,19 @@ func (s *Store) prune(uid string) error {
 			return fmt.Errorf("pruning %q: %w", uid, err)
 		}
 		os.Remove(op)
+		os.Remove(s.manifestPath(uid, st))
 	}
 	optims, _ := filepath.Glob(filepath.Join(s.dir, uid, "*.optim.safetensors"))
 	for _, o := range optims {
 		if !kept[filepath.Base(o)] {
 			os.Remove(o)
+		}
+	}
+	manifests, _ := filepath.Glob(filepath.Join(s.dir, uid, "*.manifest"))
+	for _, m := range manifests {
+		step := strings.TrimSuffix(filepath.Base(m), ".manifest")
+		if !kept[step+".optim.safetensors"] {
+			os.Remove(m)
 		}
 	}
 	return nil

@@ -211,8 +211,8 @@ func TestStoreSaveLoadPrune(t *testing.T) {
 		t.Errorf("kept steps %v, want [11 10 5]", steps)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "ffn.0", "*"))
-	if len(files) != 6 {
-		t.Errorf("%d files left, want 6: %v", len(files), files)
+	if len(files) != 9 { // three files (optimizer, parameters, manifest) each
+		t.Errorf("%d files left, want 9: %v", len(files), files)
 	}
 	c, err := s.Load("ffn.0", 10, 0)
 	if err != nil {

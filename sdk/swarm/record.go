@@ -74,6 +74,12 @@ type Record struct {
 	SamplesPerSecond float64
 	// Children are the coordinates the server hosts right under a prefix.
 	Children []int32
+	// StateRoot is the state root ("sha256:<hex>") of the expert's latest
+	// checkpoint on the server, and StateStep its step (a uid's record
+	// only; "" when it has none). The server serves that state over
+	// /moehost/blob/1.0.0 to the peers it lets pull it.
+	StateRoot string
+	StateStep int64
 }
 
 // Live reports whether the record announces something: a uid's record
@@ -140,6 +146,7 @@ func (i *Identity) sign(r Record) ([]byte, error) {
 		Name: r.Name, PeerId: r.PeerID, Urls: r.URLs, Digest: r.Digest,
 		ExpiresUnixMs: r.Expires.UnixMilli(), QueueDepth: r.QueueDepth,
 		SamplesPerSecond: r.SamplesPerSecond, Children: r.Children,
+		StateRoot: r.StateRoot, StateStep: r.StateStep,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encoding record: %w", err)
@@ -210,6 +217,10 @@ func Decode(key string, value []byte, now time.Time) (Record, error) {
 		return bad("%d children, more than %d", len(body.GetChildren()), MaxChildren)
 	case math.IsNaN(body.GetSamplesPerSecond()) || body.GetSamplesPerSecond() < 0 || body.GetQueueDepth() < 0:
 		return bad("negative or NaN load")
+	case body.GetStateRoot() != "" && !validRoot(body.GetStateRoot()):
+		return bad("state root %.80q is not sha256:<64 hex digits>", body.GetStateRoot())
+	case body.GetStateStep() < 0 || body.GetStateRoot() == "" && body.GetStateStep() != 0:
+		return bad("state step %d without a root, or negative", body.GetStateStep())
 	}
 	for _, u := range body.GetUrls() {
 		if len(u) > MaxURLLen || !(strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) {
@@ -231,7 +242,22 @@ func Decode(key string, value []byte, now time.Time) (Record, error) {
 	return Record{
 		Name: name, PeerID: keyPeer, URLs: body.GetUrls(), Digest: body.GetDigest(), Expires: expires,
 		QueueDepth: body.GetQueueDepth(), SamplesPerSecond: body.GetSamplesPerSecond(), Children: body.GetChildren(),
+		StateRoot: body.GetStateRoot(), StateStep: body.GetStateStep(),
 	}, nil
+}
+
+// validRoot reports whether s is "sha256:" and 64 lowercase hex digits.
+func validRoot(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Validator is the DHT record validator of the moehost namespace, used by

@@ -22,6 +22,9 @@ func mustIdentity(t testing.TB) *swarm.Identity {
 	return id
 }
 
+// stateRoot is a well-formed state root.
+var stateRoot = "sha256:" + strings.Repeat("0123456789abcdef", 4)
+
 func TestDecode(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
@@ -77,6 +80,10 @@ func TestDecode(t *testing.T) {
 		{"negative child", swarm.Key(victim.PeerID(), "ffn."), sign(victim, with(func(r *swarm.Record) { r.Name, r.Children = "ffn.", []int32{-1} })), "negative child"},
 		{"other namespace", "/pk/" + victim.PeerID(), sign(victim, with(func(*swarm.Record) {})), "namespace"},
 		{"bad name", swarm.Key(victim.PeerID(), "ffn/3"), sign(victim, with(func(*swarm.Record) {})), "valid uid"},
+		{"with state", victimKey, sign(victim, with(func(r *swarm.Record) { r.StateRoot, r.StateStep = stateRoot, 20 })), ""},
+		{"bad state root", victimKey, sign(victim, with(func(r *swarm.Record) { r.StateRoot, r.StateStep = "sha256:zz", 20 })), "state root"},
+		{"state step without root", victimKey, sign(victim, with(func(r *swarm.Record) { r.StateStep = 20 })), "state step"},
+		{"negative state step", victimKey, sign(victim, with(func(r *swarm.Record) { r.StateRoot, r.StateStep = stateRoot, -1 })), "state step"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,6 +95,9 @@ func TestDecode(t *testing.T) {
 				}
 				if r.PeerID != victim.PeerID() || r.Expires.UnixMilli() != good.Expires.UnixMilli() {
 					t.Errorf("decoded %+v", r)
+				}
+				if tt.name == "with state" && (r.StateRoot != stateRoot || r.StateStep != 20) {
+					t.Errorf("state root %q step %d, want %q 20", r.StateRoot, r.StateStep, stateRoot)
 				}
 				if err := (swarm.Validator{Now: func() time.Time { return now }}).Validate(tt.key, tt.value); err != nil {
 					t.Errorf("Validate: %v", err)

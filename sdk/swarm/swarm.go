@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
@@ -718,4 +720,39 @@ func findMany(ctx context.Context, names []string, find func(context.Context, st
 	}
 	wg.Wait()
 	return out, first
+}
+
+// Stream is one libp2p stream of a protocol served beside the DHT (the
+// blob protocol): bytes both ways, a deadline, and Reset to abort.
+type Stream interface {
+	io.ReadWriteCloser
+	Reset() error
+	SetDeadline(time.Time) error
+}
+
+// HandleStream serves protocol on the node's host: fn gets each stream
+// a peer opens, with the peer's ID. Each stream is accounted in the
+// resource manager's scope of a service named after the protocol.
+func (n *Node) HandleStream(proto string, fn func(peer string, s Stream)) {
+	n.h.SetStreamHandler(protocol.ID(proto), func(s network.Stream) {
+		if err := s.Scope().SetService(proto); err != nil {
+			_ = s.Reset()
+			return
+		}
+		fn(s.Conn().RemotePeer().String(), s)
+	})
+}
+
+// OpenStream opens a stream of protocol to peer (a peer ID), dialing it
+// at the addresses the node knows.
+func (n *Node) OpenStream(ctx context.Context, peerID, proto string) (Stream, error) {
+	p, err := peer.Decode(peerID)
+	if err != nil {
+		return nil, fmt.Errorf("peer %q: %w", peerID, err)
+	}
+	s, err := n.h.NewStream(ctx, p, protocol.ID(proto))
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -527,7 +527,13 @@ type DHTRecord struct {
 	// samples_per_second is the expert's recent throughput.
 	SamplesPerSecond float64 `protobuf:"fixed64,7,opt,name=samples_per_second,json=samplesPerSecond,proto3" json:"samples_per_second,omitempty"`
 	// children are the coordinates this server hosts right under a prefix.
-	Children      []int32 `protobuf:"varint,8,rep,packed,name=children,proto3" json:"children,omitempty"`
+	Children []int32 `protobuf:"varint,8,rep,packed,name=children,proto3" json:"children,omitempty"`
+	// state_root is the root ("sha256:<hex>") of the state manifest of the
+	// expert's latest checkpoint on this server, which any host may pull
+	// from it over /moehost/blob/1.0.0 (empty: none, or checkpoints off).
+	StateRoot string `protobuf:"bytes,9,opt,name=state_root,json=stateRoot,proto3" json:"state_root,omitempty"`
+	// state_step is that checkpoint's step.
+	StateStep     int64 `protobuf:"varint,10,opt,name=state_step,json=stateStep,proto3" json:"state_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -616,6 +622,20 @@ func (x *DHTRecord) GetChildren() []int32 {
 		return x.Children
 	}
 	return nil
+}
+
+func (x *DHTRecord) GetStateRoot() string {
+	if x != nil {
+		return x.StateRoot
+	}
+	return ""
+}
+
+func (x *DHTRecord) GetStateStep() int64 {
+	if x != nil {
+		return x.StateStep
+	}
+	return 0
 }
 
 // SignedDHTRecord is the value stored in the DHT.
@@ -718,7 +738,7 @@ const file_moehost_v1_discovery_proto_rawDesc = "" +
 	"\fScoredExpert\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x122\n" +
-	"\tendpoints\x18\x03 \x03(\v2\x14.moehost.v1.EndpointR\tendpoints\"\xf7\x01\n" +
+	"\tendpoints\x18\x03 \x03(\v2\x14.moehost.v1.EndpointR\tendpoints\"\xb5\x02\n" +
 	"\tDHTRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
 	"\apeer_id\x18\x02 \x01(\tR\x06peerId\x12\x12\n" +
@@ -728,7 +748,12 @@ const file_moehost_v1_discovery_proto_rawDesc = "" +
 	"\vqueue_depth\x18\x06 \x01(\x03R\n" +
 	"queueDepth\x12,\n" +
 	"\x12samples_per_second\x18\a \x01(\x01R\x10samplesPerSecond\x12\x1a\n" +
-	"\bchildren\x18\b \x03(\x05R\bchildren\"f\n" +
+	"\bchildren\x18\b \x03(\x05R\bchildren\x12\x1d\n" +
+	"\n" +
+	"state_root\x18\t \x01(\tR\tstateRoot\x12\x1d\n" +
+	"\n" +
+	"state_step\x18\n" +
+	" \x01(\x03R\tstateStep\"f\n" +
 	"\x0fSignedDHTRecord\x12\x16\n" +
 	"\x06record\x18\x01 \x01(\fR\x06record\x12\x1d\n" +
 	"\n" +

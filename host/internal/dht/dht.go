@@ -45,8 +45,12 @@ const (
 
 // Expert is what is announced of one hosted expert.
 type Expert struct {
-	UID              string
-	Digest           string
+	UID    string
+	Digest string
+	// StateRoot and StateStep name the expert's latest checkpoint ("":
+	// none).
+	StateRoot        string
+	StateStep        int64
 	QueueDepth       int64
 	SamplesPerSecond float64
 }
@@ -85,6 +89,9 @@ type Config struct {
 	// StoreBytes and PeerBytes bound the node's DHT store: see
 	// swarm.Config.
 	StoreBytes, PeerBytes int64
+	// Identity is the node's key; nil loads it from DataDir
+	// (LoadIdentity).
+	Identity *swarm.Identity
 }
 
 // Service is the server's DHT node and announcer.
@@ -117,9 +124,12 @@ func New(ctx context.Context, cfg Config, experts Experts) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	id, err := loadIdentity(filepath.Join(cfg.DataDir, KeyFile))
-	if err != nil {
-		return nil, err
+	id := cfg.Identity
+	if id == nil {
+		var err error
+		if id, err = LoadIdentity(cfg.DataDir); err != nil {
+			return nil, err
+		}
 	}
 	listen := cfg.Listen
 	if cfg.KeepPort {
@@ -197,6 +207,12 @@ func tcpPort(addrs []string) string {
 		}
 	}
 	return ""
+}
+
+// LoadIdentity reads the node's key (KeyFile) in dataDir, or makes one
+// and writes it there.
+func LoadIdentity(dataDir string) (*swarm.Identity, error) {
+	return loadIdentity(filepath.Join(dataDir, KeyFile))
 }
 
 // loadIdentity reads the key at path, or makes one and writes it there.
@@ -358,6 +374,7 @@ func (s *Service) records(now time.Time) []swarm.Record {
 		}
 		recs = append(recs, swarm.Record{
 			Name: e.UID, URLs: s.cfg.URLs, Digest: e.Digest, Expires: expires,
+			StateRoot: e.StateRoot, StateStep: e.StateStep,
 			QueueDepth: e.QueueDepth, SamplesPerSecond: e.SamplesPerSecond,
 		})
 		prefixes, coords := swarm.Prefixes(e.UID)

@@ -238,6 +238,9 @@ type CheckpointConfig struct {
 	// AllowModuleChange restores a checkpoint saved by another module
 	// digest, as long as the parameters' names and shapes match.
 	AllowModuleChange bool
+	// Signer signs each checkpoint's state root; nil writes manifests
+	// unsigned.
+	Signer checkpoint.Signer
 	// Disabled turns checkpoints off, as if WithCheckpoints were not
 	// given (serve's --no-checkpoints).
 	Disabled bool
@@ -257,6 +260,8 @@ type checkpointer struct {
 	// savedAt is each expert's trainer.updates when its state was last
 	// written or restored: while they match, a save has nothing to do.
 	savedAt map[string]int64
+	// roots is the state root of the checkpoint at saved[uid].
+	roots map[string]string
 }
 
 // restore loads the newest checkpoint of e that validates. A corrupt one
@@ -292,9 +297,16 @@ func (c *checkpointer) restore(e *Expert) error {
 			}
 			return err
 		}
+		root := ""
+		if sm, err := c.store.Manifest(e.uid, in.Step); err != nil {
+			c.reg.log.Warn("the restored checkpoint has no manifest: its state is not announced", "uid", e.uid, "step", in.Step, "err", err)
+		} else {
+			root = sm.Root
+		}
 		c.mu.Lock()
 		c.saved[e.uid], c.savedTime[e.uid] = ck.Step, in.Time
 		c.savedAt[e.uid] = e.trainer.updates.Load() // nothing else runs it yet
+		c.roots[e.uid] = root
 		c.mu.Unlock()
 		c.reg.log.Info("restored checkpoint", "uid", e.uid, "step", ck.Step, "examples", ck.Examples)
 		return nil
@@ -378,9 +390,11 @@ func (c *checkpointer) write(ctx context.Context, e *Expert, onWorker, force boo
 		c.savedAt[e.uid] = gen
 		return snap.Step, false, nil
 	}
-	if err := c.store.Save(snap); err != nil {
+	sm, err := c.store.SaveManifest(snap)
+	if err != nil {
 		return 0, false, err
 	}
+	c.roots[e.uid] = sm.Root
 	c.saved[e.uid], c.savedTime[e.uid] = snap.Step, time.Now()
 	c.savedAt[e.uid] = gen
 	return snap.Step, true, nil
@@ -485,11 +499,16 @@ func optimizerJSON(o gpuhost.OptimizerConfig) string {
 // openCheckpointer opens the checkpoint store of cfg (Dir and Keep
 // resolved) for r's experts.
 func openCheckpointer(cfg CheckpointConfig, r *Registry) (*checkpointer, error) {
-	store, err := checkpoint.Open(cfg.Dir, cfg.Keep)
+	var opts []checkpoint.Option
+	if cfg.Signer != nil {
+		opts = append(opts, checkpoint.WithSigner(cfg.Signer))
+	}
+	store, err := checkpoint.Open(cfg.Dir, cfg.Keep, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &checkpointer{store: store, cfg: cfg, reg: r, saved: map[string]int64{}, savedTime: map[string]time.Time{}, savedAt: map[string]int64{}}, nil
+	return &checkpointer{store: store, cfg: cfg, reg: r, saved: map[string]int64{}, savedTime: map[string]time.Time{},
+		savedAt: map[string]int64{}, roots: map[string]string{}}, nil
 }
 
 // StartSaving starts saving every period the checkpoints of the experts
@@ -570,6 +589,31 @@ func (r *Registry) LastCheckpoint(uid string) (step int64, at time.Time, ok bool
 		return 0, time.Time{}, false
 	}
 	return c.last(uid)
+}
+
+// LatestState returns the state root and step of the checkpoint of uid
+// last written or restored; ok is false when there is none, or
+// checkpoints are off.
+func (r *Registry) LatestState(uid string) (root string, step int64, ok bool) {
+	c, err := r.checkpointer()
+	if err != nil {
+		return "", 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	root, ok = c.roots[uid]
+	return root, c.saved[uid], ok && root != ""
+}
+
+// CheckpointStore returns the checkpoint store, or ErrCheckpointsOff.
+// Its files are immutable once written, so that the blob room serves
+// them without any lock of the experts'.
+func (r *Registry) CheckpointStore() (*checkpoint.Store, error) {
+	c, err := r.checkpointer()
+	if err != nil {
+		return nil, err
+	}
+	return c.store, nil
 }
 
 // Checkpoints lists uid's stored checkpoints, newest first.

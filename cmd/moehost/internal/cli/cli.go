@@ -194,7 +194,7 @@ is bitwise equal, and each restores the other's checkpoints.`,
 	f.StringVar(&dataDir, "data-dir", host.DefaultDataDir, "directory for the server's state")
 	f.StringVar(&compileCache, "compile-cache", "", "directory for compiled modules, which servers on one machine may share (default $"+host.CompileCacheEnv+", else cache/wazero in the data dir)")
 	f.StringVar(&pattern, "experts", "ffn.[0:4]", "expert uids, in hivemind's expert_pattern syntax")
-	f.StringVar(&module, "module", "ffn-c", "expert module: a .wasm file, or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
+	f.StringVar(&module, "module", "ffn-c", "expert module: a .wasm file, a module in the data dir's store by digest (sha256:<hex>, as moehost pull prints it), or a built-in example ("+strings.Join(wasmexperts.BuiltinNames(), ", ")+")")
 	f.Int64Var(&hiddenDim, "hidden-dim", 1024, `the experts' "hidden_dim" config value (a --module file gets it only when this flag is given)`)
 	f.StringVar(&optimizer, "optimizer", "adam", "optimizer applied after each backward batch: adam, adamw, sgd or none")
 	f.Float64Var(&lr, "lr", 0, "learning rate; 0 means the optimizer's default (adam 1e-3, sgd 1e-2)")
@@ -267,6 +267,14 @@ var wasmMagic = []byte("\x00asm")
 // that starts like a WebAssembly binary. Errors name the file, or list the
 // built-ins when the name is neither.
 func moduleSource(module string) (host.ModuleSource, error) {
+	if strings.HasPrefix(module, "sha256:") {
+		// A module in the data dir's store, by digest (as moehost pull
+		// prints it); the server checks that it is there.
+		if _, err := modules.ParseDigest(module); err != nil {
+			return host.ModuleSource{}, fmt.Errorf("--module %q: %w", module, err)
+		}
+		return host.ModuleDigest(module), nil
+	}
 	if wasm, ok := wasmexperts.Builtin(module); ok {
 		src := host.NamedModuleBytes(module, wasm)
 		for _, t := range wasmexperts.Twins(module) {

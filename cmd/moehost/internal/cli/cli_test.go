@@ -5,11 +5,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/moehost/moehost/cmd/moehost/internal/loadgen"
+	"github.com/moehost/moehost/host"
 )
 
 // TestServeErrors runs `moehost serve` with what newcomers get wrong, and
@@ -179,5 +181,19 @@ func TestChildMedians(t *testing.T) {
 		if !strings.Contains(got, label) {
 			t.Errorf("childMedians of builds a/moehost, b/moehost, c/other: no %q in\n%s", label, got)
 		}
+	}
+}
+
+// TestModuleSourceDigest: --module sha256:<hex> names a stored module by
+// digest, and a malformed digest is refused before the server starts.
+func TestModuleSourceDigest(t *testing.T) {
+	t.Parallel()
+	d := "sha256:" + strings.Repeat("ab", 32)
+	src, err := moduleSource(d)
+	if err != nil || !reflect.DeepEqual(src, host.ModuleDigest(d)) {
+		t.Errorf("moduleSource(%s) = %+v, %v; want host.ModuleDigest", d, src, err)
+	}
+	if _, err := moduleSource("sha256:zz"); err == nil {
+		t.Error("a malformed digest was accepted")
 	}
 }

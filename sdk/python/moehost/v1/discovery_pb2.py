@@ -19,16 +19,17 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
     b'\x01 \x03(\x01R\x06values"H\n\x12BeamSearchResponse\x122\n\x07experts\x18\x01 \x03(\x0b2\x18.'
     b'moehost.v1.ScoredExpertR\x07experts"j\n\x0cScoredExpert\x12\x10\n\x03uid\x18\x01 \x01(\tR\x03'
     b'uid\x12\x14\n\x05score\x18\x02 \x01(\x01R\x05score\x122\n\tendpoints\x18\x03 \x03(\x0b2\x14.m'
-    b'oehost.v1.EndpointR\tendpoints"\xf7\x01\n\tDHTRecord\x12\x12\n\x04name\x18\x01 \x01(\tR\x04na'
+    b'oehost.v1.EndpointR\tendpoints"\xb5\x02\n\tDHTRecord\x12\x12\n\x04name\x18\x01 \x01(\tR\x04na'
     b'me\x12\x17\n\x07peer_id\x18\x02 \x01(\tR\x06peerId\x12\x12\n\x04urls\x18\x03 \x03(\tR\x04urls'
     b'\x12\x16\n\x06digest\x18\x04 \x01(\tR\x06digest\x12&\n\x0fexpires_unix_ms\x18\x05 \x01(\x03R'
     b'\rexpiresUnixMs\x12\x1f\n\x0bqueue_depth\x18\x06 \x01(\x03R\nqueueDepth\x12,\n\x12samples_per'
     b'_second\x18\x07 \x01(\x01R\x10samplesPerSecond\x12\x1a\n\x08children\x18\x08 \x03(\x05R\x08ch'
-    b'ildren"f\n\x0fSignedDHTRecord\x12\x16\n\x06record\x18\x01 \x01(\x0cR\x06record\x12\x1d\n\npub'
-    b'lic_key\x18\x02 \x01(\x0cR\tpublicKey\x12\x1c\n\tsignature\x18\x03 \x01(\x0cR\tsignature2\xb9'
-    b'\x01\n\x10DiscoveryService\x12S\n\x0bFindExperts\x12\x1e.moehost.v1.FindExpertsRequest\x1a'
-    b'\x1f.moehost.v1.FindExpertsResponse"\x03\x90\x02\x01\x12P\n\nBeamSearch\x12\x1d.moehost.v1.Be'
-    b'amSearchRequest\x1a\x1e.moehost.v1.BeamSearchResponse"\x03\x90\x02\x01b\x06proto3'
+    b'ildren\x12\x1d\n\nstate_root\x18\t \x01(\tR\tstateRoot\x12\x1d\n\nstate_step\x18\n \x01(\x03R'
+    b'\tstateStep"f\n\x0fSignedDHTRecord\x12\x16\n\x06record\x18\x01 \x01(\x0cR\x06record\x12\x1d\n'
+    b'\npublic_key\x18\x02 \x01(\x0cR\tpublicKey\x12\x1c\n\tsignature\x18\x03 \x01(\x0cR\tsignature'
+    b'2\xb9\x01\n\x10DiscoveryService\x12S\n\x0bFindExperts\x12\x1e.moehost.v1.FindExpertsRequest'
+    b'\x1a\x1f.moehost.v1.FindExpertsResponse"\x03\x90\x02\x01\x12P\n\nBeamSearch\x12\x1d.moehost.v'
+    b'1.BeamSearchRequest\x1a\x1e.moehost.v1.BeamSearchResponse"\x03\x90\x02\x01b\x06proto3'
 )
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "moehost.v1.discovery_pb2", globals())
