@@ -35,6 +35,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/internal/dht", []string{"gen/", "internal/atomicfile", "sdk/swarm"}},
 		{"host/internal/hivemind", []string{"abi", "gen/", "internal/atomicfile"}},
 		{"host/internal/ui", nil},
+		{"host/internal/certs", nil},
 		{"host/tenant", []string{"abi", "internal/atomicfile", "modules"}},
 		{"host", []string{"abi", "gpuhost", "gen/", "host/", "internal/", "modules", "sdk/swarm", "sdk/wire"}},
 	}
