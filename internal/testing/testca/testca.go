@@ -176,3 +176,16 @@ func serial() *big.Int {
 	}
 	return n
 }
+
+// LoadPool reads a PEM CA file into a pool.
+func LoadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s: no PEM certificate", path)
+	}
+	return p, nil
+}
