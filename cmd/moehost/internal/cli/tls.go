@@ -16,10 +16,7 @@ import (
 const caFileEnv = "MOEHOST_CA_FILE"
 
 // caFlag is --ca-file, for the commands that call a server.
-type caFlag struct {
-	file string
-	set  bool
-}
+type caFlag struct{ file string }
 
 func (c *caFlag) register(f *pflag.FlagSet) {
 	f.StringVar(&c.file, "ca-file", "", "PEM file of the CA that signed an https:// server's certificate, trusted beside the system's roots (default $"+caFileEnv+")")
