@@ -3,6 +3,8 @@ package tests
 import (
 	"bytes"
 	"crypto/tls"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -310,3 +312,54 @@ func TestTLSCLI(t *testing.T) {
 
 // caFileEnv is the CLI's environment variable for --ca-file.
 const caFileEnv = "MOEHOST_CA_FILE"
+
+// TestReadmeTLS runs the README's TLS lines as written (openssl's
+// self-signed certificate, serve with it, forward and grpcurl trusting
+// it), on a free port in place of 127.0.0.1:7700.
+func TestReadmeTLS(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("no openssl:", err)
+	}
+	blocks := readmeBlocks(t, "## TLS", "\n## ")
+	if len(blocks) != 1 {
+		t.Fatalf("the TLS section has %d code blocks, want 1", len(blocks))
+	}
+	block := blocks[0]
+	for _, want := range []string{"openssl req -x509", "moehost serve --tls-cert cert.pem --tls-key key.pem &", "--ca-file cert.pem", "grpcurl -cacert cert.pem"} {
+		if !strings.Contains(block, want) {
+			t.Fatalf("the TLS section's lines have no %q:\n%s", want, block)
+		}
+	}
+	bin, gc := moehostBinary(t), grpcurl(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n")
+	for _, line := range strings.Split(block, "\n") {
+		line = strings.ReplaceAll(line, "127.0.0.1:7700", addr)
+		line = strings.Replace(line, "moehost serve", "moehost serve --listen "+addr+" --module nop --hidden-dim 4", 1)
+		script.WriteString(line + "\n")
+		if strings.HasSuffix(line, "&") {
+			// A plaintext request gets the TLS port's 400: it is up.
+			fmt.Fprintf(&script, "for i in $(seq 600); do curl -s -o /dev/null http://%s/ && break; sleep 0.2; done\n", addr)
+		}
+	}
+	cmd := exec.Command("bash", "-c", script.String())
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+filepath.Dir(gc)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"MOEHOST_TOKEN=", caFileEnv+"=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's TLS lines failed: %v\n%s\n%s", err, script.String(), out)
+	}
+	for _, want := range []string{`{"outputs":[{"shape":[2,4]`, "moehost.v1.ExpertService\n", "tls=true"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the README's TLS lines printed no %q:\n%s", want, out)
+		}
+	}
+}
