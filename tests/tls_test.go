@@ -256,9 +256,9 @@ func TestTLSGRPCurlAndBufCurl(t *testing.T) {
 }
 
 // TestTLSCLI: the CLI calls an https:// server with --ca-file or
-// $MOEHOST_CA_FILE (forward, experts, discover --server, which prints
-// the https:// URL the DHT record announces); without either it fails
-// with a message that names --ca-file.
+// $MOEHOST_CA_FILE (forward, experts, checkpoint save, discover --server,
+// which prints the https:// URL the DHT record announces); without either
+// it fails with a message that names --ca-file.
 func TestTLSCLI(t *testing.T) {
 	t.Parallel()
 	f := testCA(t)
@@ -289,6 +289,12 @@ func TestTLSCLI(t *testing.T) {
 			stdout, stderr, err = run(tc.env, append([]string{"experts", "--server", s.url}, tc.args...)...)
 			if err != nil || !strings.Contains(stdout, "nop.0\t") || !strings.Contains(stdout, "nop.1\t") {
 				t.Errorf("experts: %v\n%s%s", err, stdout, stderr)
+			}
+			// The checkpoint commands have their own --server: a save
+			// over https, as the operator on loopback.
+			stdout, stderr, err = run(tc.env, append([]string{"checkpoint", "save", "nop.0", "--server", s.url}, tc.args...)...)
+			if err != nil || !strings.HasPrefix(stdout, "nop.0\tstep 0\t") {
+				t.Errorf("checkpoint save: %v\n%s%s", err, stdout, stderr)
 			}
 		})
 	}
