@@ -245,7 +245,8 @@ test-swarm-adversarial: ## The swarm under longer attacks from outside peers aga
 test-python: ## Test sdk/python against a live `moehost serve`, and installed with pip into a fresh venv (installs Debian's python3-torch, -grpcio, -protobuf, -numpy, -venv, -setuptools, -wheel if missing)
 	./scripts/install-python-deps.sh
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
-	MOEHOST_BIN=$(BIN)/moehost $(PYTHON) -m unittest discover -s sdk/python/tests -p 'test_*.py' -v
+	$(GO) build -o $(BIN)/testca ./internal/cmd/testca
+	MOEHOST_BIN=$(BIN)/moehost MOEHOST_TESTCA=$(BIN)/testca $(PYTHON) -m unittest discover -s sdk/python/tests -p 'test_*.py' -v
 
 HIVEMIND1 := $(CURDIR)/.tmp/hivemind1
 
@@ -333,16 +334,18 @@ checkui: ui ## Fail if the committed dashboard build (host/internal/ui/dist) dif
 .PHONY: test-ts
 test-ts: ## Test the TypeScript client in Node against a live moehost serve
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
-	cd $(TS_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost $(NPM) test
+	$(GO) build -o $(BIN)/testca ./internal/cmd/testca
+	cd $(TS_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost MOEHOST_TESTCA=$(BIN)/testca $(NPM) test
 
 .PHONY: test-web
 test-web: ## Browser tests of the dashboard and of CORS in headless Chromium (installs Debian's chromium if missing)
 	@test -x $(CHROMIUM) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
+	$(GO) build -o $(BIN)/testca ./internal/cmd/testca
 	@# The browser tests compile sdk/ts's sources too: install its packages,
 	@# so that this target works alone on a fresh clone.
 	cd $(TS_DIR) && $(NPM_CI)
-	cd $(WEB_TEST_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost CHROMIUM=$(CHROMIUM) \
+	cd $(WEB_TEST_DIR) && $(NPM_CI) && MOEHOST_BIN=$(BIN)/moehost MOEHOST_TESTCA=$(BIN)/testca CHROMIUM=$(CHROMIUM) \
 	  WEB_TEST_OUT=$(CURDIR)/.tmp/test-web $(NPM) test
 
 # The CUDA device (gpuhost/internal/cuda): Debian's CUDA 11.8 toolkit

@@ -16,7 +16,8 @@ import (
 
 // DHTConfig configures the server's DHT node. The zero value joins no one
 // (a one-node swarm) on a TCP port of the listen host that it keeps
-// across restarts, and announces "http://" plus the bound address.
+// across restarts, and announces "http://" (with WithTLS "https://") plus
+// the bound address.
 type DHTConfig struct {
 	// Listen are libp2p multiaddrs to listen on. Default: a TCP port on
 	// the host of the server's listen address, the same across restarts
@@ -28,7 +29,8 @@ type DHTConfig struct {
 	// file. Default none.
 	InitialPeers []string
 	// Announce are the public base URLs of this server, put in its
-	// records. Default "http://" plus the bound address; required when
+	// records. Default "http://" plus the bound address, "https://" with
+	// WithTLS; required when
 	// the server listens on an unspecified address (0.0.0.0, ::).
 	Announce []string
 	// StoreBytes bounds what the node stores in the DHT, its own records
@@ -140,7 +142,7 @@ func (s *Server) startDHT(ctx context.Context) (rpc.Discovery, error) {
 		c.Listen = dhtListen(s.cfg.listen)
 	}
 	if len(c.Announce) == 0 {
-		c.Announce = []string{"http://" + s.Addr()}
+		c.Announce = []string{s.cfg.scheme() + "://" + s.Addr()}
 	}
 	period := s.cfg.updatePeriod
 	id, err := s.key.get()

@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/moehost/moehost/gpuhost"
+	"github.com/moehost/moehost/host/internal/certs"
 	"github.com/moehost/moehost/host/internal/dht"
 	"github.com/moehost/moehost/host/internal/experts"
 	"github.com/moehost/moehost/host/internal/hivemind"
@@ -84,6 +85,7 @@ type Server struct {
 	front    front            // the port and its HTTP server
 	sampler  stopper          // the dashboard's load sampler
 	dht      *dht.Service     // nil without WithDHT
+	certs    *certs.Reloader  // the port's certificate; nil without WithTLS
 	hivemind *hivemind.Server // nil without WithHivemind
 	// tenants is the tenants file's set (nil without WithTenants), and
 	// stopTenants stops its SIGHUP watch.
@@ -238,6 +240,9 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.front.ln, s.front.addr = ln, ln.Addr().String()
 	s.mu.Unlock()
+	if err := s.openCerts(); err != nil {
+		return err
+	}
 	devs, err := s.openExperts(ctx)
 	if err != nil {
 		return err
@@ -312,7 +317,7 @@ func (s *Server) serveHTTP(ln net.Listener, discovery rpc.Discovery) {
 	mux.Handle("/", rpc.NewHandler(table{s.experts}, opts))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
+	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS; serveTLS turns it off
 	// ReadHeaderTimeout cuts a client that never finishes its headers,
 	// IdleTimeout closes a connection (its descriptor) that carries no
 	// request. There is no ReadTimeout or WriteTimeout: on HTTP/1 either
@@ -326,13 +331,21 @@ func (s *Server) serveHTTP(ln net.Listener, discovery rpc.Discovery) {
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:          httpErrorLog(s.log),
 	}
 	serveErr := make(chan error, 1)
+	tls := s.serveTLS(srv)
 	s.mu.Lock()
 	s.front.ln, s.front.httpSrv, s.front.serveErr, s.front.startTime = ln, srv, serveErr, time.Now()
+	if tls {
+		s.front.served = append(s.front.served, "tls", true, "client_certs", s.cfg.tls.ClientCAFile != "")
+	}
 	s.mu.Unlock()
-	go func() { serveErr <- srv.Serve(ln) }()
+	if tls {
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
 }
 
 // openExperts opens the data dir's compilation cache and module store
@@ -473,7 +486,7 @@ func (s *Server) release(ctx context.Context) error {
 	} else if f.ln != nil {
 		errs = append(errs, f.ln.Close())
 	}
-	errs = append(errs, s.experts.Close(ctx))
+	errs = append(errs, s.experts.Close(ctx), s.closeCerts(ctx))
 	errs = append(errs, s.closeDHT(ctx), s.closeHivemind(ctx))
 	errs = append(errs, s.experts.CloseDevices(closeDevices))
 	return errors.Join(errs...)

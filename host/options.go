@@ -73,6 +73,7 @@ type config struct {
 	// exclusiveInstances: WithExclusiveInstances (share.go).
 	exclusiveInstances bool
 	dht                *DHTConfig
+	tls                *TLSConfig      // WithTLS (tls.go)
 	hivemind           *HivemindConfig // WithHivemind (hivemind.go)
 	// device is WithDevice's spec, and deviceOpts WithDeviceOptions'
 	// (devices.go).
@@ -233,6 +234,9 @@ func (c *config) validate() error {
 	}
 	if c.dataDir == "" {
 		return errors.New("moehost: data dir is empty")
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
 	}
 	if err := c.validateDHT(); err != nil {
 		return err

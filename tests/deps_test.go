@@ -36,6 +36,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"host/internal/blob", []string{"host/checkpoint", "internal/atomicfile"}},
 		{"host/internal/hivemind", []string{"abi", "gen/", "internal/atomicfile"}},
 		{"host/internal/ui", nil},
+		{"host/internal/certs", nil},
 		{"host/tenant", []string{"abi", "internal/atomicfile", "modules"}},
 		{"host", []string{"abi", "gpuhost", "gen/", "host/", "internal/", "modules", "sdk/swarm", "sdk/wire"}},
 	}

@@ -98,19 +98,26 @@ func serveIn(t *testing.T, dataDir string, args ...string) *served {
 			s.log = append(s.log, sc.Text())
 			s.mu.Unlock()
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				ready <- m[1]
+				scheme := "http://"
+				if strings.Contains(sc.Text(), " tls=true") {
+					scheme = "https://"
+				}
+				ready <- scheme + m[1]
 			}
 		}
 		close(ready)
 	}()
 	select {
-	case addr, ok := <-ready:
+	case url, ok := <-ready:
 		if !ok {
 			t.Fatalf("serve exited before serving:\n%s", s.logText())
 		}
-		s.url = "http://" + addr
+		s.url = url
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("serve did not start:\n%s", s.logText())
+	}
+	if slices.Contains(args, "--no-dht") {
+		return s
 	}
 	b, err := os.ReadFile(filepath.Join(dataDir, "dht-addrs"))
 	if err != nil {

@@ -4,6 +4,9 @@
 //	c := client.New("http://127.0.0.1:7700")
 //	out, err := c.Expert("ffn.0").Forward(ctx, client.Float32([]int64{2, 1024}, x))
 //
+// An https:// URL speaks TLS, trusting the system's roots; WithTLSConfig
+// gives a private CA (RootCAs) or a client certificate.
+//
 // To find experts, join the DHT swarm with NewSwarm (or ask a server's
 // DiscoveryService with NewDiscoveryClient); MixtureOfExperts calls the
 // top-k experts of a grid that beam search picks. A tenant trains its own
@@ -12,6 +15,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -33,6 +37,7 @@ type Option interface{ apply(*options) }
 
 type options struct {
 	http     connect.HTTPClient
+	tls      *tls.Config
 	protocol string    // "connect", "grpc", "grpcweb"
 	wire     abi.DType // float32, float16 or bfloat16
 	timeout  time.Duration
@@ -49,6 +54,16 @@ func (f optionFunc) apply(o *options) { f(o) }
 // instead of failing them with a reset connection.
 func WithHTTPClient(c connect.HTTPClient) Option {
 	return optionFunc(func(o *options) { o.http = c })
+}
+
+// WithTLSConfig sets the TLS config of the HTTP client that New makes,
+// for https:// URLs: RootCAs to trust a private CA (see
+// x509.CertPool.AppendCertsFromPEM), Certificates for a server that asks
+// for client certificates (moehost serve --tls-client-ca). The client
+// keeps a clone. Default: the system's roots and no client certificate.
+// It is ignored with WithHTTPClient, whose transport has its own.
+func WithTLSConfig(c *tls.Config) Option {
+	return optionFunc(func(o *options) { o.tls = c.Clone() })
 }
 
 // WithTimeout bounds each call of a RemoteExpert (Info, Forward,
@@ -92,7 +107,7 @@ type Client struct {
 }
 
 // New returns a client of the server at baseURL ("http://host:port", or
-// "host:port" for plain HTTP).
+// "host:port" for plain HTTP; "https://host:port" for TLS).
 func New(baseURL string, opts ...Option) *Client {
 	hc, url, copts, own := connectSetup(baseURL, opts)
 	o := applyOptions(opts)
@@ -118,7 +133,7 @@ func connectSetup(baseURL string, opts []Option) (hc connect.HTTPClient, url str
 		baseURL = "http://" + baseURL
 	}
 	if o.http == nil {
-		own = defaultHTTPClient(strings.HasPrefix(baseURL, "http://"))
+		own = defaultHTTPClient(strings.HasPrefix(baseURL, "http://"), o.tls)
 		o.http = own
 	}
 	switch o.protocol {
@@ -169,7 +184,10 @@ func (c *Client) Close() {
 	}
 }
 
-func defaultHTTPClient(cleartext bool) *http.Client {
+// defaultHTTPClient speaks HTTP/2: in cleartext (h2c) for http:// URLs,
+// and over TLS, with conf, for https:// ones (HTTP/1.1 only where the
+// server's ALPN offers no h2).
+func defaultHTTPClient(cleartext bool, conf *tls.Config) *http.Client {
 	protocols := new(http.Protocols)
 	if cleartext {
 		protocols.SetUnencryptedHTTP2(true)
@@ -177,7 +195,7 @@ func defaultHTTPClient(cleartext bool) *http.Client {
 		protocols.SetHTTP2(true)
 		protocols.SetHTTP1(true)
 	}
-	return &http.Client{Transport: &http.Transport{Protocols: protocols}}
+	return &http.Client{Transport: &http.Transport{Protocols: protocols, TLSClientConfig: conf}}
 }
 
 // Expert returns a handle to the expert uid on the server. It makes no

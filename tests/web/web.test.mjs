@@ -16,9 +16,13 @@ import { fileURLToPath } from "node:url";
 
 import { chromium } from "playwright-core";
 
-import { startServer } from "../../sdk/ts/test/serve.mjs";
+import { makeCA, startServer } from "../../sdk/ts/test/serve.mjs";
 
 const HIDDEN = 64;
+const CHROMIUM_ARGS = [
+  "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+];
 const OUT = process.env.WEB_TEST_OUT ?? fileURLToPath(new URL("out", import.meta.url));
 const DIST = fileURLToPath(new URL("dist", import.meta.url));
 const FFN_C = fileURLToPath(new URL("../../examples/wasm-experts/ffn-c/ffn-c.wasm", import.meta.url));
@@ -52,13 +56,7 @@ before(async () => {
     "--module", "ffn", "--hidden-dim", String(HIDDEN), "--experts", "ffn.[0:3]",
     "--cors-origin", allowed.origin,
   ]);
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-    args: [
-      "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  });
+  browser = await chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", args: CHROMIUM_ARGS });
 });
 
 after(async () => {
@@ -596,4 +594,58 @@ test("the TypeScript client works from another origin only where --cors-origin a
     }
   }
   await page.close();
+});
+
+test("over https the dashboard loads, lists the experts and runs a Forward, on HTTP/2", async () => {
+  // The CA is made now; Chromium trusts the server's key alone, by its
+  // SPKI hash, and no other certificate error.
+  const ca = makeCA();
+  const tlsServer = await startServer([
+    "--tls-cert", ca.cert, "--tls-key", ca.key,
+    "--module", "nop", "--hidden-dim", "4", "--experts", "nop.[0:2]", "--no-dht",
+  ]);
+  const tlsBrowser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    args: [...CHROMIUM_ARGS, `--ignore-certificate-errors-spki-list=${ca.spki}`],
+  });
+  try {
+    assert.match(tlsServer.baseUrl, /^https:\/\//);
+    const page = await tlsBrowser.newPage({ viewport: { width: 1280, height: 900 } });
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    // Every failed load but the favicon's (the dashboard has none) and
+    // the tenants panel's (served with --tenants only).
+    const expected = /\/(favicon\.ico|ui\/api\/tenants)$/;
+    page.on("response", (r) => r.status() >= 400 && !expected.test(r.url()) && errors.push(`${r.status()} ${r.url()}`));
+    page.on("requestfailed", (r) => errors.push(`${r.failure()?.errorText} ${r.url()}`));
+    await page.goto(`${tlsServer.baseUrl}/ui/`);
+    const rows = page.locator("#experts tbody tr");
+    await rows.first().waitFor();
+    assert.deepEqual(await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.uid)), ["nop.0", "nop.1"]);
+    assert.equal(await page.locator("#conn-text").innerText(), "live");
+    await page.selectOption("#forward-uid", "nop.1");
+    await page.fill("#forward-rows", "3");
+    await page.click("#forward-run");
+    await page.locator("#forward-shape").filter({ hasText: "[3, 4]" }).waitFor({ timeout: 30_000 });
+    // Every call the page made went over TLS, on h2 by ALPN.
+    const calls = await page.evaluate(() =>
+      performance.getEntriesByType("resource").map((e) => [new URL(e.name).protocol, e.nextHopProtocol]));
+    assert.ok(calls.some(([, p]) => p === "h2"), JSON.stringify(calls));
+    for (const [scheme, proto] of calls) assert.deepEqual([scheme, proto], ["https:", "h2"]);
+    assert.deepEqual(errors, []);
+    await page.close();
+
+    // A browser that does not trust the key gets no page.
+    const bare = await tlsBrowser.browserType().launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", args: CHROMIUM_ARGS });
+    try {
+      const p = await bare.newPage();
+      await assert.rejects(p.goto(`${tlsServer.baseUrl}/ui/`), /ERR_CERT_AUTHORITY_INVALID/);
+    } finally {
+      await bare.close();
+    }
+  } finally {
+    await tlsBrowser.close();
+    await tlsServer.stop();
+    ca.remove();
+  }
 });

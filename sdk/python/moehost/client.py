@@ -32,7 +32,10 @@ class Client:
     """A moehost server's description and its tenants' modules and experts.
 
     ``Client("127.0.0.1:7700", token=token)`` calls the server at
-    endpoint ("host:port", or the ``http://`` URLs the CLI prints):
+    endpoint ("host:port", or the ``http://`` URLs the CLI prints; an
+    ``https://`` URL for a server with ``--tls-cert``, whose certificate
+    is checked against ``ca_file``, PEM, default ``$MOEHOST_CA_FILE``,
+    else grpcio's roots):
 
     - ``server_info()`` (ServerService): version, uptime, devices,
       addresses, DHT peers;
@@ -59,12 +62,13 @@ class Client:
         timeout: Optional[float] = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         channel: Optional[grpc.Channel] = None,
+        ca_file: Optional[str] = None,
     ):
         self.endpoint, self.timeout = endpoint, timeout
         self._token = os.environ.get(TOKEN_ENV, "") if token is None else token
         self._metadata = auth_metadata(self._token)
         self._own_channel = channel is None
-        self._channel = open_channel(endpoint, max_message_bytes) if channel is None else channel
+        self._channel = open_channel(endpoint, max_message_bytes, ca_file) if channel is None else channel
         self._server = server_pb2_grpc.ServerServiceStub(self._channel)
         self._modules = module_pb2_grpc.ModuleServiceStub(self._channel)
         self._experts = expert_pb2_grpc.ExpertServiceStub(self._channel)

@@ -70,7 +70,11 @@ def from_rpc_error(e: grpc.RpcError) -> MoehostError:
     """The typed error for a failed gRPC call."""
     code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
     details = e.details() if hasattr(e, "details") else str(e)
-    return _BY_CODE.get(code, MoehostError)(code, details or "")
+    details = details or ""
+    if code == grpc.StatusCode.UNAVAILABLE and "certificate verify failed" in details:
+        details += ("; the server's certificate is signed by a CA this client does not trust: "
+                    "give the CA's certificate with ca_file= or $MOEHOST_CA_FILE")
+    return _BY_CODE.get(code, MoehostError)(code, details)
 
 
 def grpc_target(endpoint: str) -> str:

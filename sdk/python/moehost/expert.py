@@ -30,18 +30,32 @@ if sys.byteorder != "little":  # pragma: no cover
 TOKEN_ENV = "MOEHOST_TOKEN"
 
 
-def open_channel(endpoint: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.Channel:
-    """A cleartext gRPC channel to endpoint ("host:port" or an http://
-    URL) whose message limit, both ways, is max_message_bytes."""
-    if endpoint.startswith("https://"):
-        raise ValueError("moehost: https endpoints need a channel with TLS credentials: pass channel=grpc.secure_channel(...)")
-    return grpc.insecure_channel(
-        grpc_target(endpoint),
-        options=[
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-        ],
-    )
+# CA_FILE_ENV names the PEM file of the CA that signs https:// servers'
+# certificates, when a client is given no ca_file.
+CA_FILE_ENV = "MOEHOST_CA_FILE"
+
+
+def open_channel(endpoint: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 ca_file: Optional[str] = None) -> grpc.Channel:
+    """A gRPC channel to endpoint whose message limit, both ways, is
+    max_message_bytes: over TLS for an https:// URL, trusting the CA
+    certificates in ca_file (default ``$MOEHOST_CA_FILE``; with neither,
+    grpcio's own roots); in cleartext for "host:port" and http:// URLs."""
+    options = [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+    if not endpoint.startswith("https://"):
+        return grpc.insecure_channel(grpc_target(endpoint), options=options)
+    if ca_file is None:
+        ca_file = os.environ.get(CA_FILE_ENV) or None
+    roots = None
+    if ca_file is not None:
+        with open(ca_file, "rb") as f:
+            roots = f.read()
+        if b"-----BEGIN CERTIFICATE-----" not in roots:
+            raise ValueError(f"moehost: CA file {ca_file}: no PEM certificate in it")
+    return grpc.secure_channel(grpc_target(endpoint), grpc.ssl_channel_credentials(root_certificates=roots), options=options)
 
 
 def auth_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
@@ -150,6 +164,11 @@ class RemoteExpert(nn.Module):
     tenant's (``moehost tenant add``), with which it may train its own
     experts, or the server's admin token. None (the default) takes
     ``$MOEHOST_TOKEN``; "" sends none.
+
+    ``endpoint`` is "host:port" or an http:// URL for a plaintext server,
+    and an https:// URL (``moehost serve --tls-cert``) for TLS, with the
+    server's certificate checked against the CA certificates of
+    ``ca_file`` (PEM; default ``$MOEHOST_CA_FILE``, else grpcio's roots).
     """
 
     def __init__(
@@ -162,6 +181,7 @@ class RemoteExpert(nn.Module):
         timeout: Optional[float] = None,
         channel: Optional[grpc.Channel] = None,
         token: Optional[str] = None,
+        ca_file: Optional[str] = None,
     ):
         super().__init__()
         if wire_dtype not in wire_dtypes:
@@ -169,7 +189,7 @@ class RemoteExpert(nn.Module):
         self.uid, self.endpoint, self.timeout = uid, endpoint, timeout
         self._wire = wire_dtypes[wire_dtype]
         if channel is None:
-            channel = open_channel(endpoint, max_message_bytes)
+            channel = open_channel(endpoint, max_message_bytes, ca_file)
         self._channel = channel
         self._metadata = auth_metadata(token)
         self._stub = expert_pb2_grpc.ExpertServiceStub(channel)

@@ -11,7 +11,7 @@ import grpc
 import torch
 from torch import nn
 
-from moehost.expert import DEFAULT_MAX_MESSAGE_BYTES, _from_wire, _to_wire, auth_metadata, wire_dtypes
+from moehost.expert import DEFAULT_MAX_MESSAGE_BYTES, _from_wire, _to_wire, auth_metadata, open_channel, wire_dtypes
 from moehost.v1 import discovery_pb2, discovery_pb2_grpc, expert_pb2, expert_pb2_grpc
 
 
@@ -26,7 +26,8 @@ class KMinNotMetError(RuntimeError):
 
 class _Choice:
     """One expert chosen for one sample: its uid, grid coordinates and the
-    address ("host:port") of the server picked to call."""
+    address of the server picked to call ("host:port", or its https://
+    URL)."""
 
     __slots__ = ("uid", "coords", "addr")
 
@@ -35,11 +36,10 @@ class _Choice:
 
 
 def _addr_of(url: str) -> str:
-    """A record's base URL ("http://host:port") as a gRPC target."""
-    for scheme in ("http://", "https://"):
-        if url.startswith(scheme):
-            return url[len(scheme):].rstrip("/")
-    return url
+    """A record's base URL as the address to call: "host:port" for an
+    http:// URL, and an https:// one as it is, for a channel over TLS."""
+    url = url.rstrip("/")
+    return url[len("http://"):] if url.startswith("http://") else url
 
 
 class _RemoteCallMany(torch.autograd.Function):
@@ -103,6 +103,12 @@ class RemoteMixtureOfExperts(nn.Module):
     experts; None (the default) takes ``$MOEHOST_TOKEN``, "" sends none.
     It goes to every server the mixture calls: pin them with
     ``trusted_peers``.
+
+    ``discovery`` is "host:port" or a URL; servers whose records give
+    https:// URLs (``moehost serve --tls-cert``), and an https://
+    ``discovery``, are called over TLS, their certificates checked against
+    the CA certificates of ``ca_file`` (PEM; default ``$MOEHOST_CA_FILE``,
+    else grpcio's roots).
     """
 
     def __init__(
@@ -124,6 +130,7 @@ class RemoteMixtureOfExperts(nn.Module):
         ban_max: float = 60.0,
         trusted_peers: Optional[Sequence[str]] = None,
         token: Optional[str] = None,
+        ca_file: Optional[str] = None,
     ):
         super().__init__()
         if not grid_size or any(g <= 0 for g in grid_size):
@@ -142,11 +149,8 @@ class RemoteMixtureOfExperts(nn.Module):
         self.proj = nn.Linear(in_features, sum(self.grid_size))
         self._wire = wire_dtypes[wire_dtype]
         self._metadata = auth_metadata(token)
-        self._options = [
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-        ]
-        self._discovery = discovery_pb2_grpc.DiscoveryServiceStub(grpc.insecure_channel(discovery, options=self._options))
+        self._max_message_bytes, self._ca_file = max_message_bytes, ca_file
+        self._discovery = discovery_pb2_grpc.DiscoveryServiceStub(open_channel(discovery, max_message_bytes, ca_file))
         self._stubs: Dict[str, expert_pb2_grpc.ExpertServiceStub] = {}
         self._dummy = nn.Parameter(torch.empty(0), requires_grad=True)
         self.ban_base, self.ban_max = ban_base, ban_max
@@ -253,7 +257,7 @@ class RemoteMixtureOfExperts(nn.Module):
     def _stub(self, addr: str) -> expert_pb2_grpc.ExpertServiceStub:
         stub = self._stubs.get(addr)
         if stub is None:
-            stub = expert_pb2_grpc.ExpertServiceStub(grpc.insecure_channel(addr, options=self._options))
+            stub = expert_pb2_grpc.ExpertServiceStub(open_channel(addr, self._max_message_bytes, self._ca_file))
             self._stubs[addr] = stub
         return stub
 

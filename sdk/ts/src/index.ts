@@ -19,7 +19,13 @@ export { bfloat16Bits, bfloat16Value, decodeHalf, encodeHalf, float16Bits, float
 
 /** Options of {@link createMoehostClient}. */
 export interface ClientOptions {
-  /** Server address with scheme, e.g. "http://127.0.0.1:7700". */
+  /**
+   * Server address with scheme, e.g. "http://127.0.0.1:7700", or
+   * "https://host:7700" for a server with `--tls-cert`. Browsers check the
+   * certificate against their own roots; Node.js against its bundled ones
+   * and, for a private CA, the PEM file that NODE_EXTRA_CA_CERTS names
+   * (read once, when node starts).
+   */
   baseUrl: string;
   /** Wire protocol: "connect" (default) or "grpc-web". */
   protocol?: "connect" | "grpc-web";

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,19 +24,23 @@ import (
 // CheckpointService from the command line.
 func checkpointCmd(stdout io.Writer) *cobra.Command {
 	var server, token, tenantToken string
+	var ca caFlag
 	cmd := &cobra.Command{
 		Use:   "checkpoint",
 		Short: "Save, list, restore and export experts' checkpoints on a server",
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&server, "server", "http://127.0.0.1:7700", "the server's URL")
+	pf.StringVar(&server, "server", "http://127.0.0.1:7700", "the server's URL (https:// for TLS)")
 	pf.StringVar(&token, "admin-token", "", "the server's admin token (needed unless the server listens on loopback and has no tenants)")
 	pf.StringVar(&tenantToken, "token", "", "a tenant's token, for its own experts only (default $"+tokenEnv+")")
-	serverURL := func() string {
-		if !strings.Contains(server, "://") {
-			return "http://" + server
-		}
-		return server
+	ca.register(pf)
+	// hc is the HTTP client of every call, made by PersistentPreRunE
+	// from --ca-file.
+	var hc *http.Client
+	cmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		conf, err := ca.config(cmd.Flags())
+		hc = httpClient(conf)
+		return err
 	}
 	client := func() moehostv1connect.CheckpointServiceClient {
 		if token == "" {
@@ -46,7 +49,7 @@ func checkpointCmd(stdout io.Writer) *cobra.Command {
 		if token == "" {
 			token = os.Getenv(tokenEnv)
 		}
-		return moehostv1connect.NewCheckpointServiceClient(http.DefaultClient, serverURL(), connect.WithInterceptors(bearer(token)))
+		return moehostv1connect.NewCheckpointServiceClient(hc, serverURL(server), connect.WithInterceptors(bearer(token)))
 	}
 	printInfo := func(in *moehostv1.CheckpointInfo) {
 		fmt.Fprintf(stdout, "%s\tstep %d\t%d bytes\t%s\n", in.GetUid(), in.GetStep(), in.GetSizeBytes(), in.GetCreateTime().AsTime().Format(time.RFC3339))
@@ -67,7 +70,7 @@ func checkpointCmd(stdout io.Writer) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			uids := args
 			if len(uids) == 0 {
-				res, err := moehostv1connect.NewExpertServiceClient(http.DefaultClient, serverURL(), connect.WithInterceptors(bearer(token))).
+				res, err := moehostv1connect.NewExpertServiceClient(hc, serverURL(server), connect.WithInterceptors(bearer(token))).
 					ListExperts(cmd.Context(), connect.NewRequest(&moehostv1.ListExpertsRequest{}))
 				if err != nil {
 					return err

@@ -55,6 +55,9 @@ func mainWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := root.Execute(); err != nil {
 		// Package host prefixes its own errors with "moehost:"; print one.
 		fmt.Fprintln(stderr, "moehost:", strings.TrimPrefix(err.Error(), "moehost: "))
+		if hint := unknownCAHint(err); hint != "" {
+			fmt.Fprintln(stderr, "moehost:", hint)
+		}
 		return 1
 	}
 	return 0
@@ -75,6 +78,7 @@ func serveCmd(stderr io.Writer) *cobra.Command {
 		maxRequestBytes                                                     int
 		corsOrigins                                                         []string
 		dhtCfg                                                              host.DHTConfig
+		tlsCfg                                                              host.TLSConfig
 		noDHT                                                               bool
 		hm                                                                  hivemindFlags
 		device                                                              string
@@ -152,6 +156,7 @@ is bitwise equal, and each restores the other's checkpoints.`,
 				train.checkpoints(),
 				host.WithMaxRequestBytes(maxRequestBytes),
 				host.WithCORSOrigins(corsOrigins...),
+				host.WithTLS(tlsCfg),
 				dhtOption(noDHT, dhtCfg),
 				hm.option(),
 				host.WithTenants(tenantsFile),
@@ -212,10 +217,13 @@ is bitwise equal, and each restores the other's checkpoints.`,
 	train.register(f)
 	f.StringVar(&logFormat, "log-format", "text", "log format: text (logfmt) or json")
 	f.IntVar(&maxRequestBytes, "max-request-bytes", 256<<20, "largest request message in bytes; clients must raise their own limits to send this much (grpcio's default is 4 MiB)")
+	f.StringVar(&tlsCfg.CertFile, "tls-cert", "", "PEM certificate (chain) to serve TLS with, on the same port: h2 and HTTP/1.1 by ALPN; reread on SIGHUP and when the file changes. Default: plaintext HTTP/1.1 and h2c, for loopback and private networks")
+	f.StringVar(&tlsCfg.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&tlsCfg.ClientCAFile, "tls-client-ca", "", "PEM CA certificate(s): with --tls-cert, every client must show a certificate they signed (mutual TLS)")
 	f.StringSliceVar(&corsOrigins, "cors-origin", nil, `origin whose browser pages may call the server, e.g. "http://localhost:5173", or "*" for any; repeatable or comma-separated`)
 	f.StringSliceVar(&dhtCfg.InitialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join, comma-separated; default none (a one-node swarm)")
 	f.StringSliceVar(&dhtCfg.Listen, "dht-listen", nil, "libp2p multiaddrs for the DHT node; default a TCP port on the --listen host, the same at every start (kept in <data-dir>/dht-port; a free one, with a warning, if it is taken)")
-	f.StringSliceVar(&dhtCfg.Announce, "announce", nil, `public base URL(s) of this server put in its DHT records; default "http://" plus the bound address (required with an unspecified --listen host)`)
+	f.StringSliceVar(&dhtCfg.Announce, "announce", nil, `public base URL(s) of this server put in its DHT records; default "http://" plus the bound address, "https://" with --tls-cert (required with an unspecified --listen host)`)
 	f.Int64Var(&dhtCfg.StoreBytes, "dht-store-bytes", 0, "bound on what the DHT node stores, its records and others' (default 64 MiB); strangers' records are evicted oldest first")
 	f.Int64Var(&dhtCfg.PeerBytes, "dht-peer-bytes", 0, "bound on what one other peer may store in this DHT node (default 4 MiB)")
 	hm.register(f)

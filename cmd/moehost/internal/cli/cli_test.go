@@ -55,6 +55,9 @@ func TestServeErrors(t *testing.T) {
 		// --update-period 0s fails the server at once should the limit
 		// pass.
 		{"module limit 0", []string{"--module-locals", "0", "--update-period", "0s"}, []string{"--module-locals 0: must be positive"}},
+		{"tls cert without key", []string{"--tls-cert", notWasm, "--update-period", "0s"}, []string{"--tls-cert", "--tls-key"}},
+		{"tls client CA without cert", []string{"--tls-client-ca", notWasm, "--update-period", "0s"}, []string{"--tls-cert", "--tls-key"}},
+		{"tls cert that is no certificate", []string{"--module", "nop", "--no-dht", "--tls-cert", notWasm, "--tls-key", notWasm}, []string{"TLS certificate " + notWasm}},
 		{"module limit negative", []string{"--module-compile-timeout", "-1s", "--update-period", "0s"}, []string{"--module-compile-timeout -1s: must be positive"}},
 	}
 	for _, tt := range tests {

@@ -20,6 +20,7 @@ func discoverCmd(stdout, stderr io.Writer) *cobra.Command {
 		timeout      time.Duration
 		trust        []string
 		limit        int
+		ca           caFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "discover UID_OR_PREFIX...",
@@ -43,7 +44,11 @@ found.`,
 			defer cancel()
 			var dir client.Directory
 			if server != "" {
-				d := client.NewDiscoveryClient(server)
+				conf, err := ca.config(cmd.Flags())
+				if err != nil {
+					return err
+				}
+				d := client.NewDiscoveryClient(server, client.WithTLSConfig(conf))
 				defer d.Close()
 				dir = d
 			} else {
@@ -97,7 +102,8 @@ found.`,
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&initialPeers, "initial-peers", nil, "multiaddrs (with /p2p/) of DHT peers to join through, comma-separated")
-	f.StringVar(&server, "server", "", "base URL of a server whose DiscoveryService to ask instead of joining the swarm")
+	f.StringVar(&server, "server", "", "base URL of a server whose DiscoveryService to ask instead of joining the swarm (https:// for TLS)")
+	ca.register(f)
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "give up after this long")
 	f.IntVar(&limit, "limit", 4096, "print at most this many uids")
 	f.StringSliceVar(&trust, "trust", nil, "peer IDs (host keys) whose records to believe, comma-separated; default any")

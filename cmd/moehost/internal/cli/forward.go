@@ -130,7 +130,7 @@ func (f *callFlags) expert(cmd *cobra.Command, uid string) (*client.Client, *cli
 	if cmd.Flags().Changed("random") && f.random < 1 {
 		return nil, nil, fmt.Errorf("--random %d: want at least 1 row", f.random)
 	}
-	c := client.New(f.r.url(), client.WithToken(f.r.token))
+	c := client.New(f.r.url(), client.WithToken(f.r.token), client.WithTLSConfig(f.r.tls))
 	return c, c.Expert(uid), nil
 }
 

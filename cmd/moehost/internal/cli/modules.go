@@ -2,11 +2,11 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,21 +29,24 @@ const tokenEnv = "MOEHOST_TOKEN"
 const uploadChunkBytes = 1 << 20
 
 // remote holds the flags of the commands that call a running server:
-// --server and --token.
+// --server, --token and --ca-file.
 type remote struct {
 	server, token string
 	needToken     bool
+	ca            caFlag
+	tls           *tls.Config // resolve's, from --ca-file
 }
 
 func (r *remote) register(cmd *cobra.Command, needToken bool) {
 	r.needToken = needToken
 	f := cmd.Flags()
-	f.StringVar(&r.server, "server", "http://127.0.0.1:7700", "the server's URL")
+	f.StringVar(&r.server, "server", "http://127.0.0.1:7700", "the server's URL (https:// for TLS)")
 	f.StringVar(&r.token, "token", "", "a tenant's bearer token (default $"+tokenEnv+")")
+	r.ca.register(f)
 }
 
 // resolve fills the token from the environment and checks it is there
-// when needed.
+// when needed, and reads the CA file.
 func (r *remote) resolve(cmd *cobra.Command) error {
 	if !cmd.Flags().Changed("token") {
 		r.token = os.Getenv(tokenEnv)
@@ -51,33 +54,20 @@ func (r *remote) resolve(cmd *cobra.Command) error {
 	if r.needToken && r.token == "" {
 		return fmt.Errorf("%s needs a tenant's token: --token or $%s", cmd.Name(), tokenEnv)
 	}
-	return nil
+	var err error
+	r.tls, err = r.ca.config(cmd.Flags())
+	return err
 }
 
 // url returns --server with a scheme.
-func (r *remote) url() string {
-	if !strings.Contains(r.server, "://") {
-		return "http://" + r.server
-	}
-	return r.server
-}
-
-// httpClient speaks HTTP/2 only: over TLS for https URLs and in
-// cleartext for http ones, so that an upload streams, and stops as soon as
-// the server refuses it, whatever the URL.
-func httpClient() *http.Client {
-	p := new(http.Protocols)
-	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: p, Proxy: http.ProxyFromEnvironment}}
-}
+func (r *remote) url() string { return serverURL(r.server) }
 
 func (r *remote) modules() moehostv1connect.ModuleServiceClient {
-	return moehostv1connect.NewModuleServiceClient(httpClient(), r.url(), connect.WithInterceptors(bearer(r.token)))
+	return moehostv1connect.NewModuleServiceClient(httpClient(r.tls), r.url(), connect.WithInterceptors(bearer(r.token)))
 }
 
 func (r *remote) experts() moehostv1connect.ExpertServiceClient {
-	return moehostv1connect.NewExpertServiceClient(httpClient(), r.url(), connect.WithInterceptors(bearer(r.token)))
+	return moehostv1connect.NewExpertServiceClient(httpClient(r.tls), r.url(), connect.WithInterceptors(bearer(r.token)))
 }
 
 // uploadCmd is `moehost upload FILE.wasm`.
