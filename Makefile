@@ -20,8 +20,10 @@ GO_LDFLAGS := -X github.com/moehost/moehost/host.stampedVersion=$(VERSION) -X gi
 # apt-get needs root; others go through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# Guest experts: reproducible builds, so the committed .wasm files match.
-WASM_FLAGS := -trimpath -ldflags='-s -w -buildid=' -buildmode=c-shared
+# Guest experts: reproducible builds, so the committed .wasm files match
+# (-buildvcs=false: a checkout's git metadata would stamp each build with
+# its commit, so that every commit changed them).
+WASM_FLAGS := -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -buildmode=c-shared
 EXAMPLES := $(patsubst %/main.go,%,$(wildcard examples/wasm-experts/*/main.go))
 # C guest experts: Debian's clang, lld, wasi-libc and wasm32 builtins
 # (scripts/install-c-wasm-toolchain.sh). Each directory with .c files builds
