@@ -257,12 +257,17 @@ func TestPullResumes(t *testing.T) {
 	t.Logf("cut at %d of %d; %d received in all", cut, total, p.Received())
 }
 
-// TestPullStripes pulls from three holders, one throttled: chunks come
-// from all three, and the throttled one serves less than each other.
+// TestPullStripes pulls from three holders, one throttled ten times as
+// much: chunks come from all three, and the throttled one serves less
+// than each other.
 func TestPullStripes(t *testing.T) {
 	t.Parallel()
 	st, sm := saved(t)
-	p, _, ids := swarmOf(t, everyone, &source{st: st, sm: sm}, &source{st: st, sm: sm}, &source{st: st, sm: sm, slow: 100 * time.Millisecond})
+	// The fast holders take 40 ms a range too: at loopback speed one
+	// of them drained the few ranges before the other's stream opened,
+	// and served none.
+	p, _, ids := swarmOf(t, everyone, &source{st: st, sm: sm, slow: 40 * time.Millisecond}, &source{st: st, sm: sm, slow: 40 * time.Millisecond},
+		&source{st: st, sm: sm, slow: 400 * time.Millisecond})
 	p.StreamsPerHolder, p.RangeChunks = 1, 1
 	dir := t.TempDir()
 	if err := p.Files(context.Background(), sm, ids, part(dir)); err != nil {

@@ -121,15 +121,27 @@ func (s *stopStream) Close() error { s.stop(); return s.Stream.Close() }
 // that has it and sends bytes that hash to it; a holder that sends
 // anything else is banned. errs says what each holder answered.
 func (p *Puller) Manifest(ctx context.Context, root string, holders []string) (*checkpoint.SignedManifest, error) {
+	sm, err := firstHolder(ctx, p, holders, func(h string) (*checkpoint.SignedManifest, error) { return p.manifestFrom(ctx, h, root) })
+	if err != nil {
+		return nil, fmt.Errorf("no holder gave the manifest of %s: %w", root, err)
+	}
+	return sm, nil
+}
+
+// firstHolder returns what get gives for the first holder, in order,
+// that is not banned and answers well, banning one that sends bad data
+// (ErrBadData, checkpoint.ErrBadManifest); the error joins every
+// holder's.
+func firstHolder[T any](ctx context.Context, p *Puller, holders []string, get func(holder string) (T, error)) (T, error) {
 	var errs []error
 	for _, h := range holders {
 		if err := p.Banned(h); err != nil {
 			errs = append(errs, fmt.Errorf("%s: banned: %w", h, err))
 			continue
 		}
-		sm, err := p.manifestFrom(ctx, h, root)
+		v, err := get(h)
 		if err == nil {
-			return sm, nil
+			return v, nil
 		}
 		if errors.Is(err, ErrBadData) || errors.Is(err, checkpoint.ErrBadManifest) {
 			p.Ban(h, err)
@@ -139,11 +151,14 @@ func (p *Puller) Manifest(ctx context.Context, root string, holders []string) (*
 			break
 		}
 	}
-	return nil, fmt.Errorf("no holder gave the manifest of %s: %w", root, errors.Join(errs...))
+	var zero T
+	return zero, errors.Join(errs...)
 }
 
-func (p *Puller) manifestFrom(ctx context.Context, holder, root string) (*checkpoint.SignedManifest, error) {
-	st, br, n, err := p.ask(ctx, holder, Request{Kind: KindManifest, Name: root}, checkpoint.MaxManifestBytes+64<<10)
+// body asks holder for req and reads its whole answer, at most max
+// bytes.
+func (p *Puller) body(ctx context.Context, holder string, req Request, max int64) ([]byte, error) {
+	st, br, n, err := p.ask(ctx, holder, req, max)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +168,14 @@ func (p *Puller) manifestFrom(ctx context.Context, holder, root string) (*checkp
 		return nil, err
 	}
 	p.received.Add(n)
+	return b, nil
+}
+
+func (p *Puller) manifestFrom(ctx context.Context, holder, root string) (*checkpoint.SignedManifest, error) {
+	b, err := p.body(ctx, holder, Request{Kind: KindManifest, Name: root}, checkpoint.MaxManifestBytes+64<<10)
+	if err != nil {
+		return nil, err
+	}
 	sm, err := checkpoint.DecodeSigned(b)
 	if err != nil {
 		return nil, err
@@ -166,35 +189,18 @@ func (p *Puller) manifestFrom(ctx context.Context, holder, root string) (*checkp
 // Module fetches the module with digest d ("sha256:<hex>"), at most max
 // bytes, from the first holder that sends bytes hashing to it.
 func (p *Puller) Module(ctx context.Context, d string, holders []string, max int64) ([]byte, error) {
-	var errs []error
-	for _, h := range holders {
-		if err := p.Banned(h); err != nil {
-			errs = append(errs, fmt.Errorf("%s: banned: %w", h, err))
-			continue
-		}
-		wasm, err := p.moduleFrom(ctx, h, d, max)
-		if err == nil {
-			return wasm, nil
-		}
-		if errors.Is(err, ErrBadData) {
-			p.Ban(h, err)
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", h, err))
+	wasm, err := firstHolder(ctx, p, holders, func(h string) ([]byte, error) { return p.moduleFrom(ctx, h, d, max) })
+	if err != nil {
+		return nil, fmt.Errorf("no holder gave module %s: %w", d, err)
 	}
-	return nil, fmt.Errorf("no holder gave module %s: %w", d, errors.Join(errs...))
+	return wasm, nil
 }
 
 func (p *Puller) moduleFrom(ctx context.Context, holder, d string, max int64) ([]byte, error) {
-	st, br, n, err := p.ask(ctx, holder, Request{Kind: KindModule, Name: d}, max)
+	b, err := p.body(ctx, holder, Request{Kind: KindModule, Name: d}, max)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
-	b := make([]byte, n)
-	if _, err := io.ReadFull(br, b); err != nil {
-		return nil, err
-	}
-	p.received.Add(n)
 	sum := sha256.Sum256(b)
 	if got := fmt.Sprintf("sha256:%x", sum); got != d {
 		return nil, fmt.Errorf("%w: the module hashes to %s", ErrBadData, got)
