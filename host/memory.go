@@ -189,6 +189,7 @@ type memCollector struct {
 	hits, misses, refused     *prometheus.Desc
 	notAdmitted               *prometheus.Desc
 	limit, granted, requested *prometheus.Desc
+	dropped                   *prometheus.Desc
 }
 
 func newMemCollector(devices func() []DeviceMemory) *memCollector {
@@ -208,11 +209,12 @@ func newMemCollector(devices func() []DeviceMemory) *memCollector {
 		limit:       d("memory_limit_bytes", "Ceiling on live tensor bytes (shared by all devices; 0: none)."),
 		granted:     d("granted_bytes_total", "Float32 storage given by allocations, at size class (or larger pooled buffer) size."),
 		requested:   d("requested_bytes_total", "Float32 storage asked for by allocations; granted/requested - 1 is the waste of size classes."),
+		dropped:     d("pool_dropped_bytes_total", "Released tensor storage the pool let go of to stay under its bound (on the CPU, given back to the operating system at once when 64 KiB or more)."),
 	}
 }
 
 func (c *memCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.live, c.peak, c.pool, c.hitRate, c.hits, c.misses, c.refused, c.notAdmitted, c.limit, c.granted, c.requested} {
+	for _, d := range []*prometheus.Desc{c.live, c.peak, c.pool, c.hitRate, c.hits, c.misses, c.refused, c.notAdmitted, c.limit, c.granted, c.requested, c.dropped} {
 		ch <- d
 	}
 }
@@ -236,6 +238,7 @@ func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
 		n(c.notAdmitted, m.NotAdmitted)
 		n(c.granted, m.GrantedBytes)
 		n(c.requested, m.RequestedBytes)
+		n(c.dropped, m.DroppedBytes)
 	}
 }
 
