@@ -5,6 +5,7 @@
 package atomicfile
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -12,7 +13,17 @@ import (
 // Write writes data to path so that readers see the old file or
 // the whole new one, even across a crash: a temp file in the same
 // directory, fsync, rename, fsync of the directory.
-func Write(path string, data []byte) (err error) {
+func Write(path string, data []byte) error {
+	return WriteFunc(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFunc is Write for content that write streams into the file, so
+// that a large file needs no copy of itself in memory. An error from
+// write leaves path as it was.
+func WriteFunc(path string, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
@@ -24,7 +35,7 @@ func Write(path string, data []byte) (err error) {
 			os.Remove(f.Name())
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
+	if err = write(f); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {
