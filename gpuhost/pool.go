@@ -169,6 +169,7 @@ type pooled struct {
 type memory struct {
 	ceiling *Ceiling
 	decay   time.Duration // PoolDecay; tests shorten it
+	onIdle  func()        // WithOnIdle's, or nil
 
 	mu        sync.Mutex
 	free      map[int][]pooled // by capacity in floats; oldest first
@@ -350,9 +351,10 @@ func (m *memory) armTrim() {
 
 // trim ends a decay period: the previous period's mark is forgotten, and
 // the pool shrinks to the new bound, its dropped buffers given back to
-// the operating system. It re-arms while the pool holds anything. The
-// timer calls it; a test may call it for a tick of its own (its timer,
-// which it stops, then starts the next period).
+// the operating system. It re-arms while the pool holds anything, and
+// calls onIdle when this tick emptied it. The timer calls it; a test may
+// call it for a tick of its own (its timer, which it stops, then starts
+// the next period).
 func (m *memory) trim() {
 	m.mu.Lock()
 	if m.timer != nil {
@@ -364,8 +366,12 @@ func (m *memory) trim() {
 	if m.poolBytes > 0 {
 		m.armTrim()
 	}
+	idle := m.poolBytes == 0 && len(drop) > 0
 	m.mu.Unlock()
 	discard(drop)
+	if idle && m.onIdle != nil {
+		m.onIdle()
+	}
 }
 
 // admit is Device.Admit for a device named who: nil when the ceiling

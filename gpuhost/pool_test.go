@@ -123,12 +123,14 @@ func TestPoolLongTail(t *testing.T) {
 
 // TestPoolGivesBackAfterDecay ticks the pool's decay by hand (its timer is
 // set an hour off) and checks, after each tick, what the pool holds, that
-// the storage it dropped left memory (mincore, on Linux), and that the
-// live bytes stay exact, on the device and on its ceiling.
+// the storage it dropped left memory (mincore, on Linux), that the device
+// called WithOnIdle's function once it was empty, and that the live bytes
+// stay exact, on the device and on its ceiling.
 func TestPoolGivesBackAfterDecay(t *testing.T) {
 	t.Parallel()
 	ceil := NewCeiling(1 << 30)
-	d := NewCPU(1, WithCeiling(ceil)).(*cpuDevice)
+	idles := 0
+	d := NewCPU(1, WithCeiling(ceil), WithOnIdle(func() { idles++ })).(*cpuDevice)
 	d.mem.decay = time.Hour
 	keep, err := d.Zeros(abi.DTypeFloat32, []int{100})
 	if err != nil {
@@ -180,11 +182,12 @@ func TestPoolGivesBackAfterDecay(t *testing.T) {
 		dropped    int64
 		resident   bool // whether the storage is still in memory
 		peakIsLive bool
+		idles      int // calls of the idle function so far
 	}{
-		{"after the release", pooled, 0, true, false},
-		{"one tick: the batch's mark is the previous period's", pooled, 0, true, false},
-		{"two ticks: the mark is gone", 0, pooled, false, true},
-		{"three ticks", 0, pooled, false, true},
+		{"after the release", pooled, 0, true, false, 0},
+		{"one tick: the batch's mark is the previous period's", pooled, 0, true, false, 0},
+		{"two ticks: the mark is gone", 0, pooled, false, true, 1},
+		{"three ticks: nothing more to give back", 0, pooled, false, true, 1},
 	}
 	for i, st := range steps {
 		if i > 0 {
@@ -193,6 +196,9 @@ func TestPoolGivesBackAfterDecay(t *testing.T) {
 		s := d.MemStats()
 		if s.PoolBytes != st.pool || s.DroppedBytes != st.dropped {
 			t.Errorf("%s: pool %d bytes, dropped %d, want %d and %d", st.name, s.PoolBytes, s.DroppedBytes, st.pool, st.dropped)
+		}
+		if idles != st.idles {
+			t.Errorf("%s: the idle function ran %d times, want %d", st.name, idles, st.idles)
 		}
 		if st.peakIsLive != (s.PeakBytes == s.LiveBytes) {
 			t.Errorf("%s: peak %d bytes, live %d", st.name, s.PeakBytes, s.LiveBytes)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -149,6 +150,25 @@ func (s *Server) newDevices() ([]gpuhost.Device, error) {
 	s.log.Info("memory limit", "bytes", limit)
 	return devs, nil
 }
+
+// freeOSMemory is the CPU device's idle function (gpuhost.WithOnIdle):
+// once its pool has given its storage back, what the Go runtime holds free
+// goes back too (debug.FreeOSMemory: a collection, then every free page
+// returned). Otherwise the request path's garbage and the heap's free
+// spans stayed in RSS: an idle server allocates nothing, so no collection
+// comes, and the scavenger keeps what is under the heap goal (about 100 MB
+// of a 4-ffn server, issue 39). It costs a collection of a heap that is
+// mostly tensors, which hold no pointers, once per idle spell; one runs at
+// a time. Servers that leave the runtime alone (WithMemoryLimit < 0) do
+// not install it.
+func freeOSMemory() {
+	if freeing.CompareAndSwap(false, true) {
+		defer freeing.Store(false)
+		debug.FreeOSMemory()
+	}
+}
+
+var freeing atomic.Bool
 
 // kernelThreads returns the threads the CPU device's kernels use: as many
 // as GOMAXPROCS was when the first server started. That first call also
