@@ -230,10 +230,10 @@ func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 		most = 2 * c
 	}
 	m.mu.Lock()
-	b, drop, err := m.takeLocked(n, c, most)
+	b, hit, drop, err := m.takeLocked(n, c, most)
 	m.mu.Unlock()
 	discard(drop)
-	if err != nil || b != nil {
+	if err != nil || hit {
 		return b, err
 	}
 	b = make([]float32, n, c)
@@ -241,18 +241,18 @@ func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 	return b, nil
 }
 
-// takeLocked is getFloats under m.mu: a pooled buffer of class c to most,
-// or nil after charging c floats of fresh storage for the caller to
-// make; and the buffers evicted to make room, for the caller to discard
-// once it has unlocked.
-func (m *memory) takeLocked(n, c, most int) (b []float32, drop [][]float32, err error) {
+// takeLocked is getFloats under m.mu: a pooled buffer of class c to most
+// (hit), or, having charged c floats of fresh storage for the caller to
+// make, the buffers evicted to make room, for the caller to discard once
+// it has unlocked.
+func (m *memory) takeLocked(n, c, most int) (b []float32, hit bool, drop [][]float32, err error) {
 	for k := c; k <= most && len(m.free) > 0; k = m.class(k + 1) {
 		l := m.free[k]
 		if len(l) == 0 {
 			continue
 		}
 		if err := m.charge(4 * int64(k)); err != nil {
-			return nil, nil, err
+			return nil, false, nil, err
 		}
 		b := l[len(l)-1].buf
 		l[len(l)-1] = pooled{}
@@ -265,17 +265,17 @@ func (m *memory) takeLocked(n, c, most int) (b []float32, drop [][]float32, err 
 		m.hits++
 		m.granted += 4 * int64(k)
 		m.requested += 4 * int64(n)
-		return b[:n], nil, nil
+		return b[:n], true, nil, nil
 	}
 	if err := m.charge(4 * int64(c)); err != nil {
-		return nil, nil, err
+		return nil, false, nil, err
 	}
 	m.misses++
 	m.granted += 4 * int64(c)
 	m.requested += 4 * int64(n)
 	// Make room: live + pool stays under the recent high-water mark,
 	// so the oldest spare buffers go.
-	return nil, m.evict(m.bound(), nil), nil
+	return nil, false, m.evict(m.bound(), nil), nil
 }
 
 // putFloats takes back released storage, whose capacity is a class
