@@ -184,9 +184,9 @@ test-fairness: ## Tenant A floods 8 experts with 32 clients while tenant B calls
 	MOEHOST_FAIRNESS=1 $(GO) test -count=1 -run '^TestTenantsShareTheDeviceFairly$$' -v ./host/
 
 .PHONY: bench-memory
-bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, against the analytic floor (about 4 minutes)
+bench-memory: ## RSS and throughput of `moehost serve` under 1–64-row requests, against the analytic floor, then its RSS after 30 s idle (about 3 minutes)
 	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN)/moehost ./cmd/moehost
-	$(BIN)/moehost bench-memory --clients 16 --min-rows 1 --max-rows 64 --duration 90s --data-dir $(CURDIR)/.tmp/bench-memory
+	$(BIN)/moehost bench-memory --clients 16 --min-rows 1 --max-rows 64 --duration 60s --idle 30s --data-dir $(CURDIR)/.tmp/bench-memory
 
 # A git ref that make bench-startup also builds (from a clean export of
 # it) and measures beside this tree's binary, e.g. BENCH_STARTUP_BEFORE=main.

@@ -53,6 +53,7 @@ func NewCPU(threads int, opts ...DeviceOption) Device {
 	// and reads its checkpoints: it runs meanwhile, on another core.
 	go d.pathOf()
 	d.mem.ceiling = cfg.ceiling
+	d.mem.onIdle = cfg.onIdle
 	return d
 }
 

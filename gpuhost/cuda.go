@@ -205,6 +205,7 @@ func (d *cudaDevice) putBuf(b *cudaBuf) {
 	m.uncharge(b.bytes)
 	if d.evict(m.bound() - b.bytes); m.live+d.poolBytes+b.bytes > m.bound() {
 		_ = d.ctx.Free(b.ptr)
+		m.dropped += b.bytes
 		return
 	}
 	if d.free == nil {
@@ -229,6 +230,7 @@ func (d *cudaDevice) evict(limit int64) {
 		l := d.free[oldest]
 		_ = d.ctx.Free(l[0].ptr)
 		d.poolBytes -= oldest
+		d.mem.dropped += oldest
 		if len(l) == 1 {
 			delete(d.free, oldest)
 		} else {

@@ -22,6 +22,8 @@ type deviceConfig struct {
 	// memory in bytes (0: its defaults).
 	emuDevices int
 	emuMem     int64
+	// onIdle runs when a CPU device's pool has emptied by decay.
+	onIdle func()
 }
 
 // log returns the configured logger, or one that discards.
@@ -73,6 +75,16 @@ func WithGEMMPath(name string) DeviceOption {
 // another GEMM path for one. Default: discard.
 func WithLogger(l *slog.Logger) DeviceOption {
 	return deviceOptionFunc(func(dc *deviceConfig) { dc.logger = l })
+}
+
+// WithOnIdle makes a CPU device call f each time its pool has given all
+// its storage back by decay: two [PoolDecay] periods passed without a
+// release that it kept, so the device is idle. f runs on the decay
+// timer's goroutine, after the storage is gone; the host gives the Go
+// runtime's free memory back to the operating system there. CUDA devices
+// ignore it. Default: none.
+func WithOnIdle(f func()) DeviceOption {
+	return deviceOptionFunc(func(dc *deviceConfig) { dc.onIdle = f })
 }
 
 // WithCUBLAS lists where a CUDA device looks for cuBLAS before the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/gpuhost/internal/cpu"
+	"github.com/moehost/moehost/internal/pages"
 )
 
 // ErrOutOfMemory reports an allocation (or a [Device.Reserve]) refused
@@ -96,6 +97,13 @@ type MemStats struct {
 	PeakBytes int64
 	// PoolBytes is released float32 storage kept for reuse.
 	PoolBytes int64
+	// DroppedBytes adds up the released storage that the pool let go of
+	// instead of keeping (evicted to stay under PeakBytes, or refused at
+	// release). On the CPU the whole pages of a dropped buffer of
+	// [pages.MinBytes] or more go back to the operating system at once
+	// (smaller ones to the garbage collector); on CUDA the memory is
+	// freed.
+	DroppedBytes int64
 	// PoolHits and PoolMisses count float32 allocations served from the
 	// pool and from fresh memory.
 	PoolHits, PoolMisses int64
@@ -123,8 +131,8 @@ func (s MemStats) HitRate() float64 {
 
 // PoolDecay is how often a device's pool forgets its old high-water mark:
 // the pool's bound is the highest live byte count seen in the current or
-// the previous period, so that an idle device hands its spare storage to
-// the garbage collector within two periods.
+// the previous period, so that an idle device gives its spare storage
+// back within two periods.
 const PoolDecay = 5 * time.Second
 
 // classSubSteps is the number of size classes per power of two. Eight
@@ -154,10 +162,14 @@ type pooled struct {
 // memory is a device's tensor memory: live-byte accounting against an
 // optional shared ceiling, and a pool of released float32 storage in
 // size classes whose total (with the live bytes) stays under the recent
-// high-water mark of live bytes.
+// high-water mark of live bytes. What the pool drops it gives back to the
+// operating system (pages.Discard) after unlocking, so that RSS follows
+// live + pool bytes instead of waiting for a collection and the
+// scavenger.
 type memory struct {
 	ceiling *Ceiling
 	decay   time.Duration // PoolDecay; tests shorten it
+	onIdle  func()        // WithOnIdle's, or nil
 
 	mu        sync.Mutex
 	free      map[int][]pooled // by capacity in floats; oldest first
@@ -167,6 +179,7 @@ type memory struct {
 	peak      int64 // high-water mark of live in the current period
 	prevPeak  int64 // and in the previous one
 	timer     *time.Timer
+	dropped   int64
 	hits      int64
 	misses    int64
 	refused   int64
@@ -217,14 +230,29 @@ func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 		most = 2 * c
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	b, hit, drop, err := m.takeLocked(n, c, most)
+	m.mu.Unlock()
+	discard(drop)
+	if err != nil || hit {
+		return b, err
+	}
+	b = make([]float32, n, c)
+	cpu.AdviseHuge(b)
+	return b, nil
+}
+
+// takeLocked is getFloats under m.mu: a pooled buffer of class c to most
+// (hit), or, having charged c floats of fresh storage for the caller to
+// make, the buffers evicted to make room, for the caller to discard once
+// it has unlocked.
+func (m *memory) takeLocked(n, c, most int) (b []float32, hit bool, drop [][]float32, err error) {
 	for k := c; k <= most && len(m.free) > 0; k = m.class(k + 1) {
 		l := m.free[k]
 		if len(l) == 0 {
 			continue
 		}
 		if err := m.charge(4 * int64(k)); err != nil {
-			return nil, err
+			return nil, false, nil, err
 		}
 		b := l[len(l)-1].buf
 		l[len(l)-1] = pooled{}
@@ -237,20 +265,17 @@ func (m *memory) getFloats(n int, fit bool) ([]float32, error) {
 		m.hits++
 		m.granted += 4 * int64(k)
 		m.requested += 4 * int64(n)
-		return b[:n], nil
+		return b[:n], true, nil, nil
 	}
 	if err := m.charge(4 * int64(c)); err != nil {
-		return nil, err
+		return nil, false, nil, err
 	}
 	m.misses++
 	m.granted += 4 * int64(c)
 	m.requested += 4 * int64(n)
 	// Make room: live + pool stays under the recent high-water mark,
-	// so the oldest spare buffers go to the collector.
-	m.evict(m.bound())
-	b := make([]float32, n, c)
-	cpu.AdviseHuge(b)
-	return b, nil
+	// so the oldest spare buffers go.
+	return nil, false, m.evict(m.bound(), nil), nil
 }
 
 // putFloats takes back released storage, whose capacity is a class
@@ -259,23 +284,38 @@ func (m *memory) putFloats(b []float32) {
 	b = b[:cap(b)]
 	n := 4 * int64(len(b))
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.uncharge(n)
-	if m.evict(m.bound() - n); m.live+m.poolBytes+n > m.bound() {
-		return
+	drop := m.evict(m.bound()-n, nil)
+	if m.live+m.poolBytes+n > m.bound() {
+		m.dropped += n
+		drop = append(drop, b)
+	} else {
+		if m.free == nil {
+			m.free = map[int][]pooled{}
+		}
+		m.seq++
+		m.free[len(b)] = append(m.free[len(b)], pooled{buf: b, seq: m.seq})
+		m.poolBytes += n
+		m.armTrim()
 	}
-	if m.free == nil {
-		m.free = map[int][]pooled{}
+	m.mu.Unlock()
+	discard(drop)
+}
+
+// discard gives the pages of buffers that the pool dropped back to the
+// operating system; nothing else holds them. Call without m.mu: a
+// madvise of many pages takes microseconds that other allocations need
+// not wait for.
+func discard(drop [][]float32) {
+	for _, b := range drop {
+		pages.Discard(b)
 	}
-	m.seq++
-	m.free[len(b)] = append(m.free[len(b)], pooled{buf: b, seq: m.seq})
-	m.poolBytes += n
-	m.armTrim()
 }
 
 // evict drops the oldest pooled buffers until live + pool <= limit, or
-// the pool is empty. Call with m.mu held.
-func (m *memory) evict(limit int64) {
+// the pool is empty, and returns drop with them appended, for the
+// caller to discard once it has unlocked. Call with m.mu held.
+func (m *memory) evict(limit int64, drop [][]float32) [][]float32 {
 	for m.poolBytes > 0 && m.live+m.poolBytes > limit {
 		oldest, at := -1, uint64(0)
 		for c, l := range m.free {
@@ -285,6 +325,8 @@ func (m *memory) evict(limit int64) {
 		}
 		l := m.free[oldest]
 		m.poolBytes -= 4 * int64(cap(l[0].buf))
+		m.dropped += 4 * int64(cap(l[0].buf))
+		drop = append(drop, l[0].buf)
 		l[0] = pooled{}
 		if len(l) == 1 {
 			delete(m.free, oldest)
@@ -292,6 +334,7 @@ func (m *memory) evict(limit int64) {
 			m.free[oldest] = l[1:]
 		}
 	}
+	return drop
 }
 
 // armTrim starts the decay timer unless it runs. Call with m.mu held.
@@ -307,16 +350,27 @@ func (m *memory) armTrim() {
 }
 
 // trim ends a decay period: the previous period's mark is forgotten, and
-// the pool shrinks to the new bound. It re-arms while the pool holds
-// anything.
+// the pool shrinks to the new bound, its dropped buffers given back to
+// the operating system. It re-arms while the pool holds anything, and
+// calls onIdle when this tick emptied it. The timer calls it; a test may
+// call it for a tick of its own (its timer, which it stops, then starts
+// the next period).
 func (m *memory) trim() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.timer = nil
+	if m.timer != nil {
+		m.timer.Stop()
+		m.timer = nil
+	}
 	m.prevPeak, m.peak = m.peak, m.live
-	m.evict(m.bound())
+	drop := m.evict(m.bound(), nil)
 	if m.poolBytes > 0 {
 		m.armTrim()
+	}
+	idle := m.poolBytes == 0 && len(drop) > 0
+	m.mu.Unlock()
+	discard(drop)
+	if idle && m.onIdle != nil {
+		m.onIdle()
 	}
 }
 
@@ -361,6 +415,7 @@ func (m *memory) stats() MemStats {
 		LiveBytes:      m.live,
 		PeakBytes:      max(m.peak, m.prevPeak, m.live),
 		PoolBytes:      m.poolBytes,
+		DroppedBytes:   m.dropped,
 		PoolHits:       m.hits,
 		PoolMisses:     m.misses,
 		Refused:        m.refused,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/moehost/moehost/abi"
+	"github.com/moehost/moehost/internal/pages"
 )
 
 // TestSizeClass checks that every class holds its request, wastes less
@@ -118,4 +119,110 @@ func TestPoolLongTail(t *testing.T) {
 		t.Errorf("hit rate %.2f over a long tail of sizes, want at least 0.5 (%+v)", s.HitRate(), s)
 	}
 	t.Logf("%+v, hit rate %.3f", s, s.HitRate())
+}
+
+// TestPoolGivesBackAfterDecay ticks the pool's decay by hand (its timer is
+// set an hour off) and checks, after each tick, what the pool holds, that
+// the storage it dropped left memory (mincore, on Linux), that the device
+// called WithOnIdle's function once it was empty, and that the live bytes
+// stay exact, on the device and on its ceiling.
+func TestPoolGivesBackAfterDecay(t *testing.T) {
+	t.Parallel()
+	ceil := NewCeiling(1 << 30)
+	idles := 0
+	d := NewCPU(1, WithCeiling(ceil), WithOnIdle(func() { idles++ })).(*cpuDevice)
+	d.mem.decay = time.Hour
+	keep, err := d.Zeros(abi.DTypeFloat32, []int{100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepBytes := 4 * int64(sizeClass(100))
+	exact := func(when string, live int64) {
+		t.Helper()
+		if s := d.MemStats(); s.LiveBytes != live || ceil.Used() != live {
+			t.Fatalf("%s: live bytes %d, ceiling used %d, want both %d", when, s.LiveBytes, ceil.Used(), live)
+		}
+	}
+	sizes := []int{1 << 16, 3 << 16, 5 << 16} // 256 KiB to 1.25 MiB: pages of their own
+	var (
+		ts     []*Tensor
+		bufs   [][]float32 // the storage, to look at after the pool let it go
+		pooled int64
+	)
+	for _, n := range sizes {
+		x, err := d.allocDirty(abi.DTypeFloat32, []int{n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := x.f32()
+		for i := range f {
+			f[i] = 1
+		}
+		ts, bufs = append(ts, x), append(bufs, f[:cap(f)])
+		pooled += 4 * int64(cap(f))
+	}
+	exact("with the batch live", keepBytes+pooled)
+	d.Release(ts...)
+	exact("after the release", keepBytes)
+	// resident returns the resident pages of the dropped storage, and how
+	// many it has; -1 where the system cannot tell.
+	resident := func() (in, all int) {
+		for _, b := range bufs {
+			r, n, err := pages.Resident(b)
+			if err != nil {
+				return -1, -1
+			}
+			in, all = in+r, all+n
+		}
+		return in, all
+	}
+	steps := []struct {
+		name       string
+		pool       int64 // bytes the pool holds after the tick
+		dropped    int64
+		resident   bool // whether the storage is still in memory
+		peakIsLive bool
+		idles      int // calls of the idle function so far
+	}{
+		{"after the release", pooled, 0, true, false, 0},
+		{"one tick: the batch's mark is the previous period's", pooled, 0, true, false, 0},
+		{"two ticks: the mark is gone", 0, pooled, false, true, 1},
+		{"three ticks: nothing more to give back", 0, pooled, false, true, 1},
+	}
+	for i, st := range steps {
+		if i > 0 {
+			d.mem.trim()
+		}
+		s := d.MemStats()
+		if s.PoolBytes != st.pool || s.DroppedBytes != st.dropped {
+			t.Errorf("%s: pool %d bytes, dropped %d, want %d and %d", st.name, s.PoolBytes, s.DroppedBytes, st.pool, st.dropped)
+		}
+		if idles != st.idles {
+			t.Errorf("%s: the idle function ran %d times, want %d", st.name, idles, st.idles)
+		}
+		if st.peakIsLive != (s.PeakBytes == s.LiveBytes) {
+			t.Errorf("%s: peak %d bytes, live %d", st.name, s.PeakBytes, s.LiveBytes)
+		}
+		exact(st.name, keepBytes)
+		switch in, all := resident(); {
+		case in < 0:
+			// No residency to look at (not Linux).
+		case st.resident && in < all:
+			t.Errorf("%s: %d of the pooled storage's %d pages are resident, want all", st.name, in, all)
+		case !st.resident && in != 0:
+			t.Errorf("%s: %d of the dropped storage's %d pages are still resident, want none", st.name, in, all)
+		}
+	}
+	// The pool is empty and its storage gone; new storage is fresh, and
+	// charged exactly again.
+	x, err := d.allocDirty(abi.DTypeFloat32, []int{sizes[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := d.MemStats(); s.PoolMisses != int64(len(sizes))+2 || s.PoolHits != 0 {
+		t.Errorf("after the decay: %d hits and %d misses, want 0 and %d", s.PoolHits, s.PoolMisses, len(sizes)+2)
+	}
+	exact("a new tensor after the decay", keepBytes+4*int64(sizeClass(sizes[1])))
+	d.Release(x, keep)
+	exact("everything released", 0)
 }

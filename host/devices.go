@@ -98,7 +98,11 @@ func (s *Server) openDevices(limit int64) ([]gpuhost.Device, error) {
 	}
 	opts := append([]gpuhost.DeviceOption{gpuhost.WithLogger(s.cfg.logger)}, s.cfg.deviceOpts...)
 	if len(ds.gpus) == 0 {
-		return []gpuhost.Device{gpuhost.NewCPU(kernelThreads(), append([]gpuhost.DeviceOption{gpuhost.WithCeiling(gpuhost.NewCeiling(limit))}, opts...)...)}, nil
+		cpuOpts := []gpuhost.DeviceOption{gpuhost.WithCeiling(gpuhost.NewCeiling(limit))}
+		if s.cfg.memoryLimit >= 0 {
+			cpuOpts = append(cpuOpts, gpuhost.WithOnIdle(freeOSMemory))
+		}
+		return []gpuhost.Device{gpuhost.NewCPU(kernelThreads(), append(cpuOpts, opts...)...)}, nil
 	}
 	var devs []gpuhost.Device
 	for _, n := range ds.gpus {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -150,6 +151,25 @@ func (s *Server) newDevices() ([]gpuhost.Device, error) {
 	return devs, nil
 }
 
+// freeOSMemory is the CPU device's idle function (gpuhost.WithOnIdle):
+// once its pool has given its storage back, what the Go runtime holds free
+// goes back too (debug.FreeOSMemory: a collection, then every free page
+// returned). Otherwise the request path's garbage and the heap's free
+// spans stayed in RSS: an idle server allocates nothing, so no collection
+// comes, and the scavenger keeps what is under the heap goal (about 100 MB
+// of a 4-ffn server, issue 39). It costs a collection of a heap that is
+// mostly tensors, which hold no pointers, once per idle spell; one runs at
+// a time. Servers that leave the runtime alone (WithMemoryLimit < 0) do
+// not install it.
+func freeOSMemory() {
+	if freeing.CompareAndSwap(false, true) {
+		defer freeing.Store(false)
+		debug.FreeOSMemory()
+	}
+}
+
+var freeing atomic.Bool
+
 // kernelThreads returns the threads the CPU device's kernels use: as many
 // as GOMAXPROCS was when the first server started. That first call also
 // raises GOMAXPROCS by one, process-wide, so that the goroutines that
@@ -189,6 +209,7 @@ type memCollector struct {
 	hits, misses, refused     *prometheus.Desc
 	notAdmitted               *prometheus.Desc
 	limit, granted, requested *prometheus.Desc
+	dropped                   *prometheus.Desc
 }
 
 func newMemCollector(devices func() []DeviceMemory) *memCollector {
@@ -208,11 +229,12 @@ func newMemCollector(devices func() []DeviceMemory) *memCollector {
 		limit:       d("memory_limit_bytes", "Ceiling on live tensor bytes (shared by all devices; 0: none)."),
 		granted:     d("granted_bytes_total", "Float32 storage given by allocations, at size class (or larger pooled buffer) size."),
 		requested:   d("requested_bytes_total", "Float32 storage asked for by allocations; granted/requested - 1 is the waste of size classes."),
+		dropped:     d("pool_dropped_bytes_total", "Released tensor storage the pool let go of to stay under its bound (on the CPU, given back to the operating system at once when 64 KiB or more)."),
 	}
 }
 
 func (c *memCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.live, c.peak, c.pool, c.hitRate, c.hits, c.misses, c.refused, c.notAdmitted, c.limit, c.granted, c.requested} {
+	for _, d := range []*prometheus.Desc{c.live, c.peak, c.pool, c.hitRate, c.hits, c.misses, c.refused, c.notAdmitted, c.limit, c.granted, c.requested, c.dropped} {
 		ch <- d
 	}
 }
@@ -236,6 +258,7 @@ func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
 		n(c.notAdmitted, m.NotAdmitted)
 		n(c.granted, m.GrantedBytes)
 		n(c.requested, m.RequestedBytes)
+		n(c.dropped, m.DroppedBytes)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 
@@ -40,6 +39,31 @@ type headerEntry struct {
 // little-endian header length, a JSON header, then the tensors' raw
 // little-endian bytes, in the order given and without gaps.
 func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	head, size, err := encodeHeader(tensors, metadata)
+	if err != nil {
+		return nil, err
+	}
+	out := bytes.NewBuffer(make([]byte, 0, size))
+	if err := writeEncoded(out, head, tensors, lefloat.LittleEndian); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// encodeTo writes what Encode returns to w, without a copy of the
+// tensors in memory: their bytes go to w straight from Data (on a
+// little-endian machine) or through a small buffer.
+func encodeTo(w io.Writer, tensors []Tensor, metadata map[string]string) error {
+	head, _, err := encodeHeader(tensors, metadata)
+	if err != nil {
+		return err
+	}
+	return writeEncoded(w, head, tensors, lefloat.LittleEndian)
+}
+
+// encodeHeader checks tensors and returns the file's length prefix and
+// JSON header, and the size of the whole file.
+func encodeHeader(tensors []Tensor, metadata map[string]string) (head []byte, size int64, err error) {
 	header := make(map[string]any, len(tensors)+1)
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
@@ -47,14 +71,14 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	var off int64
 	for _, t := range tensors {
 		if t.Name == "" || t.Name == "__metadata__" {
-			return nil, fmt.Errorf("encoding: tensor name %q is reserved", t.Name)
+			return nil, 0, fmt.Errorf("encoding: tensor name %q is reserved", t.Name)
 		}
 		if _, dup := header[t.Name]; dup {
-			return nil, fmt.Errorf("encoding: tensor %q is listed twice", t.Name)
+			return nil, 0, fmt.Errorf("encoding: tensor %q is listed twice", t.Name)
 		}
 		n, ok := numel(t.Shape)
 		if !ok || n != int64(len(t.Data)) {
-			return nil, fmt.Errorf("encoding: tensor %q has %d values for shape %v", t.Name, len(t.Data), t.Shape)
+			return nil, 0, fmt.Errorf("encoding: tensor %q has %d values for shape %v", t.Name, len(t.Data), t.Shape)
 		}
 		shape := t.Shape
 		if shape == nil {
@@ -65,22 +89,47 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	}
 	js, err := json.Marshal(header)
 	if err != nil {
-		return nil, fmt.Errorf("encoding header: %w", err)
+		return nil, 0, fmt.Errorf("encoding header: %w", err)
 	}
 	// Pad the header with spaces to a multiple of 8, as the reference
 	// writer does, so that the data is aligned.
 	if pad := (8 - len(js)%8) % 8; pad > 0 {
 		js = append(js, strings.Repeat(" ", pad)...)
 	}
-	out := make([]byte, 8, 8+int64(len(js))+off)
-	binary.LittleEndian.PutUint64(out, uint64(len(js)))
-	out = append(out, js...)
+	head = make([]byte, 8, 8+len(js))
+	binary.LittleEndian.PutUint64(head, uint64(len(js)))
+	head = append(head, js...)
+	return head, int64(len(head)) + off, nil
+}
+
+// writeEncoded writes head and then the tensors' little-endian bytes:
+// with direct (a little-endian machine), Data's own memory, else
+// through a 64 KiB buffer.
+func writeEncoded(w io.Writer, head []byte, tensors []Tensor, direct bool) error {
+	if _, err := w.Write(head); err != nil {
+		return err
+	}
+	var buf []byte
 	for _, t := range tensors {
-		for _, v := range t.Data {
-			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+		if direct {
+			if _, err := w.Write(lefloat.Bytes(t.Data)); err != nil {
+				return err
+			}
+			continue
+		}
+		if buf == nil {
+			buf = make([]byte, 64<<10)
+		}
+		for d := t.Data; len(d) > 0; {
+			n := min(len(d), len(buf)/4)
+			lefloat.Put(buf[:4*n], d[:n])
+			if _, err := w.Write(buf[:4*n]); err != nil {
+				return err
+			}
+			d = d[n:]
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Decode parses a safetensors file of float32 tensors. It checks

@@ -14,15 +14,16 @@ import (
 // the whole new one, even across a crash: a temp file in the same
 // directory, fsync, rename, fsync of the directory.
 func Write(path string, data []byte) error {
-	return WriteFrom(path, func(w io.Writer) error {
+	return WriteFunc(path, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})
 }
 
-// WriteFrom is Write of what write writes to w: so that a writer can
-// hash the bytes as they go to the file.
-func WriteFrom(path string, write func(w io.Writer) error) (err error) {
+// WriteFunc is Write for content that write streams into the file, so
+// that a large file needs no copy of itself in memory. An error from
+// write leaves path as it was.
+func WriteFunc(path string, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {

@@ -31,7 +31,7 @@ func benchMemoryCmd(stdout io.Writer) *cobra.Command {
 		pattern, dataDir          string
 		hiddenDim                 int64
 		clients, minRows, maxRows int
-		duration, stretch         time.Duration
+		duration, stretch, idle   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "bench-memory",
@@ -40,14 +40,16 @@ func benchMemoryCmd(stdout io.Writer) *cobra.Command {
 hidden_dim 1024) and load it with --clients clients sending --min-rows to
 --max-rows rows per request over Connect (binary protobuf), checking every
 response: --duration of Forward, then --duration of Forward+Backward (Adam),
-in stretches of --stretch. RSS is sampled from /proc every 50 ms. The
-analytic floor is parameters + optimizer state + the largest batch's
-activations.`,
+in stretches of --stretch, then --idle without load. RSS is sampled from
+/proc every 50 ms. The analytic floor of a phase is parameters +
+optimizer state + the largest batch's activations; after --idle the RSS
+is compared with 1.5 × (parameters + optimizer state + 64 MB), which is
+what a server that gives its spare memory back holds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBenchMemory(cmd.Context(), stdout, benchMemConfig{
 				pattern: pattern, dataDir: dataDir, hidden: int(hiddenDim), clients: clients,
-				minRows: minRows, maxRows: maxRows, duration: duration, stretch: stretch,
+				minRows: minRows, maxRows: maxRows, duration: duration, stretch: stretch, idle: idle,
 			})
 		},
 	}
@@ -60,6 +62,7 @@ activations.`,
 	f.IntVar(&maxRows, "max-rows", 64, "most rows per request")
 	f.DurationVar(&duration, "duration", 90*time.Second, "load per phase and server")
 	f.DurationVar(&stretch, "stretch", 30*time.Second, "how long one stretch of load runs")
+	f.DurationVar(&idle, "idle", 30*time.Second, "how long the server idles after the load before its RSS is read")
 	return cmd
 }
 
@@ -67,7 +70,7 @@ type benchMemConfig struct {
 	pattern, dataDir          string
 	hidden                    int
 	clients, minRows, maxRows int
-	duration, stretch         time.Duration
+	duration, stretch, idle   time.Duration
 }
 
 // memServer is one `moehost serve` child.
@@ -130,6 +133,7 @@ func runBenchMemory(ctx context.Context, w io.Writer, cfg benchMemConfig) error 
 		{"Forward", false, params + act},
 		{"Forward+Backward (Adam)", true, 3*params + params + 2*act},
 	}
+	var fbPeak, fbFloor int64
 	fmt.Fprintln(w, "| phase | pool | samples/s | peak RSS MB | final RSS MB | floor MB | live MB | pool MB | hit rate | class waste | errors |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, ph := range phases {
@@ -181,7 +185,38 @@ func runBenchMemory(ctx context.Context, w io.Writer, cfg benchMemConfig) error 
 			if r.res.FirstError != nil {
 				fmt.Fprintf(os.Stderr, "%s, %s: first error: %v\n", ph.name, s.name, r.res.FirstError)
 			}
+			if ph.backward {
+				fbPeak, fbFloor = max(fbPeak, r.peak), ph.floor
+			}
 		}
+		for _, c := range checkers {
+			c.Close()
+		}
+	}
+	// Idle: no load and no connection; what the server keeps is what it
+	// did not give back.
+	optim := 2 * params // Adam's two moments
+	idleFloor := 3 * (params + optim + 64<<20) / 2
+	fmt.Fprintf(w, "\nForward+Backward peak RSS: %d MB (%.2f× its floor of %d MB)\n", fbPeak>>20, float64(fbPeak)/float64(fbFloor), fbFloor>>20)
+	if cfg.idle > 0 {
+		var marks []string
+		var idleRSS int64
+		step := cfg.idle / 3
+		for i := 1; i <= 3; i++ {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(step):
+			}
+			idleRSS = servers[0].rss.now()
+			marks = append(marks, fmt.Sprintf("%s %d MB", time.Duration(i)*step, idleRSS>>20))
+		}
+		verdict := "within"
+		if idleRSS > idleFloor {
+			verdict = "OVER"
+		}
+		fmt.Fprintf(w, "RSS idle: %s; after %s %d MB against 1.5 × (parameters %d MB + optimizer state %d MB + 64 MB) = %d MB: %s\n",
+			strings.Join(marks, ", "), cfg.idle, idleRSS>>20, params>>20, optim>>20, idleFloor>>20, verdict)
 	}
 	fmt.Fprintf(w, "\nfloor: parameters %d MB (+ Adam's 2× and the parameters' gradients in Forward+Backward) + the activations of a %d-row batch (%d MB forward, twice that with backward)\n",
 		params>>20, batch, act>>20)
