@@ -26,12 +26,18 @@ func Discard[T float32 | byte](b []T) int64 { return discard(b) }
 // pageRange returns the offsets [lo, hi) of the whole pages inside n
 // bytes at address p, or lo == hi when n is under MinBytes or holds no
 // whole page.
-func pageRange(p uintptr, n int) (lo, hi int) {
-	if n < MinBytes {
+func pageRange(p uintptr, n int) (lo, hi int) { return Whole(p, n, pageBytes, MinBytes) }
+
+// Whole returns the offsets [lo, hi) of the whole pages of size (a power
+// of two) inside n bytes at address p, or lo == hi when n is under min or
+// holds no whole page: the part of a buffer that madvise may act on
+// without touching its neighbours'.
+func Whole(p uintptr, n int, size uintptr, min int) (lo, hi int) {
+	if n < min {
 		return 0, 0
 	}
-	l := (p+pageBytes-1)&^(pageBytes-1) - p
-	h := (p+uintptr(n))&^(pageBytes-1) - p
+	l := (p+size-1)&^(size-1) - p
+	h := (p+uintptr(n))&^(size-1) - p
 	if h <= l {
 		return 0, 0
 	}

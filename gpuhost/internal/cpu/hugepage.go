@@ -1,5 +1,7 @@
 package cpu
 
+import "github.com/moehost/moehost/internal/pages"
+
 // hugePageBytes is the size of a transparent huge page on amd64 and arm64
 // with 4 KiB base pages.
 const hugePageBytes = 2 << 20
@@ -8,13 +10,5 @@ const hugePageBytes = 2 << 20
 // bytes at address p, or lo == hi when the buffer is under 4 MiB (too
 // small to be worth a system call) or holds no whole huge page.
 func hugeRange(p uintptr, n int) (lo, hi int) {
-	if n < 2*hugePageBytes {
-		return 0, 0
-	}
-	l := (p+hugePageBytes-1)&^(hugePageBytes-1) - p
-	h := (p+uintptr(n))&^(hugePageBytes-1) - p
-	if h <= l {
-		return 0, 0
-	}
-	return int(l), int(h)
+	return pages.Whole(p, n, hugePageBytes, 2*hugePageBytes)
 }
